@@ -1,0 +1,272 @@
+//! The shared-memory emulation of the DMA engine.
+//!
+//! A registration maps the registered part of the remote node's segment into
+//! this process (populating its page tables now, so that later transfers do
+//! not fault): that is the route Unimem's engine prepares, and it is what
+//! makes registration costly. A transfer is then one copy between our
+//! dmable memory and that mapping, done when it is submitted; its completion
+//! is reported by `poll` once the timing model says it is done.
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+
+use unimem_mailbox::node::monotonic_ns;
+use unimem_mailbox::profile::spin_until;
+use unimem_mailbox::shm::{SharedObject, SharedRange, HEADER_SIZE};
+use unimem_mailbox::{NodeId, Profile, TimingModel};
+
+use crate::region::{directory, directory_name, segment_name, DmaBuf, DmaRegion};
+use crate::{DmaEngine, DmaError, DmaId, RegId};
+
+const PAGE_SIZE: u64 = 4096;
+
+/// A registered remote range and the local mapping that reaches it.
+struct Registration {
+    node: NodeId,
+    /// Registered range in the remote node's address space.
+    start: u64,
+    end: u64,
+    /// Page-aligned mapping that covers `[start, end)`.
+    mapping: SharedRange,
+    mapping_start: u64,
+}
+
+/// A peer's directory, kept mapped while we hold registrations there.
+struct RemoteNode {
+    directory: SharedObject,
+}
+
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Direction {
+    Put,
+    Get,
+}
+
+/// The emulated engine of one user (one provider domain, say).
+pub struct ShmDmaEngine {
+    region: Arc<DmaRegion>,
+    timing: TimingModel,
+    nodes: HashMap<NodeId, RemoteNode>,
+    registrations: HashMap<u64, Registration>,
+    next_reg: u64,
+    next_id: u64,
+    /// When the modeled engine finishes its last queued transfer.
+    busy_until: u64,
+    /// Submitted transfers with their modeled completion time, in order.
+    in_flight: VecDeque<(u64, DmaId)>,
+}
+
+impl ShmDmaEngine {
+    pub fn new(region: Arc<DmaRegion>, profile: Profile) -> ShmDmaEngine {
+        ShmDmaEngine {
+            region,
+            timing: profile.timing(),
+            nodes: HashMap::new(),
+            registrations: HashMap::new(),
+            next_reg: 1,
+            next_id: 1,
+            busy_until: 0,
+            in_flight: VecDeque::new(),
+        }
+    }
+
+    pub fn region(&self) -> &Arc<DmaRegion> {
+        &self.region
+    }
+
+    /// Live registrations (for tests and statistics).
+    pub fn registrations(&self) -> usize {
+        self.registrations.len()
+    }
+
+    fn remote_node(&mut self, node: NodeId) -> Result<&RemoteNode, DmaError> {
+        if node.job != self.region.node().job || node.pid == 0 {
+            return Err(DmaError::NoSuchNode);
+        }
+        if let Some(known) = self.nodes.get(&node) {
+            if known.directory.header().is_closed() {
+                self.nodes.remove(&node);
+                return Err(DmaError::DeadNode);
+            }
+        } else {
+            let directory =
+                SharedObject::open(&directory_name(&node)).map_err(|e| match e.raw_os_error() {
+                    Some(libc::ECONNREFUSED) => DmaError::DeadNode,
+                    Some(libc::ENOENT) | Some(libc::EAGAIN) => DmaError::NoSuchNode,
+                    _ => DmaError::Io(e),
+                })?;
+            // The name holds a pid; the nonce tells which process of that pid.
+            if directory.header().owner_start() as u32 != node.nonce {
+                return Err(if node.is_alive() {
+                    DmaError::NoSuchNode
+                } else {
+                    DmaError::DeadNode
+                });
+            }
+            self.nodes.insert(node, RemoteNode { directory });
+        }
+        Ok(&self.nodes[&node])
+    }
+
+    fn map_range(&mut self, node: NodeId, addr: u64, end: u64) -> Result<Registration, DmaError> {
+        let remote = self.remote_node(node)?;
+        let dir = directory(&remote.directory);
+        let count = dir.count.load(Ordering::Acquire) as usize;
+        let (index, base) = (0..count.min(dir.segments.len()))
+            .find_map(|index| {
+                let entry = &dir.segments[index];
+                let base = entry.base.load(Ordering::Relaxed);
+                let len = entry.len.load(Ordering::Relaxed);
+                (addr >= base && end <= base + len).then_some((index, base))
+            })
+            .ok_or(DmaError::OutOfBounds)?;
+        let mapping_start = addr & !(PAGE_SIZE - 1);
+        let mapping_end = end
+            .next_multiple_of(PAGE_SIZE)
+            .max(mapping_start + PAGE_SIZE);
+        let file_offset = HEADER_SIZE as u64 + (mapping_start - base);
+        let mapping = SharedRange::map(
+            &segment_name(&node, index),
+            file_offset as usize,
+            (mapping_end - mapping_start) as usize,
+        )
+        .map_err(|e| match e.raw_os_error() {
+            Some(libc::ENOENT) => DmaError::DeadNode,
+            _ => DmaError::Io(e),
+        })?;
+        Ok(Registration {
+            node,
+            start: addr,
+            end,
+            mapping,
+            mapping_start,
+        })
+    }
+
+    fn transfer(
+        &mut self,
+        direction: Direction,
+        local: usize,
+        len: usize,
+        reg: RegId,
+        remote_addr: u64,
+    ) -> Result<DmaId, DmaError> {
+        let remote_end = remote_addr
+            .checked_add(len as u64)
+            .ok_or(DmaError::LengthOverflow)?;
+        local.checked_add(len).ok_or(DmaError::LengthOverflow)?;
+        if len > 0 && !self.region.contains(local, len) {
+            return Err(DmaError::LocalNotDmable);
+        }
+        let registration = self
+            .registrations
+            .get(&reg.0)
+            .ok_or(DmaError::NotRegistered)?;
+        if remote_addr < registration.start || remote_end > registration.end {
+            return Err(DmaError::OutOfBounds);
+        }
+        let offset = (remote_addr - registration.mapping_start) as usize;
+        // SAFETY: `offset + len` lies inside the mapping (checked against the
+        // registered range, which the mapping covers) and `[local, local +
+        // len)` inside our dmable region; the two never overlap, being
+        // different mappings, even of the same node.
+        unsafe {
+            let remote = registration.mapping.base().add(offset);
+            match direction {
+                Direction::Put => std::ptr::copy_nonoverlapping(local as *const u8, remote, len),
+                Direction::Get => std::ptr::copy_nonoverlapping(remote, local as *mut u8, len),
+            }
+        }
+        Ok(self.complete_after(len))
+    }
+
+    /// Queues the completion of a transfer of `len` bytes at its modeled time.
+    fn complete_after(&mut self, len: usize) -> DmaId {
+        let id = DmaId(self.next_id);
+        self.next_id += 1;
+        let done_at = match self.timing.dma_bytes_per_sec {
+            0 => 0,
+            _ => {
+                let start = self.busy_until.max(monotonic_ns());
+                self.busy_until = start + self.timing.dma_duration_ns(len);
+                self.busy_until
+            }
+        };
+        self.in_flight.push_back((done_at, id));
+        id
+    }
+}
+
+impl DmaEngine for ShmDmaEngine {
+    type Node = NodeId;
+
+    fn local_node(&self) -> NodeId {
+        self.region.node()
+    }
+
+    fn alloc(&self, len: usize) -> Result<DmaBuf, DmaError> {
+        self.region.alloc(len)
+    }
+
+    fn is_dmable(&self, addr: *const u8, len: usize) -> bool {
+        self.region.contains(addr as usize, len)
+    }
+
+    fn register(&mut self, node: NodeId, addr: u64, len: usize) -> Result<RegId, DmaError> {
+        let started = monotonic_ns();
+        if len == 0 {
+            return Err(DmaError::Invalid);
+        }
+        let end = addr
+            .checked_add(len as u64)
+            .ok_or(DmaError::LengthOverflow)?;
+        let registration = self.map_range(node, addr, end)?;
+        let id = self.next_reg;
+        self.next_reg += 1;
+        self.registrations.insert(id, registration);
+        spin_until(started + self.timing.registration_ns);
+        Ok(RegId(id))
+    }
+
+    fn deregister(&mut self, reg: RegId) -> Result<(), DmaError> {
+        self.registrations
+            .remove(&reg.0)
+            .map(drop)
+            .ok_or(DmaError::NotRegistered)
+    }
+
+    fn forget_node(&mut self, node: NodeId) {
+        self.registrations.retain(|_, r| r.node != node);
+        self.nodes.remove(&node);
+    }
+
+    fn put(
+        &mut self,
+        local: *const u8,
+        len: usize,
+        reg: RegId,
+        remote_addr: u64,
+    ) -> Result<DmaId, DmaError> {
+        self.transfer(Direction::Put, local as usize, len, reg, remote_addr)
+    }
+
+    fn get(
+        &mut self,
+        local: *mut u8,
+        len: usize,
+        reg: RegId,
+        remote_addr: u64,
+    ) -> Result<DmaId, DmaError> {
+        self.transfer(Direction::Get, local as usize, len, reg, remote_addr)
+    }
+
+    fn poll(&mut self) -> Option<DmaId> {
+        let &(done_at, id) = self.in_flight.front()?;
+        if done_at != 0 && monotonic_ns() < done_at {
+            return None;
+        }
+        self.in_flight.pop_front();
+        Some(id)
+    }
+}

@@ -1,0 +1,125 @@
+//! The Unimem DMA engine and its dmable memory.
+//!
+//! Two restrictions of the hardware shape this interface: a transfer's local
+//! side must be *dmable* (allocated by the engine's allocator), and its
+//! remote side must lie in a range registered first, which is costly. The
+//! [`DmaEngine`] trait states the contract; [`ShmDmaEngine`] is the
+//! shared-memory emulation in which every process is a node.
+
+mod alloc;
+mod engine;
+mod region;
+
+use std::fmt;
+use std::hash::Hash;
+use std::io;
+
+pub use engine::ShmDmaEngine;
+pub use region::{DmaBuf, DmaRegion, RegionConfig, ALLOC_ALIGN, MAX_SEGMENTS};
+
+/// Handle of a remote registration.
+#[derive(Clone, Copy, PartialEq, Eq, Hash, Debug)]
+pub struct RegId(pub u64);
+
+/// Identifier of a submitted transfer, reported back by [`DmaEngine::poll`].
+#[derive(Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Debug)]
+pub struct DmaId(pub u64);
+
+/// Why a DMA operation was refused. A refused transfer moves no byte.
+#[derive(Debug)]
+pub enum DmaError {
+    /// The local range is not (entirely) dmable memory.
+    LocalNotDmable,
+    /// The registration handle is unknown or was deregistered.
+    NotRegistered,
+    /// The remote range is not inside the registration, or (when
+    /// registering) not inside the node's dmable memory.
+    OutOfBounds,
+    /// An address plus length overflows.
+    LengthOverflow,
+    /// No such node in this job.
+    NoSuchNode,
+    /// The node's process is gone.
+    DeadNode,
+    /// The dmable region reached its bound.
+    OutOfMemory,
+    /// A parameter is invalid (zero length, conflicting configuration).
+    Invalid,
+    /// The host refused a resource.
+    Io(io::Error),
+}
+
+impl fmt::Display for DmaError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            DmaError::LocalNotDmable => f.write_str("local buffer is not dmable memory"),
+            DmaError::NotRegistered => f.write_str("remote range is not registered"),
+            DmaError::OutOfBounds => f.write_str("remote range is out of bounds"),
+            DmaError::LengthOverflow => f.write_str("address plus length overflows"),
+            DmaError::NoSuchNode => f.write_str("no such node"),
+            DmaError::DeadNode => f.write_str("remote node is dead"),
+            DmaError::OutOfMemory => f.write_str("dmable memory exhausted"),
+            DmaError::Invalid => f.write_str("invalid argument"),
+            DmaError::Io(e) => write!(f, "DMA resource error: {e}"),
+        }
+    }
+}
+
+impl std::error::Error for DmaError {}
+
+impl From<io::Error> for DmaError {
+    fn from(e: io::Error) -> Self {
+        DmaError::Io(e)
+    }
+}
+
+/// An asynchronous DMA engine with remote registration.
+///
+/// Completions are polled by id and may come back in any order. A transfer
+/// keeps its registration usable until it completes, even if deregistered
+/// meanwhile.
+pub trait DmaEngine: Send {
+    /// A node the engine can reach.
+    type Node: Copy + Eq + Hash + fmt::Debug + fmt::Display;
+
+    /// This engine's own node: what peers register against.
+    fn local_node(&self) -> Self::Node;
+
+    /// Allocates dmable memory.
+    fn alloc(&self, len: usize) -> Result<DmaBuf, DmaError>;
+
+    /// Whether `[addr, addr + len)` is dmable memory of this node.
+    fn is_dmable(&self, addr: *const u8, len: usize) -> bool;
+
+    /// Prepares the route to `[addr, addr + len)` of `node`: the costly step.
+    fn register(&mut self, node: Self::Node, addr: u64, len: usize) -> Result<RegId, DmaError>;
+
+    /// Releases a registration.
+    fn deregister(&mut self, reg: RegId) -> Result<(), DmaError>;
+
+    /// Drops every registration of `node` and what the engine keeps of it
+    /// (the node went away).
+    fn forget_node(&mut self, node: Self::Node);
+
+    /// Starts copying `len` bytes from local `local` to `remote_addr`, which
+    /// must lie in registration `reg`.
+    fn put(
+        &mut self,
+        local: *const u8,
+        len: usize,
+        reg: RegId,
+        remote_addr: u64,
+    ) -> Result<DmaId, DmaError>;
+
+    /// Starts copying `len` bytes from `remote_addr` in `reg` to `local`.
+    fn get(
+        &mut self,
+        local: *mut u8,
+        len: usize,
+        reg: RegId,
+        remote_addr: u64,
+    ) -> Result<DmaId, DmaError>;
+
+    /// A completed transfer, if any.
+    fn poll(&mut self) -> Option<DmaId>;
+}

@@ -1,0 +1,181 @@
+//! Mailbox addresses: 16 bytes, position-independent, meaningful in every
+//! process of the same user on the host.
+
+use std::fmt;
+use std::str::FromStr;
+
+use crate::node::{JobId, NodeId};
+
+/// Size of an encoded [`MailboxAddr`].
+pub const ADDR_LEN: usize = 16;
+
+/// The address of one mailbox: the node that owns it and the mailbox's index
+/// on that node. A *service* mailbox has a well-known index (a port number)
+/// and no owner in its address, so that peers can reach it knowing only the
+/// job and the service.
+#[derive(Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Debug)]
+pub struct MailboxAddr {
+    pub node: NodeId,
+    pub index: u32,
+}
+
+impl MailboxAddr {
+    /// The well-known mailbox of `service` in `job`. Numeric services (ports)
+    /// map to themselves, names to a hash.
+    pub fn for_service(job: JobId, service: &str) -> MailboxAddr {
+        let index = service
+            .parse::<u32>()
+            .unwrap_or_else(|_| JobId::from_name(service).0);
+        MailboxAddr {
+            node: NodeId {
+                job,
+                pid: 0,
+                nonce: 0,
+            },
+            index,
+        }
+    }
+
+    pub fn is_service(&self) -> bool {
+        self.node.pid == 0
+    }
+
+    /// Name of the shared object behind this mailbox (without the user/job
+    /// prefix).
+    pub(crate) fn object_tail(&self) -> String {
+        if self.is_service() {
+            format!("svc{}", self.index)
+        } else {
+            format!("{}-mbx{}", self.node.pid, self.index)
+        }
+    }
+
+    pub fn to_bytes(&self) -> [u8; ADDR_LEN] {
+        let mut out = [0u8; ADDR_LEN];
+        out[0..4].copy_from_slice(&self.node.job.0.to_le_bytes());
+        out[4..8].copy_from_slice(&self.node.pid.to_le_bytes());
+        out[8..12].copy_from_slice(&self.node.nonce.to_le_bytes());
+        out[12..16].copy_from_slice(&self.index.to_le_bytes());
+        out
+    }
+
+    pub fn from_bytes(bytes: &[u8; ADDR_LEN]) -> MailboxAddr {
+        let word = |i: usize| u32::from_le_bytes(bytes[i..i + 4].try_into().unwrap());
+        MailboxAddr {
+            node: NodeId {
+                job: JobId(word(0)),
+                pid: word(4),
+                nonce: word(8),
+            },
+            index: word(12),
+        }
+    }
+}
+
+/// `unimem://<job>/<pid>.<nonce>/<index>`, or `unimem://<job>/svc/<index>`.
+impl fmt::Display for MailboxAddr {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.is_service() {
+            write!(f, "unimem://{}/svc/{}", self.node.job, self.index)
+        } else {
+            write!(
+                f,
+                "unimem://{}/{}.{:08x}/{}",
+                self.node.job, self.node.pid, self.node.nonce, self.index
+            )
+        }
+    }
+}
+
+#[derive(Debug, PartialEq, Eq)]
+pub struct BadAddress;
+
+impl fmt::Display for BadAddress {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("malformed unimem address (expected unimem://<job>/<pid>.<nonce>/<index>)")
+    }
+}
+
+impl std::error::Error for BadAddress {}
+
+impl FromStr for MailboxAddr {
+    type Err = BadAddress;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        let rest = s.strip_prefix("unimem://").ok_or(BadAddress)?;
+        let mut parts = rest.split('/');
+        let (Some(job), Some(owner), Some(index), None) =
+            (parts.next(), parts.next(), parts.next(), parts.next())
+        else {
+            return Err(BadAddress);
+        };
+        let job = JobId(u32::from_str_radix(job, 16).map_err(|_| BadAddress)?);
+        let index: u32 = index.parse().map_err(|_| BadAddress)?;
+        let (pid, nonce) = if owner == "svc" {
+            (0, 0)
+        } else {
+            let (pid, nonce) = owner.split_once('.').ok_or(BadAddress)?;
+            let pid: u32 = pid.parse().map_err(|_| BadAddress)?;
+            if pid == 0 {
+                return Err(BadAddress);
+            }
+            (pid, u32::from_str_radix(nonce, 16).map_err(|_| BadAddress)?)
+        };
+        Ok(MailboxAddr {
+            node: NodeId { job, pid, nonce },
+            index,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn bytes_round_trip() {
+        let addr = MailboxAddr {
+            node: NodeId {
+                job: JobId(0xdead_beef),
+                pid: 4242,
+                nonce: 0x1234_5678,
+            },
+            index: 7,
+        };
+        assert_eq!(MailboxAddr::from_bytes(&addr.to_bytes()), addr);
+    }
+
+    #[test]
+    fn string_round_trip() {
+        let addr = MailboxAddr {
+            node: NodeId {
+                job: JobId(0xab),
+                pid: 99,
+                nonce: 0xff,
+            },
+            index: 3,
+        };
+        let text = addr.to_string();
+        assert_eq!(text, "unimem://000000ab/99.000000ff/3");
+        assert_eq!(text.parse(), Ok(addr));
+        let service = MailboxAddr::for_service(JobId(1), "9228");
+        assert_eq!(service.to_string(), "unimem://00000001/svc/9228");
+        assert_eq!(service.to_string().parse(), Ok(service));
+        assert!(service.is_service());
+    }
+
+    #[test]
+    fn rejects_malformed() {
+        for bad in [
+            "",
+            "unimem://",
+            "tcp://1/2.3/4",
+            "unimem://zz/1.2/3",
+            "unimem://1/0.2/3",
+            "unimem://1/1.2/3/4",
+            "unimem://1/12/3",
+        ] {
+            assert_eq!(bad.parse::<MailboxAddr>(), Err(BadAddress), "{bad}");
+        }
+    }
+}

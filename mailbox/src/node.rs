@@ -1,0 +1,167 @@
+//! Node identity: which process of which job is an emulated Unimem node.
+//!
+//! A node is a process. Its identity is the job it belongs to, its pid and a
+//! nonce taken from the process start time, so that an address stays wrong
+//! rather than silently reaching a new process that happens to reuse the pid.
+
+use std::fmt;
+
+/// A job tag, hashed to 32 bits so that it fits in fixed-size addresses and
+/// object names. Processes talk only within one job.
+#[derive(Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Debug)]
+pub struct JobId(pub u32);
+
+impl JobId {
+    /// FNV-1a of the job name: stable across processes and builds.
+    pub fn from_name(name: &str) -> JobId {
+        let mut hash: u32 = 0x811c_9dc5;
+        for byte in name.bytes() {
+            hash ^= u32::from(byte);
+            hash = hash.wrapping_mul(0x0100_0193);
+        }
+        JobId(hash)
+    }
+}
+
+impl fmt::Display for JobId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{:08x}", self.0)
+    }
+}
+
+/// One emulated node: a process of a job.
+#[derive(Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Debug)]
+pub struct NodeId {
+    pub job: JobId,
+    pub pid: u32,
+    /// Low 32 bits of the process start time, in clock ticks since boot.
+    pub nonce: u32,
+}
+
+impl NodeId {
+    /// This process as a node of `job`.
+    pub fn current(job: JobId) -> NodeId {
+        // Not cached: a forked child is a node of its own.
+        let pid = std::process::id();
+        NodeId {
+            job,
+            pid,
+            nonce: process_start_time(pid).unwrap_or(0) as u32,
+        }
+    }
+
+    /// Whether the process this id names is still running. A pid now used by
+    /// another process (different start time) counts as dead.
+    pub fn is_alive(&self) -> bool {
+        process_start_time(self.pid).is_some_and(|start| start as u32 == self.nonce)
+    }
+}
+
+impl fmt::Display for NodeId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}:{}:{:08x}", self.job, self.pid, self.nonce)
+    }
+}
+
+/// Start time of process `pid` in clock ticks since boot (field 22 of
+/// `/proc/<pid>/stat`), or `None` when no such process exists.
+pub fn process_start_time(pid: u32) -> Option<u64> {
+    if pid == 0 {
+        return None;
+    }
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // The command name (field 2) may hold spaces and parentheses: fields
+    // after it are counted from the last ')'.
+    let rest = &stat[stat.rfind(')')? + 1..];
+    // `rest` starts with field 3 (state); start time is field 22.
+    let start = rest.split_ascii_whitespace().nth(19)?;
+    // A zombie has exited: its memory is gone and it will never poll again.
+    if rest.split_ascii_whitespace().next()? == "Z" {
+        return None;
+    }
+    start.parse().ok()
+}
+
+/// Whether some process with this pid and start time exists.
+pub fn process_alive(pid: u32, start_time: u64) -> bool {
+    process_start_time(pid) == Some(start_time)
+}
+
+/// Monotonic time in nanoseconds, comparable between processes of one host
+/// (CLOCK_MONOTONIC is system-wide).
+#[inline]
+pub fn monotonic_ns() -> u64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: clock_gettime writes one timespec into the valid `ts`.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+}
+
+/// Parses the `job:pid:nonce` form that `Display` prints.
+impl std::str::FromStr for NodeId {
+    type Err = crate::addr::BadAddress;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        let bad = |_| crate::addr::BadAddress;
+        let mut parts = s.split(':');
+        let (Some(job), Some(pid), Some(nonce), None) =
+            (parts.next(), parts.next(), parts.next(), parts.next())
+        else {
+            return Err(crate::addr::BadAddress);
+        };
+        Ok(NodeId {
+            job: JobId(u32::from_str_radix(job, 16).map_err(bad)?),
+            pid: pid.parse().map_err(bad)?,
+            nonce: u32::from_str_radix(nonce, 16).map_err(bad)?,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn job_hash_is_stable() {
+        assert_eq!(JobId::from_name(""), JobId(0x811c_9dc5));
+        assert_eq!(JobId::from_name("a"), JobId(0xe40c_292c));
+        assert_ne!(JobId::from_name("job1"), JobId::from_name("job2"));
+    }
+
+    #[test]
+    fn current_process_is_alive() {
+        let me = NodeId::current(JobId(1));
+        assert_eq!(me.pid, std::process::id());
+        assert!(me.is_alive());
+        let other_incarnation = NodeId {
+            nonce: me.nonce.wrapping_add(1),
+            ..me
+        };
+        assert!(!other_incarnation.is_alive());
+    }
+
+    #[test]
+    fn node_id_text_round_trip() {
+        let node = NodeId::current(JobId(0xabc));
+        assert_eq!(node.to_string().parse(), Ok(node));
+        assert!("1:2".parse::<NodeId>().is_err());
+    }
+
+    #[test]
+    fn exited_process_is_dead() {
+        let mut child = std::process::Command::new("true").spawn().unwrap();
+        let pid = child.id();
+        child.wait().unwrap();
+        assert!(process_start_time(pid).is_none());
+    }
+
+    #[test]
+    fn monotonic_advances() {
+        let a = monotonic_ns();
+        let b = monotonic_ns();
+        assert!(b >= a);
+    }
+}

@@ -1,0 +1,460 @@
+//! Named shared-memory objects: the emulated hardware's memory.
+//!
+//! Every object lives in `/dev/shm` under a name that carries the user and
+//! the job (`unimem-<uid>-<job>-...`), starts with an [`ObjectHeader`] naming
+//! its owner process, is removed by its owner on close, and is reclaimed by
+//! any later process of the same user once its owner is dead.
+
+use std::ffi::CString;
+use std::io;
+use std::ptr::NonNull;
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+
+use crate::node::{process_alive, process_start_time, JobId};
+
+/// Size of the header page at the start of every object.
+pub const HEADER_SIZE: usize = 4096;
+
+const MAGIC: u64 = 0x554e_494d_454d_0001; // "UNIMEM" + layout version 1
+const SHM_DIR: &str = "/dev/shm";
+/// An object whose header was never completed is reclaimed after this long:
+/// its creator crashed between creating and initialising it.
+const UNINITIALISED_GRACE_SECS: i64 = 30;
+
+/// The first bytes of every shared object.
+#[repr(C)]
+pub struct ObjectHeader {
+    /// [`MAGIC`] once the object is fully initialised (stored last, Release).
+    magic: AtomicU64,
+    owner_pid: AtomicU32,
+    /// Set by the owner when it closes the object: peers treat it as dead.
+    closed: AtomicU32,
+    owner_start: AtomicU64,
+    /// Size of the object in bytes, header included.
+    size: AtomicU64,
+}
+
+impl ObjectHeader {
+    pub fn owner_pid(&self) -> u32 {
+        self.owner_pid.load(Ordering::Relaxed)
+    }
+
+    /// Whether the owner closed the object or died.
+    pub fn owner_gone(&self) -> bool {
+        self.closed.load(Ordering::Acquire) != 0
+            || !process_alive(self.owner_pid(), self.owner_start.load(Ordering::Relaxed))
+    }
+
+    /// Start time of the owner process, in clock ticks since boot.
+    pub fn owner_start(&self) -> u64 {
+        self.owner_start.load(Ordering::Relaxed)
+    }
+
+    /// The cheap half of [`Self::owner_gone`]: no system call.
+    pub fn is_closed(&self) -> bool {
+        self.closed.load(Ordering::Acquire) != 0
+    }
+}
+
+/// Prefix of the names of every object of this user.
+fn user_prefix() -> String {
+    // SAFETY: getuid has no preconditions and cannot fail.
+    let uid = unsafe { libc::getuid() };
+    format!("unimem-{uid}-")
+}
+
+/// The name of an object of `job`, e.g. `unimem-1000-8a3f10c2-4242-mbx0`.
+pub fn object_name(job: JobId, tail: &str) -> String {
+    format!("{}{job}-{tail}", user_prefix())
+}
+
+/// A mapping of a named shared-memory object.
+pub struct SharedObject {
+    base: NonNull<u8>,
+    len: usize,
+    name: String,
+    owner: bool,
+}
+
+// SAFETY: the mapping is process-wide memory; all shared state inside it is
+// accessed through atomics or by protocols documented where they are used.
+unsafe impl Send for SharedObject {}
+// SAFETY: as for Send; `&SharedObject` hands out only raw pointers.
+unsafe impl Sync for SharedObject {}
+
+fn c_name(name: &str) -> io::Result<CString> {
+    CString::new(format!("/{name}")).map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))
+}
+
+impl SharedObject {
+    /// Creates object `name` of `len` bytes (header included), owned by this
+    /// process. Fails with `AlreadyExists` if the name is taken by a live
+    /// owner; a dead owner's object of the same name is reclaimed first.
+    pub fn create(name: &str, len: usize) -> io::Result<SharedObject> {
+        assert!(len >= HEADER_SIZE);
+        let cname = c_name(name)?;
+        let fd = loop {
+            // SAFETY: cname is a valid C string; flags and mode are plain ints.
+            let fd = unsafe {
+                libc::shm_open(
+                    cname.as_ptr(),
+                    libc::O_RDWR | libc::O_CREAT | libc::O_EXCL | libc::O_CLOEXEC,
+                    0o600,
+                )
+            };
+            if fd >= 0 {
+                break fd;
+            }
+            let err = io::Error::last_os_error();
+            if err.kind() == io::ErrorKind::AlreadyExists && reclaim_if_dead(name) {
+                continue;
+            }
+            return Err(err);
+        };
+        let object = Self::map_new(fd, name, len);
+        if object.is_err() {
+            // SAFETY: cname is valid; we created the name and failed to set it up.
+            unsafe { libc::shm_unlink(cname.as_ptr()) };
+        }
+        object
+    }
+
+    fn map_new(fd: libc::c_int, name: &str, len: usize) -> io::Result<SharedObject> {
+        let fd = Fd(fd);
+        // SAFETY: fd is a valid descriptor we own.
+        if unsafe { libc::ftruncate(fd.0, len as libc::off_t) } != 0 {
+            return Err(io::Error::last_os_error());
+        }
+        let base = map(fd.0, 0, len, true)?;
+        let object = SharedObject {
+            base,
+            len,
+            name: name.to_string(),
+            owner: true,
+        };
+        let pid = std::process::id();
+        let header = object.header();
+        header.owner_pid.store(pid, Ordering::Relaxed);
+        header
+            .owner_start
+            .store(process_start_time(pid).unwrap_or(0), Ordering::Relaxed);
+        header.size.store(len as u64, Ordering::Relaxed);
+        Ok(object)
+    }
+
+    /// Marks a created object ready: openers wait for this (see [`Self::open`]).
+    /// Call once the object-specific layout is initialised.
+    pub fn publish(&self) {
+        self.header().magic.store(MAGIC, Ordering::Release);
+    }
+
+    /// Opens the existing, published object `name` whole.
+    pub fn open(name: &str) -> io::Result<SharedObject> {
+        let fd = open_existing(name)?;
+        let size = file_size(fd.0)?;
+        if size < HEADER_SIZE {
+            return Err(not_ready());
+        }
+        let base = map(fd.0, 0, size, false)?;
+        let object = SharedObject {
+            base,
+            len: size,
+            name: name.to_string(),
+            owner: false,
+        };
+        if object.header().magic.load(Ordering::Acquire) != MAGIC {
+            return Err(not_ready());
+        }
+        if object.header().owner_gone() {
+            return Err(io::Error::from_raw_os_error(libc::ECONNREFUSED));
+        }
+        Ok(object)
+    }
+
+    pub fn header(&self) -> &ObjectHeader {
+        // SAFETY: every object starts with a header page, and ObjectHeader
+        // is atomics only, valid for any bit pattern.
+        unsafe { &*(self.base.as_ptr() as *const ObjectHeader) }
+    }
+
+    /// Start of the object (its header).
+    pub fn base(&self) -> *mut u8 {
+        self.base.as_ptr()
+    }
+
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+}
+
+impl Drop for SharedObject {
+    fn drop(&mut self) {
+        if self.owner {
+            self.header().closed.store(1, Ordering::Release);
+            if let Ok(cname) = c_name(&self.name) {
+                // SAFETY: cname is a valid C string naming our own object.
+                unsafe { libc::shm_unlink(cname.as_ptr()) };
+            }
+        }
+        // SAFETY: base/len describe a mapping we made and nobody else unmaps.
+        unsafe { libc::munmap(self.base.as_ptr().cast(), self.len) };
+    }
+}
+
+/// A read-write mapping of part of another process's object: the emulated
+/// route that a remote registration prepares.
+pub struct SharedRange {
+    base: NonNull<u8>,
+    len: usize,
+}
+
+// SAFETY: plain shared memory; concurrent access is the DMA user's contract.
+unsafe impl Send for SharedRange {}
+// SAFETY: as for Send.
+unsafe impl Sync for SharedRange {}
+
+impl SharedRange {
+    /// Maps `len` bytes of object `name` from page-aligned `offset`,
+    /// populating the page tables now so that transfers do not fault.
+    pub fn map(name: &str, offset: usize, len: usize) -> io::Result<SharedRange> {
+        let fd = open_existing(name)?;
+        let base = map(fd.0, offset, len, true)?;
+        Ok(SharedRange { base, len })
+    }
+
+    pub fn base(&self) -> *mut u8 {
+        self.base.as_ptr()
+    }
+
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+}
+
+impl Drop for SharedRange {
+    fn drop(&mut self) {
+        // SAFETY: base/len describe a mapping we made and nobody else unmaps.
+        unsafe { libc::munmap(self.base.as_ptr().cast(), self.len) };
+    }
+}
+
+struct Fd(libc::c_int);
+
+impl Drop for Fd {
+    fn drop(&mut self) {
+        // SAFETY: we own the descriptor; the mapping outlives it by design.
+        unsafe { libc::close(self.0) };
+    }
+}
+
+fn not_ready() -> io::Error {
+    io::Error::from_raw_os_error(libc::EAGAIN)
+}
+
+fn open_existing(name: &str) -> io::Result<Fd> {
+    let cname = c_name(name)?;
+    // SAFETY: cname is a valid C string.
+    let fd = unsafe { libc::shm_open(cname.as_ptr(), libc::O_RDWR | libc::O_CLOEXEC, 0) };
+    if fd < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(Fd(fd))
+}
+
+fn file_stat(fd: libc::c_int) -> io::Result<libc::stat> {
+    // SAFETY: an all-zero stat is a valid value to be overwritten.
+    let mut st: libc::stat = unsafe { std::mem::zeroed() };
+    // SAFETY: fd is valid and st is a writable stat.
+    if unsafe { libc::fstat(fd, &mut st) } != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(st)
+}
+
+fn file_size(fd: libc::c_int) -> io::Result<usize> {
+    Ok(file_stat(fd)?.st_size as usize)
+}
+
+fn map(fd: libc::c_int, offset: usize, len: usize, populate: bool) -> io::Result<NonNull<u8>> {
+    let flags = libc::MAP_SHARED | if populate { libc::MAP_POPULATE } else { 0 };
+    // SAFETY: a fresh shared mapping of a descriptor we hold; the kernel
+    // checks offset and length.
+    let ptr = unsafe {
+        libc::mmap(
+            std::ptr::null_mut(),
+            len,
+            libc::PROT_READ | libc::PROT_WRITE,
+            flags,
+            fd,
+            offset as libc::off_t,
+        )
+    };
+    if ptr == libc::MAP_FAILED {
+        return Err(io::Error::last_os_error());
+    }
+    NonNull::new(ptr.cast()).ok_or_else(|| io::Error::from_raw_os_error(libc::ENOMEM))
+}
+
+/// What [`owner_state`] found out about an object.
+enum OwnerState {
+    Alive,
+    Dead,
+    /// Never initialised, and too old for its creator to still be at it.
+    Abandoned,
+    Unknown,
+}
+
+fn owner_state(name: &str) -> OwnerState {
+    let Ok(fd) = open_existing(name) else {
+        return OwnerState::Unknown;
+    };
+    let Ok(st) = file_stat(fd.0) else {
+        return OwnerState::Unknown;
+    };
+    let young = {
+        // SAFETY: time(NULL) has no preconditions.
+        let now = unsafe { libc::time(std::ptr::null_mut()) };
+        now - st.st_mtime < UNINITIALISED_GRACE_SECS
+    };
+    if (st.st_size as usize) < std::mem::size_of::<ObjectHeader>() {
+        return if young {
+            OwnerState::Unknown
+        } else {
+            OwnerState::Abandoned
+        };
+    }
+    let Ok(base) = map(fd.0, 0, HEADER_SIZE.min(st.st_size as usize), false) else {
+        return OwnerState::Unknown;
+    };
+    // SAFETY: the mapping covers an ObjectHeader; atomics are valid for any bits.
+    let header = unsafe { &*(base.as_ptr() as *const ObjectHeader) };
+    let pid = header.owner_pid();
+    let start = header.owner_start.load(Ordering::Relaxed);
+    let state = if pid != 0 {
+        if header.is_closed() || !process_alive(pid, start) {
+            OwnerState::Dead
+        } else {
+            OwnerState::Alive
+        }
+    } else if young {
+        OwnerState::Unknown
+    } else {
+        OwnerState::Abandoned
+    };
+    // SAFETY: unmapping the header mapping made just above.
+    unsafe { libc::munmap(base.as_ptr().cast(), HEADER_SIZE.min(st.st_size as usize)) };
+    state
+}
+
+/// Unlinks object `name` if its owner is dead. Returns whether it did.
+fn reclaim_if_dead(name: &str) -> bool {
+    match owner_state(name) {
+        OwnerState::Dead | OwnerState::Abandoned => {
+            let Ok(cname) = c_name(name) else {
+                return false;
+            };
+            // SAFETY: cname is a valid C string.
+            let unlinked = unsafe { libc::shm_unlink(cname.as_ptr()) } == 0;
+            if unlinked {
+                tracing::info!(object = name, "reclaimed shared object of a dead process");
+            }
+            unlinked
+        }
+        OwnerState::Alive | OwnerState::Unknown => false,
+    }
+}
+
+/// Removes every object of this user whose owner process is dead, in every
+/// job. Returns how many were removed. Cheap enough to run at start-up.
+pub fn reclaim_dead_objects() -> usize {
+    let prefix = user_prefix();
+    let Ok(dir) = std::fs::read_dir(SHM_DIR) else {
+        return 0;
+    };
+    dir.filter_map(Result::ok)
+        .filter_map(|entry| entry.file_name().into_string().ok())
+        .filter(|name| name.starts_with(&prefix))
+        .filter(|name| reclaim_if_dead(name))
+        .count()
+}
+
+/// Names of this user's objects in `job` currently in `/dev/shm` (for tests
+/// and diagnostics).
+pub fn list_objects(job: Option<JobId>) -> Vec<String> {
+    let prefix = match job {
+        Some(job) => object_name(job, ""),
+        None => user_prefix(),
+    };
+    let Ok(dir) = std::fs::read_dir(SHM_DIR) else {
+        return Vec::new();
+    };
+    let mut names: Vec<String> = dir
+        .filter_map(Result::ok)
+        .filter_map(|entry| entry.file_name().into_string().ok())
+        .filter(|name| name.starts_with(&prefix))
+        .collect();
+    names.sort();
+    names
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn test_job(tag: &str) -> JobId {
+        JobId::from_name(&format!("shm-test-{tag}-{}", std::process::id()))
+    }
+
+    #[test]
+    fn create_open_close_unlinks() {
+        let job = test_job("lifecycle");
+        let name = object_name(job, "obj");
+        let owner = SharedObject::create(&name, 2 * HEADER_SIZE).unwrap();
+        // Not published yet: openers must not see a half-built object.
+        assert_eq!(
+            SharedObject::open(&name).err().unwrap().raw_os_error(),
+            Some(libc::EAGAIN)
+        );
+        owner.publish();
+        let peer = SharedObject::open(&name).unwrap();
+        assert_eq!(peer.len(), 2 * HEADER_SIZE);
+        assert_eq!(peer.header().owner_pid(), std::process::id());
+        // SAFETY: both map the same object; offset HEADER_SIZE is in bounds.
+        unsafe {
+            *owner.base().add(HEADER_SIZE) = 0x5a;
+            assert_eq!(*peer.base().add(HEADER_SIZE), 0x5a);
+        }
+        assert!(list_objects(Some(job)).contains(&name));
+        drop(owner);
+        assert!(peer.header().is_closed());
+        assert!(list_objects(Some(job)).is_empty());
+    }
+
+    #[test]
+    fn name_taken_by_live_owner() {
+        let name = object_name(test_job("taken"), "obj");
+        let first = SharedObject::create(&name, HEADER_SIZE).unwrap();
+        first.publish();
+        let err = SharedObject::create(&name, HEADER_SIZE).err().unwrap();
+        assert_eq!(err.kind(), io::ErrorKind::AlreadyExists);
+    }
+
+    #[test]
+    fn open_missing_fails() {
+        let name = object_name(test_job("missing"), "obj");
+        let err = SharedObject::open(&name).err().unwrap();
+        assert_eq!(err.kind(), io::ErrorKind::NotFound);
+    }
+}

@@ -1,0 +1,650 @@
+//! The shared-memory emulation of the virtualized mailbox.
+//!
+//! Each mailbox is one shared object: a header page, then a ring of
+//! `depth` 64-byte slots. Senders and the receiver agree through one atomic
+//! word per slot that holds the slot's ticket (its position in the stream),
+//! its state and, while a sender writes it, that sender's pid:
+//!
+//! ```text
+//!   FREE(pos) --sender CAS--> CLAIMED(pos, pid) --sender store--> FULL(pos)
+//!       ^                                                            |
+//!       +------------------ receiver store: FREE(pos + depth) <------+
+//! ```
+//!
+//! A sender claims the slot at the shared tail with one CAS, so a full ring
+//! shows as a slot still holding the previous lap: the send reports *busy*
+//! and never waits. The receiver reads slots in ticket order, so messages of
+//! one sender arrive in the order they were sent, and a slot is read only
+//! after its FULL store (Release/Acquire), so no message is ever torn. Because
+//! the claimer's pid sits in the slot, a sender killed in the middle of a
+//! send cannot wedge the ring: the receiver skips a slot whose claimer died.
+
+use std::cell::UnsafeCell;
+use std::io;
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::sync::Once;
+
+use crate::addr::{MailboxAddr, ADDR_LEN};
+use crate::node::{monotonic_ns, JobId, NodeId};
+use crate::profile::Profile;
+use crate::shm::{object_name, reclaim_dead_objects, SharedObject, HEADER_SIZE};
+use crate::{Error, Mailbox, Message, MESSAGE_LEN};
+
+/// Largest ring the emulation accepts, in slots.
+pub const MAX_DEPTH: usize = 1 << 20;
+/// How long a slot may stay claimed before the receiver asks whether its
+/// sender is still alive.
+const CLAIM_STALL_NS: u64 = 10_000_000;
+/// How often a sender facing a full ring checks that the receiver lives.
+const LIVENESS_CHECK_NS: u64 = 1_000_000;
+
+/// Configuration of a shared-memory mailbox.
+#[derive(Clone, Debug)]
+pub struct ShmMailboxConfig {
+    pub job: JobId,
+    /// Ring depth in messages, rounded up to a power of two.
+    pub depth: usize,
+    pub profile: Profile,
+}
+
+impl Default for ShmMailboxConfig {
+    fn default() -> Self {
+        ShmMailboxConfig {
+            job: JobId::from_name("default"),
+            depth: 1024,
+            profile: Profile::Native,
+        }
+    }
+}
+
+// --- Slot state word -------------------------------------------------------
+
+const FREE: u64 = 0;
+const CLAIMED: u64 = 1;
+const FULL: u64 = 2;
+
+#[inline]
+fn state(pos: u32, kind: u64, pid: u32) -> u64 {
+    u64::from(pos) | kind << 32 | u64::from(pid) << 34
+}
+
+#[inline]
+fn state_pos(word: u64) -> u32 {
+    word as u32
+}
+
+#[inline]
+fn state_kind(word: u64) -> u64 {
+    (word >> 32) & 3
+}
+
+#[inline]
+fn state_pid(word: u64) -> u32 {
+    (word >> 34) as u32
+}
+
+// --- Shared layout ---------------------------------------------------------
+
+/// One message in the ring: exactly one cache line.
+#[repr(C, align(64))]
+struct Slot {
+    state: AtomicU64,
+    /// Monotonic time before which the receiver must not see the message
+    /// (`paper` profile); 0 for immediately.
+    visible_at: UnsafeCell<u64>,
+    source: UnsafeCell<[u8; ADDR_LEN]>,
+    message: UnsafeCell<Message>,
+}
+
+const _: () = assert!(std::mem::size_of::<Slot>() == 64);
+
+/// Mailbox fields of the header page, after the generic object header.
+#[repr(C)]
+struct RingHeader {
+    depth: AtomicU32,
+    /// Modeled one-way latency chosen by the receiver's profile.
+    latency_ns: AtomicU64,
+}
+
+/// The shared tail, on its own cache line: only senders touch it.
+#[repr(C, align(64))]
+struct Tail(AtomicU32);
+
+const RING_HEADER_OFFSET: usize = 128;
+const TAIL_OFFSET: usize = 256;
+
+/// A view of a mapped mailbox object.
+struct Ring {
+    object: SharedObject,
+    mask: u32,
+}
+
+impl Ring {
+    fn create(name: &str, depth: usize, latency_ns: u64) -> io::Result<Ring> {
+        let object = SharedObject::create(name, HEADER_SIZE + depth * std::mem::size_of::<Slot>())?;
+        let ring = Ring {
+            object,
+            mask: depth as u32 - 1,
+        };
+        ring.header().depth.store(depth as u32, Ordering::Relaxed);
+        ring.header()
+            .latency_ns
+            .store(latency_ns, Ordering::Relaxed);
+        ring.tail().store(0, Ordering::Relaxed);
+        for pos in 0..depth as u32 {
+            ring.slot(pos)
+                .state
+                .store(state(pos, FREE, 0), Ordering::Relaxed);
+        }
+        ring.object.publish();
+        Ok(ring)
+    }
+
+    fn open(name: &str) -> io::Result<Ring> {
+        let object = SharedObject::open(name)?;
+        let header_ok = |depth: usize| {
+            depth.is_power_of_two()
+                && depth <= MAX_DEPTH
+                && object.len() >= HEADER_SIZE + depth * std::mem::size_of::<Slot>()
+        };
+        // SAFETY: the object has at least a header page, which holds RingHeader.
+        let depth = unsafe { &*(object.base().add(RING_HEADER_OFFSET) as *const RingHeader) }
+            .depth
+            .load(Ordering::Relaxed) as usize;
+        if !header_ok(depth) {
+            return Err(io::Error::from(io::ErrorKind::InvalidData));
+        }
+        Ok(Ring {
+            object,
+            mask: depth as u32 - 1,
+        })
+    }
+
+    fn header(&self) -> &RingHeader {
+        // SAFETY: RING_HEADER_OFFSET lies in the header page; atomics only.
+        unsafe { &*(self.object.base().add(RING_HEADER_OFFSET) as *const RingHeader) }
+    }
+
+    fn tail(&self) -> &AtomicU32 {
+        // SAFETY: TAIL_OFFSET lies in the header page and is 64-byte aligned.
+        unsafe { &(*(self.object.base().add(TAIL_OFFSET) as *const Tail)).0 }
+    }
+
+    #[inline]
+    fn slot(&self, pos: u32) -> &Slot {
+        let index = (pos & self.mask) as usize;
+        // SAFETY: index < depth and the object holds depth slots after the
+        // header page (checked at open); Slot's plain fields are only touched
+        // under the state protocol described at the top of this module.
+        unsafe { &*(self.object.base().add(HEADER_SIZE) as *const Slot).add(index) }
+    }
+
+    fn depth(&self) -> u32 {
+        self.mask + 1
+    }
+}
+
+// --- Receiver ----------------------------------------------------------------
+
+/// A mailbox owned by this process: it receives, and sends to peers.
+pub struct ShmMailbox {
+    ring: Ring,
+    addr: MailboxAddr,
+    head: u32,
+    latency_ns: u64,
+    /// First time the head slot was seen claimed but unfinished.
+    stalled_since: Option<(u32, u64)>,
+    abandoned: u64,
+}
+
+static RECLAIM_AT_START: Once = Once::new();
+static NEXT_INDEX: AtomicU32 = AtomicU32::new(0);
+
+impl ShmMailbox {
+    /// Opens a new mailbox with an address of its own.
+    pub fn open(config: &ShmMailboxConfig) -> Result<ShmMailbox, Error> {
+        let node = NodeId::current(config.job);
+        loop {
+            let addr = MailboxAddr {
+                node,
+                index: NEXT_INDEX.fetch_add(1, Ordering::Relaxed),
+            };
+            match Self::create(config, addr) {
+                // A live process of ours (before a fork) took the name.
+                Err(Error::Io(e)) if e.kind() == io::ErrorKind::AlreadyExists => continue,
+                other => return other,
+            }
+        }
+    }
+
+    /// Opens the well-known mailbox of `service` (see
+    /// [`MailboxAddr::for_service`]). Fails with `AddrInUse` if a live
+    /// process already serves it.
+    pub fn open_service(config: &ShmMailboxConfig, service: &str) -> Result<ShmMailbox, Error> {
+        Self::create(config, MailboxAddr::for_service(config.job, service))
+    }
+
+    fn create(config: &ShmMailboxConfig, addr: MailboxAddr) -> Result<ShmMailbox, Error> {
+        if config.depth == 0 || config.depth > MAX_DEPTH {
+            return Err(Error::Invalid);
+        }
+        RECLAIM_AT_START.call_once(|| {
+            let reclaimed = reclaim_dead_objects();
+            if reclaimed > 0 {
+                tracing::info!(reclaimed, "removed shared objects left by dead processes");
+            }
+        });
+        let depth = config.depth.next_power_of_two().max(2);
+        let latency_ns = config.profile.timing().mailbox_latency_ns;
+        let name = object_name(addr.node.job, &addr.object_tail());
+        let ring = Ring::create(&name, depth, latency_ns)?;
+        tracing::debug!(%addr, depth, "mailbox opened");
+        Ok(ShmMailbox {
+            ring,
+            addr,
+            head: 0,
+            latency_ns,
+            stalled_since: None,
+            abandoned: 0,
+        })
+    }
+
+    pub fn depth(&self) -> usize {
+        self.ring.depth() as usize
+    }
+
+    /// Messages skipped because their sender died while writing them.
+    pub fn abandoned(&self) -> u64 {
+        self.abandoned
+    }
+
+    /// A claimed head slot whose sender has been at it for a long time:
+    /// skip it if that sender is dead, so that later messages flow.
+    fn check_stalled_claim(&mut self, word: u64) -> bool {
+        let now = monotonic_ns();
+        match self.stalled_since {
+            Some((pos, since)) if pos == self.head => {
+                if now - since < CLAIM_STALL_NS {
+                    return false;
+                }
+            }
+            _ => {
+                self.stalled_since = Some((self.head, now));
+                return false;
+            }
+        }
+        self.stalled_since = Some((self.head, now));
+        // SAFETY: kill with signal 0 only checks that the pid exists.
+        let alive = unsafe { libc::kill(state_pid(word) as libc::pid_t, 0) } == 0
+            || io::Error::last_os_error().raw_os_error() == Some(libc::EPERM);
+        if alive {
+            return false;
+        }
+        let slot = self.ring.slot(self.head);
+        let next = state(self.head.wrapping_add(self.ring.depth()), FREE, 0);
+        if slot
+            .state
+            .compare_exchange(word, next, Ordering::AcqRel, Ordering::Relaxed)
+            .is_ok()
+        {
+            tracing::warn!(
+                pid = state_pid(word),
+                "skipped a message slot of a sender that died mid-send"
+            );
+            self.head = self.head.wrapping_add(1);
+            self.abandoned += 1;
+            self.stalled_since = None;
+            return true;
+        }
+        false
+    }
+}
+
+impl Drop for ShmMailbox {
+    fn drop(&mut self) {
+        tracing::debug!(addr = %self.addr, "mailbox closed");
+    }
+}
+
+// --- Sender side -------------------------------------------------------------
+
+/// A connection to a peer's mailbox: its mapping, kept open for sends.
+pub struct ShmPeer {
+    ring: Ring,
+    addr: MailboxAddr,
+    last_liveness_check: AtomicU64,
+}
+
+impl ShmPeer {
+    pub fn addr(&self) -> MailboxAddr {
+        self.addr
+    }
+
+    fn owner_gone(&self) -> bool {
+        let header = self.ring.object.header();
+        if header.is_closed() {
+            return true;
+        }
+        let now = monotonic_ns();
+        let last = self.last_liveness_check.load(Ordering::Relaxed);
+        if now.saturating_sub(last) < LIVENESS_CHECK_NS {
+            return false;
+        }
+        self.last_liveness_check.store(now, Ordering::Relaxed);
+        header.owner_gone()
+    }
+}
+
+impl Mailbox for ShmMailbox {
+    type Addr = MailboxAddr;
+    type Peer = ShmPeer;
+
+    fn addr(&self) -> MailboxAddr {
+        self.addr
+    }
+
+    fn connect(&self, dest: &MailboxAddr) -> Result<ShmPeer, Error> {
+        if dest.node.job != self.addr.node.job {
+            return Err(Error::Invalid);
+        }
+        let name = object_name(dest.node.job, &dest.object_tail());
+        let ring = Ring::open(&name).map_err(|e| match e.raw_os_error() {
+            Some(libc::ENOENT) => Error::Invalid,
+            Some(libc::ECONNREFUSED) => Error::Dead,
+            _ => Error::Io(e),
+        })?;
+        let header = ring.object.header();
+        // The address names one incarnation of a process: a later process
+        // that reused the pid is not the peer the caller meant.
+        if !dest.is_service() && header.owner_pid() != dest.node.pid {
+            return Err(Error::Invalid);
+        }
+        if !dest.is_service() && !dest.node.is_alive() {
+            return Err(Error::Dead);
+        }
+        Ok(ShmPeer {
+            ring,
+            addr: *dest,
+            last_liveness_check: AtomicU64::new(monotonic_ns()),
+        })
+    }
+
+    fn send(&self, peer: &ShmPeer, message: &Message) -> Result<(), Error> {
+        let ring = &peer.ring;
+        // One load of a read-mostly line: a closed mailbox takes no message.
+        if ring.object.header().is_closed() {
+            return Err(Error::Dead);
+        }
+        let tail = ring.tail();
+        let my_pid = self.addr.node.pid;
+        let mut pos = tail.load(Ordering::Relaxed);
+        loop {
+            let slot = ring.slot(pos);
+            let word = slot.state.load(Ordering::Acquire);
+            let slot_pos = state_pos(word);
+            if slot_pos == pos {
+                if state_kind(word) == FREE {
+                    let claim = state(pos, CLAIMED, my_pid);
+                    if slot
+                        .state
+                        .compare_exchange_weak(word, claim, Ordering::Acquire, Ordering::Relaxed)
+                        .is_err()
+                    {
+                        continue;
+                    }
+                    // Another sender may have advanced the tail for us.
+                    let _ = tail.compare_exchange(
+                        pos,
+                        pos.wrapping_add(1),
+                        Ordering::Relaxed,
+                        Ordering::Relaxed,
+                    );
+                    let visible_at = match ring.header().latency_ns.load(Ordering::Relaxed) {
+                        0 => 0,
+                        latency => monotonic_ns() + latency,
+                    };
+                    // SAFETY: we hold the claim on this slot: no other sender
+                    // writes it and the receiver reads it only once FULL.
+                    unsafe {
+                        *slot.visible_at.get() = visible_at;
+                        *slot.source.get() = self.addr.to_bytes();
+                        *slot.message.get() = *message;
+                    }
+                    slot.state.store(state(pos, FULL, 0), Ordering::Release);
+                    return Ok(());
+                }
+                // Claimed or filled by another sender that has not moved the
+                // tail yet: help it, then try the next ticket.
+                let _ = tail.compare_exchange(
+                    pos,
+                    pos.wrapping_add(1),
+                    Ordering::Relaxed,
+                    Ordering::Relaxed,
+                );
+                pos = tail.load(Ordering::Relaxed);
+                continue;
+            }
+            if (pos.wrapping_sub(slot_pos) as i32) > 0 {
+                // The slot still holds the previous lap: the ring is full.
+                if peer.owner_gone() {
+                    return Err(Error::Dead);
+                }
+                return Err(Error::Busy);
+            }
+            // Our view of the tail is stale.
+            pos = tail.load(Ordering::Relaxed);
+        }
+    }
+
+    fn poll(&mut self) -> Option<(MailboxAddr, Message)> {
+        loop {
+            let slot = self.ring.slot(self.head);
+            let word = slot.state.load(Ordering::Acquire);
+            if state_pos(word) != self.head {
+                return None;
+            }
+            match state_kind(word) {
+                FULL => {}
+                CLAIMED => {
+                    if self.check_stalled_claim(word) {
+                        continue;
+                    }
+                    return None;
+                }
+                _ => return None,
+            }
+            // SAFETY: the slot is FULL for our head ticket: its sender is done
+            // with it and no one else writes it until we free it below.
+            let (visible_at, source, message) = unsafe {
+                (
+                    *slot.visible_at.get(),
+                    *slot.source.get(),
+                    *slot.message.get(),
+                )
+            };
+            if visible_at != 0 && monotonic_ns() < visible_at {
+                return None;
+            }
+            let next = self.head.wrapping_add(self.ring.depth());
+            slot.state.store(state(next, FREE, 0), Ordering::Release);
+            self.head = self.head.wrapping_add(1);
+            self.stalled_since = None;
+            return Some((MailboxAddr::from_bytes(&source), message));
+        }
+    }
+
+    fn peer_alive(&self, peer: &ShmPeer) -> bool {
+        !peer.ring.object.header().owner_gone()
+    }
+}
+
+// The latency model is configured by the receiver, in its header: a sender
+// stamps each message with the receiver's modeled delay.
+impl ShmMailbox {
+    /// The modeled one-way latency of this mailbox (0 for `native`).
+    pub fn latency_ns(&self) -> u64 {
+        self.latency_ns
+    }
+}
+
+const _: () = assert!(MESSAGE_LEN == 24);
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn config(tag: &str, depth: usize) -> ShmMailboxConfig {
+        ShmMailboxConfig {
+            job: JobId::from_name(&format!("mbx-unit-{tag}-{}", std::process::id())),
+            depth,
+            profile: Profile::Native,
+        }
+    }
+
+    fn message(n: u64) -> Message {
+        let mut m = [0u8; MESSAGE_LEN];
+        m[..8].copy_from_slice(&n.to_le_bytes());
+        m[16..].copy_from_slice(&(!n).to_le_bytes());
+        m
+    }
+
+    #[test]
+    fn state_word_round_trip() {
+        let word = state(0xffff_fffe, CLAIMED, (1 << 22) - 1);
+        assert_eq!(state_pos(word), 0xffff_fffe);
+        assert_eq!(state_kind(word), CLAIMED);
+        assert_eq!(state_pid(word), (1 << 22) - 1);
+    }
+
+    #[test]
+    fn send_to_self_in_order_then_busy() {
+        let mut mbx = ShmMailbox::open(&config("self", 4)).unwrap();
+        let me = mbx.connect(&mbx.addr()).unwrap();
+        for n in 0..4 {
+            mbx.send(&me, &message(n)).unwrap();
+        }
+        assert!(matches!(mbx.send(&me, &message(99)), Err(Error::Busy)));
+        for n in 0..4 {
+            let (src, m) = mbx.poll().unwrap();
+            assert_eq!(src, mbx.addr());
+            assert_eq!(m, message(n));
+        }
+        assert!(mbx.poll().is_none());
+        // Wraps around many laps.
+        for n in 0..1000 {
+            mbx.send(&me, &message(n)).unwrap();
+            assert_eq!(mbx.poll().unwrap().1, message(n));
+        }
+    }
+
+    #[test]
+    fn depth_rounds_up() {
+        let mbx = ShmMailbox::open(&config("depth", 5)).unwrap();
+        assert_eq!(mbx.depth(), 8);
+        assert!(matches!(
+            ShmMailbox::open(&config("zero", 0)),
+            Err(Error::Invalid)
+        ));
+    }
+
+    #[test]
+    fn closed_peer_is_dead() {
+        let a = ShmMailbox::open(&config("closed", 4)).unwrap();
+        let b = ShmMailbox::open(&config("closed", 4)).unwrap();
+        let to_b = a.connect(&b.addr()).unwrap();
+        let b_addr = b.addr();
+        drop(b);
+        assert!(matches!(a.send(&to_b, &message(1)), Err(Error::Dead)));
+        assert!(!a.peer_alive(&to_b));
+        assert!(matches!(a.connect(&b_addr), Err(Error::Invalid)));
+    }
+
+    #[test]
+    fn service_mailbox_is_exclusive() {
+        let cfg = config("svc", 4);
+        let server = ShmMailbox::open_service(&cfg, "9228").unwrap();
+        assert!(server.addr().is_service());
+        let err = ShmMailbox::open_service(&cfg, "9228").err().unwrap();
+        assert!(matches!(err, Error::Io(e) if e.kind() == io::ErrorKind::AlreadyExists));
+        let client = ShmMailbox::open(&cfg).unwrap();
+        let to_server = client
+            .connect(&MailboxAddr::for_service(cfg.job, "9228"))
+            .unwrap();
+        client.send(&to_server, &message(7)).unwrap();
+        let mut server = server;
+        let (src, m) = server.poll().unwrap();
+        assert_eq!((src, m), (client.addr(), message(7)));
+    }
+
+    #[test]
+    fn paper_profile_delays_visibility() {
+        let mut cfg = config("paper", 4);
+        cfg.profile = Profile::Paper;
+        let mut mbx = ShmMailbox::open(&cfg).unwrap();
+        let me = mbx.connect(&mbx.addr()).unwrap();
+        let sent = monotonic_ns();
+        mbx.send(&me, &message(1)).unwrap();
+        while mbx.poll().is_none() {}
+        assert!(monotonic_ns() - sent >= 1_000);
+    }
+
+    /// A sender that dies between claiming a slot and filling it must not
+    /// wedge the ring; one that is merely slow must not lose its message.
+    #[test]
+    fn claimed_slot_of_dead_sender_is_skipped() {
+        let mut mbx = ShmMailbox::open(&config("stall", 4)).unwrap();
+        let me = mbx.connect(&mbx.addr()).unwrap();
+        let mut exited = std::process::Command::new("true").spawn().unwrap();
+        let dead_pid = exited.id();
+        exited.wait().unwrap();
+
+        // Slot 0 claimed by the process that is now gone.
+        me.ring
+            .slot(0)
+            .state
+            .store(state(0, CLAIMED, dead_pid), Ordering::SeqCst);
+        me.ring.tail().store(1, Ordering::SeqCst);
+        mbx.send(&me, &message(1)).unwrap();
+        let started = monotonic_ns();
+        let (_, m) = loop {
+            if let Some(received) = mbx.poll() {
+                break received;
+            }
+            assert!(
+                monotonic_ns() - started < 1_000_000_000,
+                "ring stayed wedged"
+            );
+        };
+        assert_eq!(m, message(1));
+        assert_eq!(mbx.abandoned(), 1);
+
+        // Slot 2 claimed by a live sender (us): the message behind it waits.
+        let pos = 2;
+        me.ring
+            .slot(pos)
+            .state
+            .store(state(pos, CLAIMED, std::process::id()), Ordering::SeqCst);
+        me.ring.tail().store(pos + 1, Ordering::SeqCst);
+        mbx.send(&me, &message(3)).unwrap();
+        let until = monotonic_ns() + 3 * CLAIM_STALL_NS;
+        while monotonic_ns() < until {
+            assert!(mbx.poll().is_none(), "overtook a live sender's slot");
+        }
+        // SAFETY: we hold the claim we just made.
+        unsafe { *me.ring.slot(pos).message.get() = message(2) };
+        me.ring
+            .slot(pos)
+            .state
+            .store(state(pos, FULL, 0), Ordering::Release);
+        assert_eq!(mbx.poll().unwrap().1, message(2));
+        assert_eq!(mbx.poll().unwrap().1, message(3));
+        assert_eq!(mbx.abandoned(), 1);
+    }
+
+    #[test]
+    fn other_job_is_invalid() {
+        let a = ShmMailbox::open(&config("job-a", 4)).unwrap();
+        let b = ShmMailbox::open(&config("job-b", 4)).unwrap();
+        assert!(matches!(a.connect(&b.addr()), Err(Error::Invalid)));
+    }
+}

@@ -1,0 +1,170 @@
+//! A separate process acting as one Unimem node, driven by the
+//! multi-process tests: `unimem-node <job> <role> [args...]`.
+//!
+//! Roles:
+//! - `send <dest> <sender-id> <count>`: sends `count` stamped messages,
+//!   retrying while the destination is busy; prints `sent <count> busy <n>`.
+//! - `fill <dest> <more>`: sends until the destination is busy, prints
+//!   `filled <n>`, waits for `go` on stdin, sends `more` messages (retrying),
+//!   prints `resumed <more>`.
+//! - `mailbox <depth>`: opens a mailbox, prints `addr <addr>`, then idles
+//!   until stdin closes or says `exit`.
+//! - `dma-owner <len>`: allocates a dmable buffer filled with pattern 0,
+//!   prints `buffer <node> <addr> <len>`, then serves `hash <off> <len>`
+//!   (prints `hash <fnv>`), `check <off> <len> <seed>` (prints `ok` or
+//!   `mismatch <index>`) and `exit`.
+
+use std::io::BufRead;
+use std::process::ExitCode;
+
+use unimem_dma::{DmaRegion, RegionConfig};
+use unimem_mailbox::{Error, JobId, Mailbox, MailboxAddr, ShmMailbox, ShmMailboxConfig};
+use unimem_tests::{fill_pattern, fnv1a, pattern_byte, stamp};
+
+fn main() -> ExitCode {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let [job, role, rest @ ..] = args.as_slice() else {
+        eprintln!("usage: unimem-node <job> <role> [args...]");
+        return ExitCode::from(2);
+    };
+    let job = JobId::from_name(job);
+    let result = match (role.as_str(), rest) {
+        ("send", [dest, id, count]) => send(job, dest, id.parse().unwrap(), count.parse().unwrap()),
+        ("fill", [dest, more]) => fill(job, dest, more.parse().unwrap()),
+        ("mailbox", [depth]) => mailbox(job, depth.parse().unwrap()),
+        ("dma-owner", [len]) => dma_owner(job, len.parse().unwrap()),
+        _ => Err(format!("unknown role or arguments: {role} {rest:?}")),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("unimem-node: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn open_mailbox(job: JobId, depth: usize) -> Result<ShmMailbox, String> {
+    let config = ShmMailboxConfig {
+        job,
+        depth,
+        ..Default::default()
+    };
+    ShmMailbox::open(&config).map_err(|e| e.to_string())
+}
+
+fn connect(mbx: &ShmMailbox, dest: &str) -> Result<unimem_mailbox::ShmPeer, String> {
+    let dest: MailboxAddr = dest.parse().map_err(|e| format!("{e}"))?;
+    mbx.connect(&dest).map_err(|e| e.to_string())
+}
+
+/// Sends one message, yielding while the destination is busy. Returns how
+/// many times it was busy.
+fn send_retrying(
+    mbx: &ShmMailbox,
+    peer: &unimem_mailbox::ShmPeer,
+    message: &[u8; 24],
+) -> Result<u64, String> {
+    let mut busy = 0;
+    loop {
+        match mbx.send(peer, message) {
+            Ok(()) => return Ok(busy),
+            Err(Error::Busy) => {
+                busy += 1;
+                std::thread::yield_now();
+            }
+            Err(e) => return Err(e.to_string()),
+        }
+    }
+}
+
+fn send(job: JobId, dest: &str, id: u32, count: u64) -> Result<(), String> {
+    let mbx = open_mailbox(job, 2)?;
+    let peer = connect(&mbx, dest)?;
+    let mut busy = 0;
+    for seq in 0..count {
+        busy += send_retrying(&mbx, &peer, &stamp(id, seq))?;
+    }
+    println!("sent {count} busy {busy}");
+    Ok(())
+}
+
+fn fill(job: JobId, dest: &str, more: u64) -> Result<(), String> {
+    let mbx = open_mailbox(job, 2)?;
+    let peer = connect(&mbx, dest)?;
+    let mut seq = 0;
+    loop {
+        match mbx.send(&peer, &stamp(0, seq)) {
+            Ok(()) => seq += 1,
+            Err(Error::Busy) => break,
+            Err(e) => return Err(e.to_string()),
+        }
+    }
+    println!("filled {seq}");
+    let mut line = String::new();
+    std::io::stdin()
+        .read_line(&mut line)
+        .map_err(|e| e.to_string())?;
+    if line.trim() != "go" {
+        return Err(format!("expected 'go', got '{}'", line.trim()));
+    }
+    for _ in 0..more {
+        send_retrying(&mbx, &peer, &stamp(0, seq))?;
+        seq += 1;
+    }
+    println!("resumed {more}");
+    Ok(())
+}
+
+fn mailbox(job: JobId, depth: usize) -> Result<(), String> {
+    let mbx = open_mailbox(job, depth)?;
+    println!("addr {}", mbx.addr());
+    for line in std::io::stdin().lock().lines() {
+        if line.map_err(|e| e.to_string())?.trim() == "exit" {
+            break;
+        }
+    }
+    Ok(())
+}
+
+fn dma_owner(job: JobId, len: usize) -> Result<(), String> {
+    let config = RegionConfig {
+        job,
+        segment_size: len.max(1 << 20),
+        max_size: 2 * len.max(1 << 20),
+    };
+    let region = DmaRegion::for_process(&config).map_err(|e| e.to_string())?;
+    let buf = region.alloc(len).map_err(|e| e.to_string())?;
+    let mut pattern = vec![0u8; len];
+    fill_pattern(&mut pattern, 0);
+    buf.write(0, &pattern);
+    println!("buffer {} {} {}", region.node(), buf.remote_addr(), len);
+    for line in std::io::stdin().lock().lines() {
+        let line = line.map_err(|e| e.to_string())?;
+        let words: Vec<&str> = line.split_whitespace().collect();
+        let num = |i: usize| -> usize { words[i].parse().unwrap() };
+        match words.first().copied() {
+            Some("hash") => {
+                let mut bytes = vec![0u8; num(2)];
+                buf.read(num(1), &mut bytes);
+                println!("hash {}", fnv1a(&bytes));
+            }
+            Some("check") => {
+                let mut bytes = vec![0u8; num(2)];
+                buf.read(num(1), &mut bytes);
+                let seed = words[3].parse().unwrap();
+                match bytes
+                    .iter()
+                    .enumerate()
+                    .find(|&(i, &b)| b != pattern_byte(seed, i))
+                {
+                    Some((i, _)) => println!("mismatch {i}"),
+                    None => println!("ok"),
+                }
+            }
+            Some("exit") | None => break,
+            Some(other) => return Err(format!("unknown command {other}")),
+        }
+    }
+    Ok(())
+}
