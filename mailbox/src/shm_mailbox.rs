@@ -184,6 +184,17 @@ impl Ring {
     }
 }
 
+/// Moves the tail past ticket `pos` unless someone already did.
+#[inline]
+fn advance_tail(tail: &AtomicU32, pos: u32) {
+    let _ = tail.compare_exchange(
+        pos,
+        pos.wrapping_add(1),
+        Ordering::Relaxed,
+        Ordering::Relaxed,
+    );
+}
+
 // --- Receiver ----------------------------------------------------------------
 
 /// A mailbox owned by this process: it receives, and sends to peers.
@@ -192,7 +203,11 @@ pub struct ShmMailbox {
     addr: MailboxAddr,
     head: u32,
     latency_ns: u64,
-    /// First time the head slot was seen claimed but unfinished.
+    /// A slot read by the last poll and not yet handed back to senders.
+    consumed: Option<u32>,
+    /// Polls in a row that found the head slot claimed but unfinished, and
+    /// when this stall was first timed.
+    claimed_polls: u32,
     stalled_since: Option<(u32, u64)>,
     abandoned: u64,
 }
@@ -244,6 +259,8 @@ impl ShmMailbox {
             addr,
             head: 0,
             latency_ns,
+            consumed: None,
+            claimed_polls: 0,
             stalled_since: None,
             abandoned: 0,
         })
@@ -258,9 +275,30 @@ impl ShmMailbox {
         self.abandoned
     }
 
+    /// Hands the slot of the previous message back to senders. Done at the
+    /// next poll rather than at once: the store then overlaps the wait for
+    /// the next message instead of delaying whatever the caller does with
+    /// this one (a reply's CAS would have to wait for it).
+    #[inline]
+    fn release_consumed(&mut self) {
+        if let Some(pos) = self.consumed.take() {
+            let next = pos.wrapping_add(self.ring.depth());
+            self.ring
+                .slot(pos)
+                .state
+                .store(state(next, FREE, 0), Ordering::Release);
+        }
+    }
+
     /// A claimed head slot whose sender has been at it for a long time:
     /// skip it if that sender is dead, so that later messages flow.
     fn check_stalled_claim(&mut self, word: u64) -> bool {
+        // Usually the sender is just between its claim and its store: only
+        // a long run of such polls is worth reading the clock.
+        self.claimed_polls = self.claimed_polls.wrapping_add(1);
+        if !self.claimed_polls.is_multiple_of(1024) {
+            return false;
+        }
         let now = monotonic_ns();
         match self.stalled_since {
             Some((pos, since)) if pos == self.head => {
@@ -376,29 +414,20 @@ impl Mailbox for ShmMailbox {
             return Err(Error::Dead);
         }
         let tail = ring.tail();
-        let my_pid = self.addr.node.pid;
+        let claim_as = |pos| state(pos, CLAIMED, self.addr.node.pid);
         let mut pos = tail.load(Ordering::Relaxed);
         loop {
             let slot = ring.slot(pos);
-            let word = slot.state.load(Ordering::Acquire);
-            let slot_pos = state_pos(word);
-            if slot_pos == pos {
-                if state_kind(word) == FREE {
-                    let claim = state(pos, CLAIMED, my_pid);
-                    if slot
-                        .state
-                        .compare_exchange_weak(word, claim, Ordering::Acquire, Ordering::Relaxed)
-                        .is_err()
-                    {
-                        continue;
-                    }
-                    // Another sender may have advanced the tail for us.
-                    let _ = tail.compare_exchange(
-                        pos,
-                        pos.wrapping_add(1),
-                        Ordering::Relaxed,
-                        Ordering::Relaxed,
-                    );
+            // Claim at once rather than load first: a load would fetch the
+            // line from the receiver's cache shared, the CAS then again to own.
+            let seen = match slot.state.compare_exchange(
+                state(pos, FREE, 0),
+                claim_as(pos),
+                Ordering::Acquire,
+                Ordering::Relaxed,
+            ) {
+                Ok(_) => {
+                    advance_tail(tail, pos);
                     let visible_at = match ring.header().latency_ns.load(Ordering::Relaxed) {
                         0 => 0,
                         latency => monotonic_ns() + latency,
@@ -413,30 +442,25 @@ impl Mailbox for ShmMailbox {
                     slot.state.store(state(pos, FULL, 0), Ordering::Release);
                     return Ok(());
                 }
-                // Claimed or filled by another sender that has not moved the
-                // tail yet: help it, then try the next ticket.
-                let _ = tail.compare_exchange(
-                    pos,
-                    pos.wrapping_add(1),
-                    Ordering::Relaxed,
-                    Ordering::Relaxed,
-                );
-                pos = tail.load(Ordering::Relaxed);
-                continue;
-            }
-            if (pos.wrapping_sub(slot_pos) as i32) > 0 {
+                Err(seen) => state_pos(seen),
+            };
+            if (pos.wrapping_sub(seen) as i32) > 0 {
                 // The slot still holds the previous lap: the ring is full.
                 if peer.owner_gone() {
                     return Err(Error::Dead);
                 }
                 return Err(Error::Busy);
             }
-            // Our view of the tail is stale.
+            // Ticket `pos` is taken (or, if the slot is already in a later
+            // lap, long done): make sure the tail has moved past it, and
+            // retry with the tail as it is now.
+            advance_tail(tail, pos);
             pos = tail.load(Ordering::Relaxed);
         }
     }
 
     fn poll(&mut self) -> Option<(MailboxAddr, Message)> {
+        self.release_consumed();
         loop {
             let slot = self.ring.slot(self.head);
             let word = slot.state.load(Ordering::Acquire);
@@ -465,10 +489,10 @@ impl Mailbox for ShmMailbox {
             if visible_at != 0 && monotonic_ns() < visible_at {
                 return None;
             }
-            let next = self.head.wrapping_add(self.ring.depth());
-            slot.state.store(state(next, FREE, 0), Ordering::Release);
+            self.consumed = Some(self.head);
             self.head = self.head.wrapping_add(1);
             self.stalled_since = None;
+            self.claimed_polls = 0;
             return Some((MailboxAddr::from_bytes(&source), message));
         }
     }

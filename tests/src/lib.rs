@@ -58,9 +58,25 @@ pub fn pin_to_cpu(cpu: usize) {
     }
 }
 
-/// Number of CPUs this process may run on.
-pub fn available_cpus() -> usize {
-    std::thread::available_parallelism().map_or(1, |n| n.get())
+/// Number of CPUs online on the host, whatever this process's affinity
+/// (a child inherits its parent's pinning).
+pub fn online_cpus() -> usize {
+    // SAFETY: sysconf has no preconditions.
+    let n = unsafe { libc::sysconf(libc::_SC_NPROCESSORS_ONLN) };
+    n.max(1) as usize
+}
+
+/// Spins for a while, then gives the CPU away: with more runnable processes
+/// than cores a pure spin would hold the core its peer needs for a whole
+/// time slice.
+#[inline]
+pub fn relax(spins: &mut u32) {
+    *spins += 1;
+    if spins.is_multiple_of(1024) {
+        std::thread::yield_now();
+    } else {
+        std::hint::spin_loop();
+    }
 }
 
 /// A child process driven line by line over its stdin and stdout.

@@ -276,92 +276,81 @@ fn dma_rejects_each_bad_input_with_its_error_and_moves_no_byte() {
     engine.deregister(stale).unwrap();
 
     let mut private = vec![0x5au8; 256];
-    let cases: Vec<(
-        &str,
-        Result<unimem_dma::DmaId, DmaError>,
-        fn(&DmaError) -> bool,
-    )> = vec![
-        (
-            "put from ordinary memory",
-            engine.put(private.as_ptr(), 256, reg, reg_start),
-            |e| matches!(e, DmaError::LocalNotDmable),
-        ),
-        (
-            "get into ordinary memory",
-            engine.get(private.as_mut_ptr(), 256, reg, reg_start),
-            |e| matches!(e, DmaError::LocalNotDmable),
-        ),
-        (
-            "local range running past the end of dmable memory",
-            engine.put(local.as_ptr(), 16 << 20, reg, reg_start),
-            |e| matches!(e, DmaError::LocalNotDmable),
-        ),
-        (
-            "deregistered handle",
-            engine.put(local.as_ptr(), 16, stale, reg_start),
-            |e| matches!(e, DmaError::NotRegistered),
-        ),
-        (
-            "never registered handle",
-            engine.put(local.as_ptr(), 16, RegId(987_654), reg_start),
-            |e| matches!(e, DmaError::NotRegistered),
-        ),
-        (
-            "remote range past the registration's end",
-            engine.put(local.as_ptr(), 20, reg, reg_start + reg_len as u64 - 10),
-            |e| matches!(e, DmaError::OutOfBounds),
-        ),
-        (
-            "remote range before the registration",
-            engine.get(local.as_ptr(), 2, reg, reg_start - 1),
-            |e| matches!(e, DmaError::OutOfBounds),
-        ),
-        (
-            "remote address plus length overflows",
-            engine.put(local.as_ptr(), 16, reg, u64::MAX - 5),
-            |e| matches!(e, DmaError::LengthOverflow),
-        ),
-        (
-            "local address plus length overflows",
-            engine.put(local.as_ptr(), usize::MAX, reg, reg_start),
-            |e| matches!(e, DmaError::LengthOverflow),
-        ),
-    ];
-    for (what, result, expected) in cases {
-        match result {
-            Err(e) if expected(&e) => {}
-            other => panic!("{what}: got {other:?}"),
-        }
+    macro_rules! refused {
+        ($what:expr, $result:expr, $error:pat) => {
+            match $result {
+                Err($error) => {}
+                other => panic!("{}: got {:?}", $what, other),
+            }
+        };
     }
-    for (what, result, expected) in [
-        (
-            "register beyond the node's dmable memory",
-            engine.register(node, 0x1000, 4096).err().unwrap(),
-            (|e: &DmaError| matches!(e, DmaError::OutOfBounds)) as fn(&DmaError) -> bool,
+    refused!(
+        "put from ordinary memory",
+        engine.put(private.as_ptr(), 256, reg, reg_start),
+        DmaError::LocalNotDmable
+    );
+    refused!(
+        "get into ordinary memory",
+        engine.get(private.as_mut_ptr(), 256, reg, reg_start),
+        DmaError::LocalNotDmable
+    );
+    refused!(
+        "local range running past the end of dmable memory",
+        engine.put(local.as_ptr(), 16 << 20, reg, reg_start),
+        DmaError::LocalNotDmable
+    );
+    refused!(
+        "deregistered handle",
+        engine.put(local.as_ptr(), 16, stale, reg_start),
+        DmaError::NotRegistered
+    );
+    refused!(
+        "never registered handle",
+        engine.put(local.as_ptr(), 16, RegId(987_654), reg_start),
+        DmaError::NotRegistered
+    );
+    refused!(
+        "remote range past the registration's end",
+        engine.put(local.as_ptr(), 20, reg, reg_start + reg_len as u64 - 10),
+        DmaError::OutOfBounds
+    );
+    refused!(
+        "remote range before the registration",
+        engine.get(local.as_ptr(), 2, reg, reg_start - 1),
+        DmaError::OutOfBounds
+    );
+    refused!(
+        "remote address plus length overflows",
+        engine.put(local.as_ptr(), 16, reg, u64::MAX - 5),
+        DmaError::LengthOverflow
+    );
+    refused!(
+        "local address plus length overflows",
+        engine.put(local.as_ptr(), usize::MAX, reg, reg_start),
+        DmaError::LengthOverflow
+    );
+    refused!(
+        "register beyond the node's dmable memory",
+        engine.register(node, 0x1000, 4096),
+        DmaError::OutOfBounds
+    );
+    refused!(
+        "register with overflowing length",
+        engine.register(node, u64::MAX - 10, 100),
+        DmaError::LengthOverflow
+    );
+    refused!(
+        "register on a node that never existed",
+        engine.register(
+            NodeId {
+                pid: u32::MAX - 1,
+                ..node
+            },
+            remote,
+            16
         ),
-        (
-            "register with overflowing length",
-            engine.register(node, u64::MAX - 10, 100).err().unwrap(),
-            |e| matches!(e, DmaError::LengthOverflow),
-        ),
-        (
-            "register on a node that never existed",
-            engine
-                .register(
-                    NodeId {
-                        pid: u32::MAX - 1,
-                        ..node
-                    },
-                    remote,
-                    16,
-                )
-                .err()
-                .unwrap(),
-            |e| matches!(e, DmaError::NoSuchNode),
-        ),
-    ] {
-        assert!(expected(&result), "{what}: got {result:?}");
-    }
+        DmaError::NoSuchNode
+    );
     assert!(engine.poll().is_none(), "a refused transfer completed");
     assert_eq!(
         remote_hash(&mut owner, 0, LEN),
