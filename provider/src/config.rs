@@ -1,0 +1,705 @@
+//! Provider tunables.
+//!
+//! One table (the `tunables!` invocation below) lists every tunable with its
+//! type, default and one-line help; adding a tunable is adding one line.
+//! Each is also a libfabric parameter (so `fi_info -e` lists it and
+//! `FI_UNIMEM_<NAME>` sets it).
+//!
+//! Effective value, lowest to highest precedence:
+//! 1. the built-in default;
+//! 2. the configuration file: `$FI_UNIMEM_CONF` if set, else `fi_info.conf`
+//!    next to the loaded libunimem-fi.so;
+//! 3. the environment, read through `fi_param_get` (or `std::env` when no
+//!    libfabric core is around, e.g. in unit tests).
+//!
+//! A bad value is reported with FI_WARN and ignored, so the value of the
+//! layer below stays. All values use the same syntax in the file and the
+//! environment (which is why every parameter is registered as a libfabric
+//! *string*: libfabric's own int/size parsing is `strtol` with no error
+//! check and no `k/m/g` suffixes).
+//!
+//! The configuration is read once, when the core first calls us (after
+//! registration, so warnings obey `FI_LOG_PROV`), and dropped at `cleanup`;
+//! fabrics and domains keep the snapshot they were opened with.
+
+use std::ffi::{c_void, CStr, CString};
+use std::fmt;
+use std::os::raw::c_char;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use parking_lot::Mutex;
+
+use crate::{core, ffi, prov};
+
+/// File name looked up next to the loaded library.
+pub const CONF_FILE_NAME: &str = "fi_info.conf";
+/// libfabric parameter (env `FI_UNIMEM_CONF`) naming the configuration file.
+pub const CONF_PARAM: &str = "conf";
+
+/// The type of a tunable, with its accepted range.
+#[derive(Clone, Copy, Debug)]
+pub enum Kind {
+    /// `true/false`, `1/0`, `yes/no`, `on/off`.
+    Bool,
+    /// Decimal integer in `min..=max`.
+    Int { min: i64, max: i64 },
+    /// Byte count in `min..=max`; suffixes `k`, `m`, `g`, `t` (KiB, MiB, ...).
+    Size { min: u64, max: u64 },
+    /// A name: 1 to 64 characters from `[A-Za-z0-9._-]` (used in
+    /// shared-memory object names and addresses).
+    Str,
+    /// One of the listed words.
+    Enum(&'static [&'static str]),
+}
+
+/// One row of the table.
+#[derive(Debug)]
+pub struct Tunable {
+    pub name: &'static str,
+    pub kind: Kind,
+    /// In the file/environment syntax, e.g. `"64m"`.
+    pub default: &'static str,
+    pub help: &'static str,
+}
+
+/// A parsed value.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Value {
+    Bool(bool),
+    Int(i64),
+    Size(u64),
+    Str(String),
+    Enum(&'static str),
+}
+
+/// Conversion from a parsed [`Value`] to a `Config` field type. The table's
+/// kinds and field types must agree; a unit test builds the defaults.
+pub trait FromValue: Sized {
+    fn from_value(v: &Value) -> Self;
+}
+
+impl FromValue for bool {
+    fn from_value(v: &Value) -> Self {
+        match v {
+            Value::Bool(b) => *b,
+            other => panic!("tunable type mismatch: bool from {other:?}"),
+        }
+    }
+}
+
+impl FromValue for usize {
+    fn from_value(v: &Value) -> Self {
+        match v {
+            // Ranges in the table keep these within usize.
+            Value::Int(i) => usize::try_from(*i).expect("range-checked int"),
+            Value::Size(s) => usize::try_from(*s).expect("range-checked size"),
+            other => panic!("tunable type mismatch: usize from {other:?}"),
+        }
+    }
+}
+
+impl FromValue for String {
+    fn from_value(v: &Value) -> Self {
+        match v {
+            Value::Str(s) => s.clone(),
+            Value::Enum(s) => (*s).to_owned(),
+            other => panic!("tunable type mismatch: String from {other:?}"),
+        }
+    }
+}
+
+impl FromValue for &'static str {
+    fn from_value(v: &Value) -> Self {
+        match v {
+            Value::Enum(s) => s,
+            other => panic!("tunable type mismatch: enum from {other:?}"),
+        }
+    }
+}
+
+macro_rules! tunables {
+    ($($name:ident: $ty:ty = $kind:expr, $default:literal, $help:literal;)+) => {
+        /// Effective configuration (one field per tunable).
+        #[derive(Clone, Debug, PartialEq, Eq)]
+        pub struct Config {
+            $(#[doc = $help] pub $name: $ty,)+
+        }
+
+        /// Every tunable, in declaration order.
+        pub static TUNABLES: &[Tunable] = &[
+            $(Tunable { name: stringify!($name), kind: $kind, default: $default, help: $help },)+
+        ];
+
+        impl Config {
+            /// `values[i]` belongs to `TUNABLES[i]`.
+            fn from_values(values: &[Value]) -> Self {
+                let mut it = values.iter();
+                Config {
+                    $($name: FromValue::from_value(it.next().expect("one value per tunable")),)+
+                }
+            }
+        }
+    };
+}
+
+const KIB: u64 = 1 << 10;
+const MIB: u64 = 1 << 20;
+const GIB: u64 = 1 << 30;
+const TIB: u64 = 1 << 40;
+
+tunables! {
+    profile: &'static str = Kind::Enum(&["native", "paper"]), "native", "hardware timing profile of the emulation: native (as fast as this host allows) or paper (the prototype board: mailbox 1 us, DMA 1 GB/s + 1 us, registration 10 us)";
+    job: String = Kind::Str, "default", "job tag used in shared-memory object names and addresses";
+    mbx_depth: usize = Kind::Int { min: 1, max: 1 << 24 }, "1024", "mailbox depth in 192-bit messages";
+    dma_segment_size: usize = Kind::Size { min: 4 * KIB, max: TIB }, "64m", "size of one dmable shared-memory segment";
+    dma_max_size: usize = Kind::Size { min: 4 * KIB, max: TIB }, "1g", "bound on a process's dmable memory";
+    eager_size: usize = Kind::Size { min: 0, max: 64 * MIB }, "16k", "largest message sent eagerly (DMA into pre-allocated receiver buffers); bigger ones use rendezvous; also the inject size";
+    eager_credits: usize = Kind::Int { min: 1, max: 1 << 16 }, "16", "eager receive buffers a receiver pre-allocates per peer (flow-control credits)";
+    segment_size: usize = Kind::Size { min: 4 * KIB, max: GIB }, "256k", "rendezvous pipeline segment";
+    regcache_enable: bool = Kind::Bool, "true", "cache remote DMA registrations (one costs > 10 us on the hardware)";
+    regcache_max_entries: usize = Kind::Int { min: 1, max: 1 << 24 }, "1024", "most registrations the cache keeps";
+    regcache_max_size: usize = Kind::Size { min: 4 * KIB, max: TIB }, "1g", "most registered bytes the cache keeps";
+    tx_size: usize = Kind::Int { min: 1, max: 1 << 20 }, "1024", "transmit queue depth per endpoint (tx_attr->size)";
+    rx_size: usize = Kind::Int { min: 1, max: 1 << 20 }, "1024", "posted-receive queue depth per endpoint (rx_attr->size)";
+    cq_size: usize = Kind::Int { min: 1, max: 1 << 24 }, "8192", "completion queue size when fi_cq_open asks for the default (0)";
+    spin_yield: usize = Kind::Int { min: 0, max: 1 << 30 }, "64", "busy-poll iterations before yielding the CPU in blocking waits";
+}
+
+impl Tunable {
+    /// Parse `text` as this tunable's type, checking the range.
+    pub fn parse(&self, text: &str) -> Result<Value, String> {
+        let text = text.trim();
+        match self.kind {
+            Kind::Bool => parse_bool(text).map(Value::Bool).ok_or_else(|| {
+                format!("'{text}' is not a boolean (true/false, 1/0, yes/no, on/off)")
+            }),
+            Kind::Int { min, max } => {
+                let v: i64 = text
+                    .parse()
+                    .map_err(|_| format!("'{text}' is not an integer"))?;
+                in_range(v, min, max).map(Value::Int)
+            }
+            Kind::Size { min, max } => {
+                let v = parse_size(text).ok_or_else(|| {
+                    format!("'{text}' is not a size (a number with optional suffix k, m, g or t)")
+                })?;
+                in_range(v, min, max).map(Value::Size)
+            }
+            Kind::Str => {
+                let ok = !text.is_empty()
+                    && text.len() <= 64
+                    && text
+                        .bytes()
+                        .all(|b| b.is_ascii_alphanumeric() || b"._-".contains(&b));
+                if ok {
+                    Ok(Value::Str(text.to_owned()))
+                } else {
+                    Err(format!(
+                        "'{text}' is not a name of 1-64 characters from [A-Za-z0-9._-]"
+                    ))
+                }
+            }
+            Kind::Enum(words) => words
+                .iter()
+                .find(|w| w.eq_ignore_ascii_case(text))
+                .map(|w| Value::Enum(w))
+                .ok_or_else(|| format!("'{text}' is not one of {}", words.join("|"))),
+        }
+    }
+
+    /// The built-in default, parsed.
+    pub fn default_value(&self) -> Value {
+        self.parse(self.default)
+            .unwrap_or_else(|e| panic!("bad built-in default for {}: {e}", self.name))
+    }
+
+    /// Type name used in help texts.
+    pub fn type_name(&self) -> String {
+        match self.kind {
+            Kind::Bool => "bool".into(),
+            Kind::Int { .. } => "int".into(),
+            Kind::Size { .. } => "size, suffix k/m/g".into(),
+            Kind::Str => "string".into(),
+            Kind::Enum(words) => words.join("|"),
+        }
+    }
+
+    /// Help as shown by `fi_info -e`.
+    pub fn param_help(&self) -> String {
+        format!(
+            "{} ({}, default {})",
+            self.help,
+            self.type_name(),
+            self.default
+        )
+    }
+}
+
+fn in_range<T: PartialOrd + fmt::Display>(v: T, min: T, max: T) -> Result<T, String> {
+    if v < min || v > max {
+        Err(format!("{v} is outside {min}..={max}"))
+    } else {
+        Ok(v)
+    }
+}
+
+fn parse_bool(s: &str) -> Option<bool> {
+    match s.to_ascii_lowercase().as_str() {
+        "1" | "true" | "yes" | "on" => Some(true),
+        "0" | "false" | "no" | "off" => Some(false),
+        _ => None,
+    }
+}
+
+/// `"64m"` → 64 MiB. Suffix k/m/g/t (case-insensitive), optionally followed
+/// by `b` or `ib`.
+pub fn parse_size(s: &str) -> Option<u64> {
+    let s = s.trim();
+    let digits = s.bytes().take_while(u8::is_ascii_digit).count();
+    if digits == 0 {
+        return None;
+    }
+    let (num, suffix) = s.split_at(digits);
+    let num: u64 = num.parse().ok()?;
+    let suffix = suffix.trim().to_ascii_lowercase();
+    let unit_part = suffix
+        .strip_suffix("ib")
+        .or_else(|| suffix.strip_suffix('b'))
+        .unwrap_or(&suffix);
+    let mult = match unit_part {
+        "" => 1,
+        "k" => KIB,
+        "m" => MIB,
+        "g" => GIB,
+        "t" => TIB,
+        _ => return None,
+    };
+    // A bare "b" suffix (bytes) is fine; "ib" needs a unit.
+    if unit_part.is_empty() && suffix == "ib" {
+        return None;
+    }
+    num.checked_mul(mult)
+}
+
+/// One `name = value` line of a configuration file.
+#[derive(Debug, PartialEq, Eq)]
+pub struct FileEntry {
+    pub line: usize,
+    pub name: String,
+    pub value: String,
+}
+
+/// Parse configuration-file text: `# comment` lines, blank lines and
+/// `name = value` lines (a trailing `# comment` and surrounding double quotes
+/// are allowed). Returns the entries and (line, message) for malformed lines.
+pub fn parse_file(text: &str) -> (Vec<FileEntry>, Vec<(usize, String)>) {
+    let mut entries = Vec::new();
+    let mut errors = Vec::new();
+    for (i, raw) in text.lines().enumerate() {
+        let line = i + 1;
+        let content = raw.split('#').next().unwrap_or("").trim();
+        if content.is_empty() {
+            continue;
+        }
+        let Some((name, value)) = content.split_once('=') else {
+            errors.push((line, format!("expected 'name = value', found '{content}'")));
+            continue;
+        };
+        let name = name.trim();
+        let value = value.trim();
+        let value = value
+            .strip_prefix('"')
+            .and_then(|v| v.strip_suffix('"'))
+            .unwrap_or(value);
+        if name.is_empty() || !name.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_') {
+            errors.push((line, format!("'{name}' is not a tunable name")));
+            continue;
+        }
+        entries.push(FileEntry {
+            line,
+            name: name.to_owned(),
+            value: value.to_owned(),
+        });
+    }
+    (entries, errors)
+}
+
+impl Config {
+    /// Built-in defaults only.
+    pub fn defaults() -> Self {
+        let values: Vec<Value> = TUNABLES.iter().map(Tunable::default_value).collect();
+        Config::from_values(&values)
+    }
+
+    /// Defaults, then `file` (path and text, if any), then `env` (a lookup of
+    /// the raw environment text by tunable name). Problems are logged.
+    pub fn layered(file: Option<(&Path, &str)>, env: impl Fn(&str) -> Option<String>) -> Self {
+        let mut values: Vec<Value> = TUNABLES.iter().map(Tunable::default_value).collect();
+        let mut origin: Vec<&'static str> = vec!["built-in default"; TUNABLES.len()];
+
+        if let Some((path, text)) = file {
+            let (entries, errors) = parse_file(text);
+            for (line, msg) in errors {
+                tracing::warn!("{}:{line}: {msg}; line ignored", path.display());
+            }
+            for e in entries {
+                let Some(i) = TUNABLES.iter().position(|t| t.name == e.name) else {
+                    tracing::warn!(
+                        "{}:{}: unknown tunable '{}'; ignored",
+                        path.display(),
+                        e.line,
+                        e.name
+                    );
+                    continue;
+                };
+                match TUNABLES[i].parse(&e.value) {
+                    Ok(v) => {
+                        values[i] = v;
+                        origin[i] = "configuration file";
+                    }
+                    Err(msg) => tracing::warn!(
+                        "{}:{}: bad value for {}: {msg}; using the built-in default {}",
+                        path.display(),
+                        e.line,
+                        e.name,
+                        TUNABLES[i].default
+                    ),
+                }
+            }
+        }
+
+        for (i, t) in TUNABLES.iter().enumerate() {
+            let Some(text) = env(t.name) else { continue };
+            match t.parse(&text) {
+                Ok(v) => {
+                    values[i] = v;
+                    origin[i] = "environment";
+                }
+                Err(msg) => tracing::warn!(
+                    "{}={text}: {msg}; keeping the value from the {} ({})",
+                    env_name(t.name),
+                    origin[i],
+                    show(&values[i])
+                ),
+            }
+        }
+
+        for (i, t) in TUNABLES.iter().enumerate() {
+            tracing::debug!("{} = {} ({})", t.name, show(&values[i]), origin[i]);
+        }
+        let mut cfg = Config::from_values(&values);
+        cfg.reconcile();
+        cfg
+    }
+
+    /// Cross-tunable rules.
+    fn reconcile(&mut self) {
+        if self.dma_max_size < self.dma_segment_size {
+            tracing::warn!(
+                "dma_max_size ({}) is below dma_segment_size ({}); raising it to one segment",
+                self.dma_max_size,
+                self.dma_segment_size
+            );
+            self.dma_max_size = self.dma_segment_size;
+        }
+    }
+}
+
+fn show(v: &Value) -> String {
+    match v {
+        Value::Bool(b) => b.to_string(),
+        Value::Int(i) => i.to_string(),
+        Value::Size(s) => s.to_string(),
+        Value::Str(s) => s.clone(),
+        Value::Enum(s) => (*s).to_owned(),
+    }
+}
+
+/// `FI_UNIMEM_<NAME>`.
+pub fn env_name(name: &str) -> String {
+    format!("FI_{}_{}", prov::NAME, name).to_ascii_uppercase()
+}
+
+/// Register every tunable (and the file path) as a libfabric parameter.
+/// Called from `fi_prov_ini`, so `fi_info -e` lists them.
+pub fn define_params() {
+    let Some(core) = core::get() else { return };
+    let conf_help = format!(
+        "path of the unimem configuration file (default: {CONF_FILE_NAME} next to libunimem-fi.so)"
+    );
+    let params = TUNABLES
+        .iter()
+        .map(|t| (t.name, t.param_help()))
+        .chain(std::iter::once((CONF_PARAM, conf_help)));
+    for (name, help) in params {
+        let (Ok(cname), Ok(chelp)) = (CString::new(name), CString::new(help)) else {
+            continue;
+        };
+        // SAFETY: NUL-terminated strings that outlive the call; "%s" consumes the one argument.
+        let rc = unsafe {
+            (core.param_define)(
+                prov::provider(),
+                cname.as_ptr(),
+                ffi::FI_PARAM_STRING,
+                c"%s".as_ptr(),
+                chelp.as_ptr(),
+            )
+        };
+        if rc != 0 {
+            tracing::warn!("fi_param_define({name}) failed: {}", core::strerror(rc));
+        }
+    }
+}
+
+/// The raw environment text of a parameter, through libfabric when possible.
+fn param_text(name: &str) -> Option<String> {
+    // fi_param_get logs an INFO line for every unset variable; skip the
+    // call (and the noise) when the variable is not in the environment.
+    std::env::var_os(env_name(name))?;
+    if let Some(core) = core::get() {
+        let cname = CString::new(name).ok()?;
+        let mut value: *mut c_char = std::ptr::null_mut();
+        // SAFETY: a string parameter stores a `char *` into `value`.
+        let rc = unsafe {
+            (core.param_get)(
+                prov::provider_mut(),
+                cname.as_ptr(),
+                &mut value as *mut *mut c_char as *mut c_void,
+            )
+        };
+        if rc == 0 && !value.is_null() {
+            // SAFETY: the core returns a pointer into the environment.
+            return Some(
+                unsafe { CStr::from_ptr(value) }
+                    .to_string_lossy()
+                    .into_owned(),
+            );
+        }
+        // -FI_ENOENT: not defined with this core (should not happen); read
+        // the environment ourselves so the setting is not silently lost.
+        if rc != -ffi::FI_ENOENT {
+            return None;
+        }
+    }
+    std::env::var(env_name(name)).ok()
+}
+
+/// Where the configuration file is, if anywhere.
+fn conf_path() -> Option<PathBuf> {
+    if let Some(path) = param_text(CONF_PARAM).filter(|p| !p.is_empty()) {
+        return Some(PathBuf::from(path));
+    }
+    let next_to_lib = core::own_path()?.parent()?.join(CONF_FILE_NAME);
+    next_to_lib.is_file().then_some(next_to_lib)
+}
+
+/// Read file + environment (see the module comment).
+pub fn load() -> Config {
+    let file = conf_path().and_then(|path| match std::fs::read_to_string(&path) {
+        Ok(text) => {
+            tracing::info!("configuration file: {}", path.display());
+            Some((path, text))
+        }
+        Err(e) => {
+            tracing::warn!(
+                "cannot read configuration file {}: {e}; using built-in defaults",
+                path.display()
+            );
+            None
+        }
+    });
+    Config::layered(
+        file.as_ref().map(|(p, t)| (p.as_path(), t.as_str())),
+        param_text,
+    )
+}
+
+static CURRENT: Mutex<Option<Arc<Config>>> = Mutex::new(None);
+
+/// The configuration, loaded on first use.
+pub fn get() -> Arc<Config> {
+    let mut cur = CURRENT.lock();
+    cur.get_or_insert_with(|| Arc::new(load())).clone()
+}
+
+/// Forget the configuration (at `cleanup`; a re-load reads it again).
+pub fn reset() {
+    *CURRENT.lock() = None;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn defaults_parse_and_build() {
+        let c = Config::defaults();
+        assert_eq!(c.profile, "native");
+        assert_eq!(c.job, "default");
+        assert_eq!(c.mbx_depth, 1024);
+        assert_eq!(c.dma_segment_size, 64 << 20);
+        assert_eq!(c.dma_max_size, 1 << 30);
+        assert_eq!(c.eager_size, 16 << 10);
+        assert_eq!(c.eager_credits, 16);
+        assert_eq!(c.segment_size, 256 << 10);
+        assert!(c.regcache_enable);
+        assert_eq!(c.regcache_max_entries, 1024);
+        assert_eq!(c.regcache_max_size, 1 << 30);
+        assert_eq!((c.tx_size, c.rx_size, c.cq_size), (1024, 1024, 8192));
+        assert_eq!(c.spin_yield, 64);
+    }
+
+    #[test]
+    fn names_are_unique_and_env_friendly() {
+        for (i, t) in TUNABLES.iter().enumerate() {
+            assert!(t
+                .name
+                .bytes()
+                .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_'));
+            assert!(
+                TUNABLES[i + 1..].iter().all(|o| o.name != t.name),
+                "duplicate {}",
+                t.name
+            );
+            assert!(!t.help.is_empty());
+        }
+    }
+
+    #[test]
+    fn sizes() {
+        assert_eq!(parse_size("0"), Some(0));
+        assert_eq!(parse_size("4096"), Some(4096));
+        assert_eq!(parse_size("16k"), Some(16 << 10));
+        assert_eq!(parse_size("16K"), Some(16 << 10));
+        assert_eq!(parse_size("64m"), Some(64 << 20));
+        assert_eq!(parse_size("64MiB"), Some(64 << 20));
+        assert_eq!(parse_size("1g"), Some(1 << 30));
+        assert_eq!(parse_size("1 GB"), Some(1 << 30));
+        assert_eq!(parse_size("12b"), Some(12));
+        assert_eq!(parse_size(""), None);
+        assert_eq!(parse_size("m"), None);
+        assert_eq!(parse_size("12x"), None);
+        assert_eq!(parse_size("12ib"), None);
+        assert_eq!(parse_size("-1"), None);
+        assert_eq!(parse_size("99999999999999999999t"), None);
+        assert_eq!(parse_size("99999999t"), None); // overflow
+    }
+
+    fn tunable(name: &str) -> &'static Tunable {
+        TUNABLES.iter().find(|t| t.name == name).unwrap()
+    }
+
+    #[test]
+    fn typed_parsing_and_ranges() {
+        assert_eq!(
+            tunable("regcache_enable").parse("off"),
+            Ok(Value::Bool(false))
+        );
+        assert_eq!(
+            tunable("regcache_enable").parse("YES"),
+            Ok(Value::Bool(true))
+        );
+        assert!(tunable("regcache_enable").parse("maybe").is_err());
+        assert_eq!(tunable("mbx_depth").parse(" 64 "), Ok(Value::Int(64)));
+        assert!(tunable("mbx_depth").parse("0").is_err());
+        assert!(tunable("mbx_depth").parse("1k").is_err());
+        assert_eq!(tunable("profile").parse("Paper"), Ok(Value::Enum("paper")));
+        assert!(tunable("profile").parse("fast").is_err());
+        assert!(tunable("job").parse("a/b").is_err());
+        assert!(tunable("job").parse("").is_err());
+        assert_eq!(
+            tunable("job").parse("run-1.x_2"),
+            Ok(Value::Str("run-1.x_2".into()))
+        );
+        assert!(tunable("dma_segment_size").parse("1").is_err());
+    }
+
+    #[test]
+    fn file_syntax() {
+        let text =
+            "# comment\n\nprofile = paper\n  job=\"j1\"  # trailing\n# mbx_depth = 8\nbogus line\n";
+        let (entries, errors) = parse_file(text);
+        let got: Vec<(usize, &str, &str)> = entries
+            .iter()
+            .map(|e| (e.line, e.name.as_str(), e.value.as_str()))
+            .collect();
+        assert_eq!(got, [(3, "profile", "paper"), (4, "job", "j1")]);
+        assert_eq!(errors.len(), 1);
+        assert_eq!(errors[0].0, 6);
+    }
+
+    #[test]
+    fn layering_env_over_file_over_default() {
+        let file = "eager_size = 32k\njob = fromfile\ntx_size = nonsense\nunknown = 1\n";
+        let env = |name: &str| match name {
+            "job" => Some("fromenv".to_owned()),
+            "eager_size" => Some("lots".to_owned()), // bad: keeps the file's 32k
+            "rx_size" => Some("77".to_owned()),
+            _ => None,
+        };
+        let c = Config::layered(Some((Path::new("test.conf"), file)), env);
+        assert_eq!(c.job, "fromenv");
+        assert_eq!(c.eager_size, 32 << 10);
+        assert_eq!(c.tx_size, 1024); // bad file value → default
+        assert_eq!(c.rx_size, 77);
+    }
+
+    #[test]
+    fn reconcile_raises_dma_max() {
+        let env = |name: &str| (name == "dma_max_size").then(|| "4m".to_owned());
+        let c = Config::layered(None, env);
+        assert_eq!(c.dma_max_size, c.dma_segment_size);
+    }
+
+    /// fi_info.conf at the repository top level must list exactly the
+    /// tunables of the table, with the table's defaults. Entries may be
+    /// active (`name = value`) or commented out (`# name = value`).
+    #[test]
+    fn shipped_fi_info_conf_matches_table() {
+        let path = Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("..")
+            .join(CONF_FILE_NAME);
+        let text =
+            std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+        let mut found: Vec<(String, String)> = Vec::new();
+        for raw in text.lines() {
+            let uncommented = raw.trim_start().trim_start_matches('#');
+            let (entries, _) = parse_file(uncommented);
+            // A commented-out entry is `# name = value` with a tunable name;
+            // prose in help lines never has that exact shape for a known name.
+            for e in entries {
+                let active = !raw.trim_start().starts_with('#');
+                if active || TUNABLES.iter().any(|t| t.name == e.name) {
+                    found.push((e.name, e.value));
+                }
+            }
+        }
+        for t in TUNABLES {
+            let listed: Vec<&(String, String)> =
+                found.iter().filter(|(n, _)| n == t.name).collect();
+            assert_eq!(
+                listed.len(),
+                1,
+                "{} must be listed exactly once in {}",
+                t.name,
+                path.display()
+            );
+            assert_eq!(
+                t.parse(&listed[0].1),
+                Ok(t.default_value()),
+                "{}: {} in the file, {} in the table",
+                t.name,
+                listed[0].1,
+                t.default
+            );
+        }
+        for (name, _) in &found {
+            assert!(
+                TUNABLES.iter().any(|t| t.name == name),
+                "{name} in {} is not a tunable",
+                path.display()
+            );
+        }
+    }
+}

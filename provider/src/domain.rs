@@ -1,0 +1,414 @@
+//! The domain object (`fi_domain`): owns the resources endpoints share.
+//! For now it validates the info it is opened with and records the
+//! resolved attributes (threading, progress, sizes...) for the objects that
+//! will hang off it; every resource constructor answers -FI_ENOSYS until its
+//! module exists (av.rs, cq.rs, ep.rs, cntr.rs, mr.rs).
+
+use std::mem::size_of;
+use std::os::raw::{c_int, c_void};
+use std::sync::Arc;
+
+use crate::attr::{self, Hints, Info};
+use crate::config::Config;
+use crate::core;
+use crate::fabric::FabricInner;
+use crate::ffi::{self, ret};
+use crate::fid::{self, Children, Parent, ParentRef};
+use crate::guard::ffi_guard;
+
+/// Our `struct fid_domain`.
+#[repr(C)]
+pub struct Domain {
+    /// Must stay first: applications hold a pointer to it.
+    fid: ffi::fid_domain,
+    inner: Arc<DomainInner>,
+}
+
+/// State shared with the domain's children (endpoints, CQs, AVs, ...).
+#[derive(Debug)]
+pub struct DomainInner {
+    fabric: ParentRef<FabricInner>,
+    /// API version the application opened the fabric with.
+    pub api_version: u32,
+    /// The attributes resolved against the application's info: threading
+    /// (FI_THREAD_DOMAIN lets the data path skip locks), progress, sizes,
+    /// caps, mr_mode...
+    pub info: Info,
+    children: Children,
+}
+
+impl DomainInner {
+    pub fn config(&self) -> &Arc<Config> {
+        &self.fabric.config
+    }
+}
+
+impl Parent for DomainInner {
+    fn children(&self) -> &Children {
+        &self.children
+    }
+}
+
+static DOMAIN_FI_OPS: ffi::fi_ops = ffi::fi_ops {
+    size: size_of::<ffi::fi_ops>(),
+    close: Some(domain_close),
+    // Binding an EQ (asynchronous AV inserts) comes with eq.rs.
+    bind: Some(fid::no_bind),
+    control: Some(fid::no_control),
+    ops_open: Some(fid::no_ops_open),
+    tostr: Some(fid::no_tostr),
+    ops_set: Some(fid::no_ops_set),
+};
+
+static DOMAIN_OPS: ffi::fi_ops_domain = ffi::fi_ops_domain {
+    size: size_of::<ffi::fi_ops_domain>(),
+    av_open: Some(domain_av_open),
+    cq_open: Some(domain_cq_open),
+    endpoint: Some(domain_endpoint),
+    scalable_ep: Some(domain_scalable_ep),
+    cntr_open: Some(domain_cntr_open),
+    poll_open: Some(domain_poll_open),
+    stx_ctx: Some(domain_stx_ctx),
+    srx_ctx: Some(domain_srx_ctx),
+    query_atomic: Some(domain_query_atomic),
+    query_collective: Some(domain_query_collective),
+    endpoint2: Some(domain_endpoint2),
+};
+
+static DOMAIN_MR_OPS: ffi::fi_ops_mr = ffi::fi_ops_mr {
+    size: size_of::<ffi::fi_ops_mr>(),
+    reg: Some(domain_mr_reg),
+    regv: Some(domain_mr_regv),
+    regattr: Some(domain_mr_regattr),
+};
+
+/// `fi_domain` on one of our fabrics.
+///
+/// # Safety
+/// `info` must be NULL or a valid `fi_info` (as libfabric defines it);
+/// `dom` NULL or writable.
+pub unsafe fn open(
+    fabric: &Arc<FabricInner>,
+    api_version: u32,
+    info: *mut ffi::fi_info,
+    dom: *mut *mut ffi::fid_domain,
+    context: *mut c_void,
+) -> c_int {
+    if info.is_null() || dom.is_null() {
+        tracing::warn!("fi_domain: NULL info or domain pointer");
+        return ret::EINVAL;
+    }
+    // SAFETY: non-NULL info is a valid fi_info from the application.
+    let wanted = unsafe { Hints::from_c(&*info) };
+    let ours = attr::template(&fabric.config);
+    // The info normally comes from our fi_getinfo; anything we could not
+    // have returned is an application error.
+    if let Err(m) = attr::check(api_version, &ours, &wanted) {
+        tracing::warn!("fi_domain: info does not describe a unimem domain: {m}");
+        return ret::EINVAL;
+    }
+    let resolved = attr::tailor(api_version, &ours, Some(&wanted));
+    let obj = Box::new(Domain {
+        fid: ffi::fid_domain {
+            fid: ffi::fid {
+                fclass: ffi::FI_CLASS_DOMAIN as usize,
+                context,
+                ops: fid::ops_ptr(&DOMAIN_FI_OPS),
+            },
+            ops: fid::ops_ptr(&DOMAIN_OPS),
+            mr: fid::ops_ptr(&DOMAIN_MR_OPS),
+        },
+        inner: Arc::new(DomainInner {
+            fabric: ParentRef::new(fabric),
+            api_version,
+            info: resolved,
+            children: Children::default(),
+        }),
+    });
+    let d = &obj.inner.info.domain;
+    tracing::info!(
+        "domain {:p} opened: {}, control {}, data {}, {}",
+        &*obj,
+        core::tostr32(d.threading, ffi::FI_TYPE_THREADING),
+        core::tostr32(d.control_progress, ffi::FI_TYPE_PROGRESS),
+        core::tostr32(d.data_progress, ffi::FI_TYPE_PROGRESS),
+        core::tostr32(d.av_type, ffi::FI_TYPE_AV_TYPE)
+    );
+    // SAFETY: dom is non-NULL (checked); Domain is repr(C) with the fid first.
+    unsafe { *dom = Box::into_raw(obj) as *mut ffi::fid_domain };
+    ret::SUCCESS
+}
+
+/// Our domain behind `fid`, or None (with a warning) if it is not one.
+///
+/// # Safety
+/// `fid` must be NULL or a live `struct fid`.
+pub unsafe fn domain_of<'a>(fid: *const ffi::fid, op: &str) -> Option<&'a Domain> {
+    // SAFETY: guaranteed by the caller; `ours` checks class and ops table.
+    let d = unsafe { fid::ours::<Domain>(fid, ffi::FI_CLASS_DOMAIN as usize, &DOMAIN_FI_OPS) };
+    if d.is_none() {
+        tracing::warn!("{op}: not a unimem domain");
+    }
+    // SAFETY: a recognised domain stays alive until fi_close.
+    d.map(|p| unsafe { &*p })
+}
+
+impl Domain {
+    /// Shared state, for children to hold with `ParentRef::new`.
+    pub fn inner(&self) -> &Arc<DomainInner> {
+        &self.inner
+    }
+}
+
+unsafe extern "C" fn domain_close(fid: *mut ffi::fid) -> c_int {
+    ffi_guard("fi_close(domain)", || {
+        // SAFETY: fid comes from the application's fi_close.
+        let Some(domain) = (unsafe { domain_of(fid, "fi_close") }) else {
+            return ret::EINVAL;
+        };
+        if let Err(n) = fid::check_no_children(domain.inner.children()) {
+            tracing::warn!("fi_close(domain): {n} child object(s) still open");
+            return ret::EBUSY;
+        }
+        tracing::info!("domain {fid:p} closed");
+        // SAFETY: from Box::into_raw in open(); dropping it releases our reference on the fabric.
+        drop(unsafe { Box::from_raw(fid as *mut Domain) });
+        ret::SUCCESS
+    })
+}
+
+/// A domain operation that arrives with a later module.
+fn not_yet(op: &'static str, module: &str) -> c_int {
+    ffi_guard(op, || {
+        tracing::info!("{op}: not implemented yet ({module})");
+        ret::ENOSYS
+    })
+}
+
+unsafe extern "C" fn domain_av_open(
+    _domain: *mut ffi::fid_domain,
+    _attr: *mut ffi::fi_av_attr,
+    _av: *mut *mut ffi::fid_av,
+    _context: *mut c_void,
+) -> c_int {
+    not_yet("fi_av_open", "av.rs")
+}
+
+unsafe extern "C" fn domain_cq_open(
+    _domain: *mut ffi::fid_domain,
+    _attr: *mut ffi::fi_cq_attr,
+    _cq: *mut *mut ffi::fid_cq,
+    _context: *mut c_void,
+) -> c_int {
+    not_yet("fi_cq_open", "cq.rs")
+}
+
+unsafe extern "C" fn domain_endpoint(
+    _domain: *mut ffi::fid_domain,
+    _info: *mut ffi::fi_info,
+    _ep: *mut *mut ffi::fid_ep,
+    _context: *mut c_void,
+) -> c_int {
+    not_yet("fi_endpoint", "ep.rs")
+}
+
+unsafe extern "C" fn domain_endpoint2(
+    _domain: *mut ffi::fid_domain,
+    _info: *mut ffi::fi_info,
+    _ep: *mut *mut ffi::fid_ep,
+    _flags: u64,
+    _context: *mut c_void,
+) -> c_int {
+    not_yet("fi_endpoint2", "ep.rs")
+}
+
+unsafe extern "C" fn domain_scalable_ep(
+    _domain: *mut ffi::fid_domain,
+    _info: *mut ffi::fi_info,
+    _sep: *mut *mut ffi::fid_ep,
+    _context: *mut c_void,
+) -> c_int {
+    // max_ep_tx_ctx = 1: scalable endpoints are not offered.
+    ffi_guard("fi_scalable_ep", || ret::ENOSYS)
+}
+
+unsafe extern "C" fn domain_cntr_open(
+    _domain: *mut ffi::fid_domain,
+    _attr: *mut ffi::fi_cntr_attr,
+    _cntr: *mut *mut ffi::fid_cntr,
+    _context: *mut c_void,
+) -> c_int {
+    not_yet("fi_cntr_open", "cntr.rs")
+}
+
+unsafe extern "C" fn domain_poll_open(
+    _domain: *mut ffi::fid_domain,
+    _attr: *mut ffi::fi_poll_attr,
+    _pollset: *mut *mut ffi::fid_poll,
+) -> c_int {
+    // Poll sets are deprecated in 2.x.
+    ffi_guard("fi_poll_open", || ret::ENOSYS)
+}
+
+unsafe extern "C" fn domain_stx_ctx(
+    _domain: *mut ffi::fid_domain,
+    _attr: *mut ffi::fi_tx_attr,
+    _stx: *mut *mut ffi::fid_stx,
+    _context: *mut c_void,
+) -> c_int {
+    // max_ep_stx_ctx = 0: no shared transmit contexts.
+    ffi_guard("fi_stx_context", || ret::ENOSYS)
+}
+
+unsafe extern "C" fn domain_srx_ctx(
+    _domain: *mut ffi::fid_domain,
+    _attr: *mut ffi::fi_rx_attr,
+    _rx_ep: *mut *mut ffi::fid_ep,
+    _context: *mut c_void,
+) -> c_int {
+    // max_ep_srx_ctx = 0: no shared receive contexts.
+    ffi_guard("fi_srx_context", || ret::ENOSYS)
+}
+
+unsafe extern "C" fn domain_query_atomic(
+    _domain: *mut ffi::fid_domain,
+    _datatype: ffi::fi_datatype,
+    _op: ffi::fi_op,
+    _attr: *mut ffi::fi_atomic_attr,
+    _flags: u64,
+) -> c_int {
+    // No FI_ATOMIC.
+    ffi_guard("fi_query_atomic", || ret::ENOSYS)
+}
+
+unsafe extern "C" fn domain_query_collective(
+    _domain: *mut ffi::fid_domain,
+    _coll: ffi::fi_collective_op,
+    _attr: *mut ffi::fi_collective_attr,
+    _flags: u64,
+) -> c_int {
+    // No FI_COLLECTIVE.
+    ffi_guard("fi_query_collective", || ret::ENOSYS)
+}
+
+unsafe extern "C" fn domain_mr_reg(
+    _fid: *mut ffi::fid,
+    _buf: *const c_void,
+    _len: usize,
+    _access: u64,
+    _offset: u64,
+    _requested_key: u64,
+    _flags: u64,
+    _mr: *mut *mut ffi::fid_mr,
+    _context: *mut c_void,
+) -> c_int {
+    not_yet("fi_mr_reg", "mr.rs")
+}
+
+unsafe extern "C" fn domain_mr_regv(
+    _fid: *mut ffi::fid,
+    _iov: *const ffi::iovec,
+    _count: usize,
+    _access: u64,
+    _offset: u64,
+    _requested_key: u64,
+    _flags: u64,
+    _mr: *mut *mut ffi::fid_mr,
+    _context: *mut c_void,
+) -> c_int {
+    not_yet("fi_mr_regv", "mr.rs")
+}
+
+unsafe extern "C" fn domain_mr_regattr(
+    _fid: *mut ffi::fid,
+    _attr: *const ffi::fi_mr_attr,
+    _flags: u64,
+    _mr: *mut *mut ffi::fid_mr,
+) -> c_int {
+    not_yet("fi_mr_regattr", "mr.rs")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::fabric;
+    use std::ptr;
+
+    /// Open a fabric + domain with a minimal info; returns raw fids.
+    fn open_both(
+        info: &mut ffi::fi_info,
+    ) -> (*mut ffi::fid_fabric, Result<*mut ffi::fid_domain, c_int>) {
+        let mut fattr = ffi::fi_fabric_attr::default();
+        let mut fab: *mut ffi::fid_fabric = ptr::null_mut();
+        let mut dom: *mut ffi::fid_domain = ptr::null_mut();
+        // SAFETY: all pointers are live locals; fab is then a fabric of ours.
+        let rc = unsafe {
+            assert_eq!(
+                fabric::open(&mut fattr, &mut fab, ptr::null_mut()),
+                ret::SUCCESS
+            );
+            ((*(*fab).ops).domain.unwrap())(fab, info, &mut dom, ptr::null_mut())
+        };
+        (fab, if rc == 0 { Ok(dom) } else { Err(rc) })
+    }
+
+    /// # Safety
+    /// `fid` must be a live object of ours.
+    unsafe fn close(fid: *mut ffi::fid) -> c_int {
+        // SAFETY: guaranteed by the caller.
+        unsafe { ((*(*fid).ops).close.unwrap())(fid) }
+    }
+
+    #[test]
+    fn children_keep_parents_open() {
+        let mut dattr = ffi::fi_domain_attr {
+            threading: ffi::FI_THREAD_DOMAIN,
+            ..Default::default()
+        };
+        let mut info = ffi::fi_info {
+            domain_attr: &mut dattr,
+            ..Default::default()
+        };
+        let (fab, dom) = open_both(&mut info);
+        let dom = dom.expect("domain opens");
+        // SAFETY: fab and dom are live objects of ours.
+        unsafe {
+            let d = domain_of(dom as *const ffi::fid, "test").unwrap();
+            assert_eq!(d.inner().info.domain.threading, ffi::FI_THREAD_DOMAIN);
+            assert_eq!((*(*dom).ops).size, size_of::<ffi::fi_ops_domain>());
+            assert_eq!((*(*dom).mr).size, size_of::<ffi::fi_ops_mr>());
+            let av_open = (*(*dom).ops).av_open.unwrap();
+            assert_eq!(
+                av_open(dom, ptr::null_mut(), ptr::null_mut(), ptr::null_mut()),
+                ret::ENOSYS
+            );
+            assert_eq!(close(fab as *mut ffi::fid), ret::EBUSY);
+            assert_eq!(close(dom as *mut ffi::fid), ret::SUCCESS);
+            assert_eq!(close(fab as *mut ffi::fid), ret::SUCCESS);
+        }
+    }
+
+    #[test]
+    fn wrong_info_is_einval() {
+        let mut ep = ffi::fi_ep_attr {
+            type_: ffi::FI_EP_MSG,
+            ..Default::default()
+        };
+        let mut info = ffi::fi_info {
+            ep_attr: &mut ep,
+            ..Default::default()
+        };
+        let (fab, dom) = open_both(&mut info);
+        assert_eq!(dom.err(), Some(ret::EINVAL));
+        // SAFETY: fab is a live fabric of ours; passing NULL info is checked.
+        unsafe {
+            let mut d: *mut ffi::fid_domain = ptr::null_mut();
+            let domain_fn = (*(*fab).ops).domain.unwrap();
+            assert_eq!(
+                domain_fn(fab, ptr::null_mut(), &mut d, ptr::null_mut()),
+                ret::EINVAL
+            );
+            assert_eq!(close(fab as *mut ffi::fid), ret::SUCCESS);
+        }
+    }
+}

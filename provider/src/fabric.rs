@@ -1,0 +1,248 @@
+//! The fabric object (`fi_fabric`): the root of everything a process opens
+//! through unimem. It holds the configuration snapshot its children use.
+
+use std::mem::size_of;
+use std::os::raw::{c_int, c_void};
+use std::sync::Arc;
+
+use crate::attr::FabricAttr;
+use crate::config::{self, Config};
+use crate::ffi::{self, ret};
+use crate::fid::{self, Children, Parent};
+use crate::guard::ffi_guard;
+use crate::{domain, prov};
+
+/// Our `struct fid_fabric`.
+#[repr(C)]
+pub struct Fabric {
+    /// Must stay first: applications hold a pointer to it.
+    fid: ffi::fid_fabric,
+    inner: Arc<FabricInner>,
+}
+
+/// State shared with the fabric's children.
+#[derive(Debug)]
+pub struct FabricInner {
+    pub config: Arc<Config>,
+    children: Children,
+}
+
+impl Parent for FabricInner {
+    fn children(&self) -> &Children {
+        &self.children
+    }
+}
+
+static FABRIC_FI_OPS: ffi::fi_ops = ffi::fi_ops {
+    size: size_of::<ffi::fi_ops>(),
+    close: Some(fabric_close),
+    bind: Some(fid::no_bind),
+    control: Some(fid::no_control),
+    ops_open: Some(fid::no_ops_open),
+    tostr: Some(fid::no_tostr),
+    ops_set: Some(fid::no_ops_set),
+};
+
+static FABRIC_OPS: ffi::fi_ops_fabric = ffi::fi_ops_fabric {
+    size: size_of::<ffi::fi_ops_fabric>(),
+    domain: Some(fabric_domain),
+    passive_ep: Some(fabric_passive_ep),
+    eq_open: Some(fabric_eq_open),
+    wait_open: Some(fabric_wait_open),
+    trywait: Some(fabric_trywait),
+    domain2: Some(fabric_domain2),
+};
+
+/// The provider's `fabric` callback (behind `fi_fabric`).
+///
+/// # Safety
+/// `attr` must be NULL or a valid `fi_fabric_attr`; `fabric` NULL or
+/// writable.
+pub unsafe fn open(
+    attr: *mut ffi::fi_fabric_attr,
+    fabric: *mut *mut ffi::fid_fabric,
+    context: *mut c_void,
+) -> c_int {
+    if attr.is_null() || fabric.is_null() {
+        tracing::warn!("fi_fabric: NULL attr or fabric pointer");
+        return ret::EINVAL;
+    }
+    // SAFETY: non-NULL attr is a valid fi_fabric_attr from the core.
+    let attr = unsafe { FabricAttr::from_c(&*attr) };
+    if let Some(name) = attr.name.as_deref().filter(|n| *n != prov::NAME) {
+        tracing::warn!("fi_fabric: fabric '{name}' is not ours ('{}')", prov::NAME);
+        return ret::EINVAL;
+    }
+    let obj = Box::new(Fabric {
+        fid: ffi::fid_fabric {
+            fid: ffi::fid {
+                fclass: ffi::FI_CLASS_FABRIC as usize,
+                context,
+                ops: fid::ops_ptr(&FABRIC_FI_OPS),
+            },
+            ops: fid::ops_ptr(&FABRIC_OPS),
+            // Set by the core once we return.
+            api_version: attr.api_version,
+        },
+        inner: Arc::new(FabricInner {
+            config: config::get(),
+            children: Children::default(),
+        }),
+    });
+    let obj = Box::into_raw(obj);
+    tracing::info!("fabric {obj:p} opened");
+    // SAFETY: fabric is non-NULL (checked); Fabric is repr(C) with the fid first.
+    unsafe { *fabric = obj as *mut ffi::fid_fabric };
+    ret::SUCCESS
+}
+
+/// Our fabric behind `fid`, or None (with a warning) if it is not one.
+///
+/// # Safety
+/// `fid` must be NULL or a live `struct fid`.
+unsafe fn fabric_of<'a>(fid: *const ffi::fid, op: &str) -> Option<&'a Fabric> {
+    // SAFETY: guaranteed by the caller; `ours` checks class and ops table.
+    let f = unsafe { fid::ours::<Fabric>(fid, ffi::FI_CLASS_FABRIC as usize, &FABRIC_FI_OPS) };
+    if f.is_none() {
+        tracing::warn!("{op}: not a unimem fabric");
+    }
+    // SAFETY: a recognised fabric stays alive until fi_close.
+    f.map(|p| unsafe { &*p })
+}
+
+unsafe extern "C" fn fabric_close(fid: *mut ffi::fid) -> c_int {
+    ffi_guard("fi_close(fabric)", || {
+        // SAFETY: fid comes from the application's fi_close.
+        let Some(fabric) = (unsafe { fabric_of(fid, "fi_close") }) else {
+            return ret::EINVAL;
+        };
+        if let Err(n) = fid::check_no_children(fabric.inner.children()) {
+            tracing::warn!("fi_close(fabric): {n} child object(s) still open");
+            return ret::EBUSY;
+        }
+        tracing::info!("fabric {fid:p} closed");
+        // SAFETY: from Box::into_raw in open(); children hold the Arc'd inner state, not this box.
+        drop(unsafe { Box::from_raw(fid as *mut Fabric) });
+        ret::SUCCESS
+    })
+}
+
+unsafe extern "C" fn fabric_domain(
+    fabric: *mut ffi::fid_fabric,
+    info: *mut ffi::fi_info,
+    dom: *mut *mut ffi::fid_domain,
+    context: *mut c_void,
+) -> c_int {
+    ffi_guard("fi_domain", || {
+        // SAFETY: fabric comes from the application (fid_fabric starts with fid).
+        let Some(f) = (unsafe { fabric_of(fabric as *const ffi::fid, "fi_domain") }) else {
+            return ret::EINVAL;
+        };
+        // SAFETY: info and dom come from the application's fi_domain call.
+        unsafe { domain::open(&f.inner, f.fid.api_version, info, dom, context) }
+    })
+}
+
+unsafe extern "C" fn fabric_domain2(
+    fabric: *mut ffi::fid_fabric,
+    info: *mut ffi::fi_info,
+    dom: *mut *mut ffi::fid_domain,
+    flags: u64,
+    context: *mut c_void,
+) -> c_int {
+    if flags != 0 {
+        // FI_PEER (peer providers) and friends.
+        return ffi_guard("fi_domain2", || {
+            tracing::info!("fi_domain2: flags {flags:#x} not supported");
+            ret::ENOSYS
+        });
+    }
+    // SAFETY: same contract as fi_domain.
+    unsafe { fabric_domain(fabric, info, dom, context) }
+}
+
+unsafe extern "C" fn fabric_passive_ep(
+    _fabric: *mut ffi::fid_fabric,
+    _info: *mut ffi::fi_info,
+    _pep: *mut *mut ffi::fid_pep,
+    _context: *mut c_void,
+) -> c_int {
+    // Passive endpoints are for connection-oriented (FI_EP_MSG) endpoints only.
+    ffi_guard("fi_passive_ep", || ret::ENOSYS)
+}
+
+unsafe extern "C" fn fabric_eq_open(
+    _fabric: *mut ffi::fid_fabric,
+    _attr: *mut ffi::fi_eq_attr,
+    _eq: *mut *mut ffi::fid_eq,
+    _context: *mut c_void,
+) -> c_int {
+    ffi_guard("fi_eq_open", || {
+        // EQ: replace with `eq::open(fabric, attr, eq, context)` once eq.rs exists.
+        tracing::info!("fi_eq_open: event queues are not implemented yet");
+        ret::ENOSYS
+    })
+}
+
+unsafe extern "C" fn fabric_wait_open(
+    _fabric: *mut ffi::fid_fabric,
+    _attr: *mut ffi::fi_wait_attr,
+    _waitset: *mut *mut ffi::fid_wait,
+) -> c_int {
+    // Wait sets are deprecated in 2.x; not planned.
+    ffi_guard("fi_wait_open", || ret::ENOSYS)
+}
+
+unsafe extern "C" fn fabric_trywait(
+    _fabric: *mut ffi::fid_fabric,
+    _fids: *mut *mut ffi::fid,
+    _count: c_int,
+) -> c_int {
+    ffi_guard("fi_trywait", || ret::ENOSYS)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::ptr;
+
+    #[test]
+    fn open_close() {
+        let mut attr = ffi::fi_fabric_attr::default();
+        let mut fab: *mut ffi::fid_fabric = ptr::null_mut();
+        // SAFETY: attr and fab are live locals; fab is then a fabric of ours.
+        unsafe {
+            assert_eq!(open(&mut attr, &mut fab, ptr::null_mut()), ret::SUCCESS);
+            assert!(!fab.is_null());
+            let ops = &*(*fab).fid.ops;
+            assert_eq!(ops.size, size_of::<ffi::fi_ops>());
+            assert_eq!((*(*fab).ops).size, size_of::<ffi::fi_ops_fabric>());
+            let eq_open = (*(*fab).ops).eq_open.unwrap();
+            assert_eq!(
+                eq_open(fab, ptr::null_mut(), ptr::null_mut(), ptr::null_mut()),
+                ret::ENOSYS
+            );
+            assert_eq!((ops.close.unwrap())(&mut (*fab).fid), ret::SUCCESS);
+        }
+    }
+
+    #[test]
+    fn bad_arguments() {
+        let mut attr = ffi::fi_fabric_attr::default();
+        let mut fab: *mut ffi::fid_fabric = ptr::null_mut();
+        attr.name = c"tcp".as_ptr() as *mut _;
+        // SAFETY: open/close check the NULL pointers under test; other arguments are live locals.
+        unsafe {
+            assert_eq!(
+                open(ptr::null_mut(), &mut fab, ptr::null_mut()),
+                ret::EINVAL
+            );
+            assert_eq!(
+                open(&mut attr, ptr::null_mut(), ptr::null_mut()),
+                ret::EINVAL
+            );
+            assert_eq!(open(&mut attr, &mut fab, ptr::null_mut()), ret::EINVAL);
+            assert_eq!(fabric_close(ptr::null_mut()), ret::EINVAL);
+        }
+    }
+}

@@ -1,0 +1,234 @@
+//! What every libfabric object (fid) of ours shares: recognising our objects
+//! in pointers applications hand back, parent/child reference counting, and
+//! the `-FI_ENOSYS` stubs for `struct fi_ops` entries an object does not
+//! implement.
+//!
+//! Object layout: each object is a `#[repr(C)]` struct whose first field is
+//! the libfabric `fid_*` struct (itself starting with `struct fid`), so the
+//! `fid` pointer the application holds is the address of our object.
+
+use std::os::raw::{c_char, c_int, c_void};
+use std::ptr;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+
+use crate::ffi::{self, ret};
+use crate::guard::ffi_guard;
+
+/// Recover our object `T` from a fid pointer.
+///
+/// It is ours iff it is non-NULL, of class `class` and uses our `fi_ops`
+/// table `ops` (a foreign object never points at our static table).
+///
+/// # Safety
+/// `fid` must be NULL or point to a live `struct fid`; if it passes the
+/// checks it must be the first field of a live `T`.
+pub unsafe fn ours<T>(
+    fid: *const ffi::fid,
+    class: usize,
+    ops: &'static ffi::fi_ops,
+) -> Option<*mut T> {
+    // SAFETY: non-NULL fid points to a live struct fid (caller).
+    let f = unsafe { fid.as_ref() }?;
+    (f.fclass == class && ptr::eq(f.ops, ops)).then_some(fid as *mut T)
+}
+
+/// `&'static` table → the `*mut` libfabric's structs declare. Nobody
+/// writes through it: the core and applications only call the entries.
+pub fn ops_ptr<T>(table: &'static T) -> *mut T {
+    table as *const T as *mut T
+}
+
+/// Number of open children of an object. `fi_close` on the object is
+/// refused with -FI_EBUSY while it is not zero.
+#[derive(Debug, Default)]
+pub struct Children(AtomicUsize);
+
+impl Children {
+    pub fn count(&self) -> usize {
+        self.0.load(Ordering::Acquire)
+    }
+}
+
+/// Objects that can have children.
+pub trait Parent: Send + Sync + 'static {
+    fn children(&self) -> &Children;
+}
+
+/// Held by a child for its whole life: keeps the parent's state alive and
+/// counted, so closing the parent first fails with -FI_EBUSY instead of
+/// leaving the child with a dangling parent.
+#[derive(Debug)]
+pub struct ParentRef<P: Parent>(Arc<P>);
+
+impl<P: Parent> ParentRef<P> {
+    pub fn new(parent: &Arc<P>) -> Self {
+        parent.children().0.fetch_add(1, Ordering::AcqRel);
+        ParentRef(Arc::clone(parent))
+    }
+}
+
+impl<P: Parent> std::ops::Deref for ParentRef<P> {
+    type Target = P;
+    fn deref(&self) -> &P {
+        &self.0
+    }
+}
+
+impl<P: Parent> Drop for ParentRef<P> {
+    fn drop(&mut self) {
+        self.0.children().0.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
+/// Refuse to close an object with open children: `Err(open children)`.
+/// The caller logs (under its own subsystem) and returns -FI_EBUSY.
+pub fn check_no_children(children: &Children) -> Result<(), usize> {
+    match children.count() {
+        0 => Ok(()),
+        n => Err(n),
+    }
+}
+
+// `struct fi_ops` entries not implemented by an object. They ignore their
+// arguments, so any values are safe to pass (the `# Safety` sections below
+// only satisfy the unsafe-fn convention of the ops tables).
+
+/// # Safety
+/// None: the arguments are ignored.
+pub unsafe extern "C" fn no_bind(_fid: *mut ffi::fid, _bfid: *mut ffi::fid, _flags: u64) -> c_int {
+    ffi_guard("fi_bind", || ret::ENOSYS)
+}
+
+/// # Safety
+/// None: the arguments are ignored.
+pub unsafe extern "C" fn no_control(
+    _fid: *mut ffi::fid,
+    _command: c_int,
+    _arg: *mut c_void,
+) -> c_int {
+    ffi_guard("fi_control", || ret::ENOSYS)
+}
+
+/// # Safety
+/// None: the arguments are ignored.
+pub unsafe extern "C" fn no_ops_open(
+    _fid: *mut ffi::fid,
+    _name: *const c_char,
+    _flags: u64,
+    _ops: *mut *mut c_void,
+    _context: *mut c_void,
+) -> c_int {
+    ffi_guard("fi_open_ops", || ret::ENOSYS)
+}
+
+/// # Safety
+/// None: the arguments are ignored.
+pub unsafe extern "C" fn no_tostr(_fid: *const ffi::fid, _buf: *mut c_char, _len: usize) -> c_int {
+    ffi_guard("fi_tostr", || ret::ENOSYS)
+}
+
+/// # Safety
+/// None: the arguments are ignored.
+pub unsafe extern "C" fn no_ops_set(
+    _fid: *mut ffi::fid,
+    _name: *const c_char,
+    _flags: u64,
+    _ops: *mut c_void,
+    _context: *mut c_void,
+) -> c_int {
+    ffi_guard("fi_set_ops", || ret::ENOSYS)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[derive(Default)]
+    struct Node(Children);
+    impl Parent for Node {
+        fn children(&self) -> &Children {
+            &self.0
+        }
+    }
+
+    #[test]
+    fn parent_refs_count_children() {
+        let p = Arc::new(Node::default());
+        assert!(check_no_children(&p.0).is_ok());
+        let a = ParentRef::new(&p);
+        let b = ParentRef::new(&p);
+        assert_eq!(p.0.count(), 2);
+        assert_eq!(check_no_children(&p.0), Err(2));
+        drop(a);
+        drop(b);
+        assert!(check_no_children(&p.0).is_ok());
+    }
+
+    static OPS: ffi::fi_ops = ffi::fi_ops {
+        size: std::mem::size_of::<ffi::fi_ops>(),
+        close: None,
+        bind: Some(no_bind),
+        control: Some(no_control),
+        ops_open: Some(no_ops_open),
+        tostr: Some(no_tostr),
+        ops_set: Some(no_ops_set),
+    };
+    static OTHER_OPS: ffi::fi_ops = ffi::fi_ops {
+        size: 0,
+        close: None,
+        bind: None,
+        control: None,
+        ops_open: None,
+        tostr: None,
+        ops_set: None,
+    };
+
+    #[test]
+    fn recognises_own_objects_only() {
+        let mut f = ffi::fid {
+            fclass: ffi::FI_CLASS_FABRIC as usize,
+            context: ptr::null_mut(),
+            ops: ops_ptr(&OPS),
+        };
+        let fabric = ffi::FI_CLASS_FABRIC as usize;
+        // SAFETY: f is a live struct fid.
+        unsafe {
+            assert!(ours::<ffi::fid>(&f, fabric, &OPS).is_some());
+            assert!(ours::<ffi::fid>(&f, ffi::FI_CLASS_DOMAIN as usize, &OPS).is_none());
+            assert!(ours::<ffi::fid>(ptr::null(), fabric, &OPS).is_none());
+            f.ops = ops_ptr(&OTHER_OPS);
+            assert!(ours::<ffi::fid>(&f, fabric, &OPS).is_none());
+        }
+    }
+
+    #[test]
+    fn stubs_say_enosys() {
+        // SAFETY: the stubs ignore their arguments.
+        unsafe {
+            assert_eq!(no_bind(ptr::null_mut(), ptr::null_mut(), 0), ret::ENOSYS);
+            assert_eq!(no_control(ptr::null_mut(), 0, ptr::null_mut()), ret::ENOSYS);
+            assert_eq!(
+                no_ops_open(
+                    ptr::null_mut(),
+                    ptr::null(),
+                    0,
+                    ptr::null_mut(),
+                    ptr::null_mut()
+                ),
+                ret::ENOSYS
+            );
+            assert_eq!(no_tostr(ptr::null(), ptr::null_mut(), 0), ret::ENOSYS);
+            assert_eq!(
+                no_ops_set(
+                    ptr::null_mut(),
+                    ptr::null(),
+                    0,
+                    ptr::null_mut(),
+                    ptr::null_mut()
+                ),
+                ret::ENOSYS
+            );
+        }
+    }
+}

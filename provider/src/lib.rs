@@ -1,0 +1,38 @@
+//! unimem: a libfabric provider for the Unimem architecture, loaded by any
+//! libfabric core as an external provider (`libunimem-fi.so`, entry point
+//! `fi_prov_ini`, `FI_PROVIDER=unimem`).
+//!
+//! No link-time dependency on libfabric: types come from the headers at
+//! build time (`ffi`), the few core functions we call are found at load time
+//! (`core`). One module per libfabric object, as in prov/tcp and prov/util:
+//!
+//! | module    | role                                                        |
+//! |-----------|-------------------------------------------------------------|
+//! | `prov`    | `fi_prov_ini`, the provider struct, getinfo/fabric/cleanup  |
+//! | `getinfo` | `fi_getinfo`: addresses, node check, C `fi_info` building   |
+//! | `attr`    | the fi_info template and hint matching (pure Rust)          |
+//! | `fabric`  | `fi_fabric` object                                          |
+//! | `domain`  | `fi_domain` object                                          |
+//! | `fid`     | shared object plumbing: identity, refcounts, ENOSYS stubs   |
+//! | `config`  | tunables: table, fi_info.conf, FI_UNIMEM_* parameters       |
+//! | `log`     | `tracing` → `fi_log`                                        |
+//! | `core`    | core functions resolved with dlsym                          |
+//! | `guard`   | `catch_unwind` around every `extern "C"` entry point        |
+//! | `addr`    | endpoint address strings                                    |
+//!
+//! Still to come, each in its own module: eq, av, cq, cntr, ep, mr.
+
+pub mod addr;
+pub mod attr;
+pub mod config;
+pub mod core;
+pub mod domain;
+pub mod fabric;
+pub mod ffi;
+pub mod fid;
+pub mod getinfo;
+pub mod guard;
+pub mod log;
+pub mod prov;
+
+pub use prov::fi_prov_ini;
