@@ -19,6 +19,8 @@
 //! | `core`    | core functions resolved with dlsym                          |
 //! | `guard`   | `catch_unwind` around every `extern "C"` entry point        |
 //! | `addr`    | endpoint address strings                                    |
+//! | `progress`| manual progress: endpoints run by CQ/counter reads          |
+//! | `proto`   | the messaging protocol, plain Rust over the hardware traits |
 //!
 //! Still to come, each in its own module: eq, av, cq, cntr, ep, mr.
 
@@ -33,6 +35,8 @@ pub mod fid;
 pub mod getinfo;
 pub mod guard;
 pub mod log;
+pub mod progress;
+pub mod proto;
 pub mod prov;
 
 pub use prov::fi_prov_ini;

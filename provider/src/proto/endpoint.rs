@@ -1,0 +1,1442 @@
+//! One endpoint's protocol state machine: peers, queues, transfers.
+//!
+//! Everything here runs inside the application's calls (manual progress):
+//! posting a send or a receive, and [`Endpoint::progress`], which reaps DMA
+//! completions, handles arrived mailbox messages, retries what waited for a
+//! resource and flushes the peers' queues. Finished operations come out of
+//! [`Endpoint::next_event`].
+//!
+//! Each peer has two outgoing queues. *Data* (inline messages, eager
+//! announcements, rendezvous requests) leaves strictly in order, which is
+//! what makes matching order follow send order. *Control* (hello, grants,
+//! segment reports, FINs, credits) never waits behind data: a data message
+//! blocked on credits must not hold back the very messages that free them.
+
+use std::collections::{HashMap, VecDeque};
+use std::hash::Hash;
+
+use unimem_dma::{DmaBuf, DmaEngine, DmaError, DmaId, RegId};
+use unimem_mailbox::{Error as MailboxError, Mailbox, Message};
+use unimem_regcache::RegCache;
+
+use super::iov::{gather, scatter, total_len};
+use super::matching::{Iov, Matcher, MultiDone, Placement, PostedRecv, Unexpected};
+use super::pool::{Chunk, ChunkPool};
+use super::wire::{inline_capacity, InlineBytes, MatchInfo, Wire, NODE_LEN};
+use super::{ErrorKind, Event, OpError, PostError, ProtoConfig, RecvDone, WireNode};
+
+type PeerIdx = usize;
+
+/// A send request. The iov stays valid until the send's completion (or,
+/// for an inject, until the call returns).
+#[derive(Clone, Debug)]
+pub struct SendReq<A> {
+    pub dest: A,
+    pub iov: Vec<Iov>,
+    pub info: MatchInfo,
+    pub context: usize,
+    pub completion: bool,
+    pub inject: bool,
+}
+
+/// Slots of values addressed by a small integer that travels on the wire.
+struct Slab<T> {
+    slots: Vec<Option<T>>,
+    free: Vec<usize>,
+}
+
+impl<T> Slab<T> {
+    fn new() -> Self {
+        Slab {
+            slots: Vec::new(),
+            free: Vec::new(),
+        }
+    }
+
+    fn insert(&mut self, value: T) -> usize {
+        match self.free.pop() {
+            Some(i) => {
+                self.slots[i] = Some(value);
+                i
+            }
+            None => {
+                self.slots.push(Some(value));
+                self.slots.len() - 1
+            }
+        }
+    }
+
+    fn get_mut(&mut self, i: usize) -> Option<&mut T> {
+        self.slots.get_mut(i).and_then(Option::as_mut)
+    }
+
+    fn remove(&mut self, i: usize) -> Option<T> {
+        let value = self.slots.get_mut(i)?.take();
+        if value.is_some() {
+            self.free.push(i);
+        }
+        value
+    }
+
+    fn ids(&self) -> impl Iterator<Item = usize> + '_ {
+        self.slots
+            .iter()
+            .enumerate()
+            .filter(|(_, s)| s.is_some())
+            .map(|(i, _)| i)
+    }
+}
+
+/// The eager ring a peer set aside for us, and our place in it.
+struct TxRing {
+    reg: RegId,
+    base: u64,
+    slot_size: usize,
+    slots: usize,
+    next: usize,
+    credits: usize,
+}
+
+/// The eager ring we set aside for a peer.
+struct RxRing {
+    memory: DmaBuf,
+    slot_size: usize,
+    slots: usize,
+    next: usize,
+    /// Slots consumed and not yet handed back.
+    owed: usize,
+}
+
+enum DataItem {
+    /// An encoded inline message; `op` completes when it leaves.
+    Inline {
+        message: Message,
+        op: Option<usize>,
+    },
+    Eager {
+        op: usize,
+    },
+    Rts {
+        op: usize,
+    },
+}
+
+struct Peer<R, N> {
+    route: Option<R>,
+    node: Option<N>,
+    tx: Option<TxRing>,
+    rx: Option<RxRing>,
+    hello_sent: bool,
+    control: VecDeque<Message>,
+    data: VecDeque<DataItem>,
+    /// In the endpoint's list of peers with queued work.
+    active: bool,
+    dead: bool,
+}
+
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum EagerState {
+    Waiting,
+    InFlight,
+    Done,
+}
+
+enum TxKind {
+    Inline,
+    Eager { chunk: Chunk, state: EagerState },
+    Rendezvous { iov: Vec<Iov> },
+}
+
+struct TxOp {
+    peer: PeerIdx,
+    context: usize,
+    info: MatchInfo,
+    len: usize,
+    completion: bool,
+    inject: bool,
+    kind: TxKind,
+}
+
+/// A grant received for a rendezvous send.
+#[derive(Clone, Copy, Debug)]
+struct Grant {
+    op: usize,
+    segment: u32,
+    addr: u64,
+    len: usize,
+    recv_id: u16,
+}
+
+/// A rendezvous receive in progress.
+struct RxXfer<A> {
+    peer: PeerIdx,
+    src: A,
+    send_id: u16,
+    info: MatchInfo,
+    placement: Placement,
+    msg_len: usize,
+    xfer_len: usize,
+    segments: u32,
+    next_grant: u32,
+    done: u32,
+    /// Granting straight into the (dmable, contiguous) user buffer.
+    direct: bool,
+    staged: HashMap<u32, Chunk>,
+}
+
+enum Waiter {
+    Eager {
+        op: usize,
+    },
+    Segment {
+        op: usize,
+        segment: u32,
+        recv_id: u16,
+        chunk: Option<Chunk>,
+    },
+}
+
+/// What an unexpected message keeps until a receive takes it.
+pub enum Held {
+    Data(Vec<u8>),
+    Rts { peer: PeerIdx, send_id: u16 },
+}
+
+impl std::fmt::Debug for Held {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Held::Data(d) => write!(f, "Data({} bytes)", d.len()),
+            Held::Rts { peer, send_id } => write!(f, "Rts(peer {peer}, id {send_id})"),
+        }
+    }
+}
+
+pub struct Endpoint<M: Mailbox, D: DmaEngine> {
+    mbx: M,
+    dma: D,
+    cfg: ProtoConfig,
+    slot_size: usize,
+    peers: Vec<Peer<M::Peer, D::Node>>,
+    by_addr: HashMap<M::Addr, PeerIdx>,
+    active: Vec<PeerIdx>,
+    matcher: Matcher<M::Addr, Held>,
+    tx_ops: Slab<TxOp>,
+    rx_xfers: Slab<RxXfer<M::Addr>>,
+    outstanding_sends: usize,
+    bounce: ChunkPool,
+    tx_staging: ChunkPool,
+    rx_staging: ChunkPool,
+    regcache: RegCache<D::Node, RegId>,
+    dma_waiters: HashMap<DmaId, Waiter>,
+    deferred_grants: VecDeque<usize>,
+    deferred_segments: VecDeque<Grant>,
+    events: VecDeque<Event<M::Addr>>,
+}
+
+fn post_error(e: MailboxError) -> PostError {
+    match e {
+        MailboxError::Busy => PostError::Again,
+        MailboxError::Invalid => PostError::BadAddress,
+        MailboxError::Dead => PostError::Unreachable,
+        MailboxError::Io(_) => PostError::NoMemory,
+    }
+}
+
+impl<M, D> Endpoint<M, D>
+where
+    M: Mailbox,
+    M::Addr: Hash,
+    D: DmaEngine,
+    D::Node: WireNode,
+{
+    pub fn new(mbx: M, dma: D, mut cfg: ProtoConfig) -> Result<Self, DmaError> {
+        cfg.eager_size = cfg.eager_size.max(1);
+        cfg.segment_size = cfg.segment_size.max(4096);
+        cfg.tx_size = cfg.tx_size.clamp(1, u16::MAX as usize);
+        let slot_size = cfg.eager_size.next_power_of_two();
+        let bounce =
+            ChunkPool::allocate(|len| dma.alloc(len), slot_size, cfg.bounce_buffers.max(1))?;
+        let tx_staging = ChunkPool::allocate(
+            |len| dma.alloc(len),
+            cfg.segment_size,
+            cfg.staging_segments.max(1),
+        )?;
+        let rx_staging = ChunkPool::allocate(
+            |len| dma.alloc(len),
+            cfg.segment_size,
+            cfg.staging_segments.max(1),
+        )?;
+        Ok(Endpoint {
+            regcache: RegCache::new(cfg.regcache),
+            mbx,
+            dma,
+            slot_size,
+            peers: Vec::new(),
+            by_addr: HashMap::new(),
+            active: Vec::new(),
+            matcher: Matcher::new(0),
+            tx_ops: Slab::new(),
+            rx_xfers: Slab::new(),
+            outstanding_sends: 0,
+            bounce,
+            tx_staging,
+            rx_staging,
+            dma_waiters: HashMap::new(),
+            deferred_grants: VecDeque::new(),
+            deferred_segments: VecDeque::new(),
+            events: VecDeque::new(),
+            cfg,
+        })
+    }
+
+    pub fn addr(&self) -> M::Addr {
+        self.mbx.addr()
+    }
+
+    pub fn config(&self) -> &ProtoConfig {
+        &self.cfg
+    }
+
+    pub fn set_min_multi_recv(&mut self, min: usize) {
+        self.matcher.set_min_multi_recv(min);
+    }
+
+    pub fn min_multi_recv(&self) -> usize {
+        self.matcher.min_multi_recv()
+    }
+
+    /// The next finished operation, if any.
+    pub fn next_event(&mut self) -> Option<Event<M::Addr>> {
+        self.events.pop_front()
+    }
+
+    /// Whether operations are still in flight (sends, transfers).
+    pub fn busy(&self) -> bool {
+        self.outstanding_sends > 0 || self.rx_xfers.ids().next().is_some()
+    }
+
+    // --- Peers -------------------------------------------------------------------
+
+    fn peer_index(&mut self, addr: &M::Addr) -> Result<PeerIdx, PostError> {
+        if let Some(&index) = self.by_addr.get(addr) {
+            return Ok(index);
+        }
+        let route = self.mbx.connect(addr).map_err(post_error)?;
+        Ok(self.add_peer(*addr, Some(route)))
+    }
+
+    /// The peer a message came from, known or not. If it cannot be reached
+    /// back, its messages are still delivered.
+    fn peer_for_source(&mut self, src: &M::Addr) -> PeerIdx {
+        if let Some(&index) = self.by_addr.get(src) {
+            return index;
+        }
+        let route = match self.mbx.connect(src) {
+            Ok(route) => Some(route),
+            Err(e) => {
+                tracing::warn!(%src, "cannot reach back to a sender: {e}");
+                None
+            }
+        };
+        self.add_peer(*src, route)
+    }
+
+    fn add_peer(&mut self, addr: M::Addr, route: Option<M::Peer>) -> PeerIdx {
+        let index = self.peers.len();
+        let dead = route.is_none();
+        self.peers.push(Peer {
+            route,
+            node: None,
+            tx: None,
+            rx: None,
+            hello_sent: false,
+            control: VecDeque::new(),
+            data: VecDeque::new(),
+            active: false,
+            dead,
+        });
+        self.by_addr.insert(addr, index);
+        if !dead {
+            self.send_hello(index);
+        }
+        tracing::debug!(%addr, index, "new peer");
+        index
+    }
+
+    /// Sets aside our eager ring for `peer` and tells it where it is.
+    fn send_hello(&mut self, peer: PeerIdx) {
+        if self.peers[peer].hello_sent {
+            return;
+        }
+        let slots = self.cfg.eager_credits.clamp(1, u8::MAX as usize);
+        let memory = match self.dma.alloc(self.slot_size * slots) {
+            Ok(memory) => memory,
+            Err(e) => {
+                tracing::warn!("no dmable memory for a peer's eager ring: {e}; it will send inline and by rendezvous only");
+                return;
+            }
+        };
+        let hello = Wire::Hello {
+            node: self.dma.local_node().to_wire(),
+            ring: memory.remote_addr(),
+            slot_shift: self.slot_size.trailing_zeros() as u8,
+            slots: slots as u16,
+        };
+        let state = &mut self.peers[peer];
+        state.rx = Some(RxRing {
+            memory,
+            slot_size: self.slot_size,
+            slots,
+            next: 0,
+            owed: 0,
+        });
+        state.hello_sent = true;
+        self.queue_control(peer, hello.encode());
+    }
+
+    fn queue_control(&mut self, peer: PeerIdx, message: Message) {
+        self.peers[peer].control.push_back(message);
+        self.mark_active(peer);
+    }
+
+    fn mark_active(&mut self, peer: PeerIdx) {
+        if !self.peers[peer].active {
+            self.peers[peer].active = true;
+            self.active.push(peer);
+        }
+    }
+
+    fn on_hello(
+        &mut self,
+        peer: PeerIdx,
+        node: &[u8; NODE_LEN],
+        ring: u64,
+        slot_shift: u8,
+        slots: u16,
+    ) {
+        let node = D::Node::from_wire(node);
+        let slot_size = 1usize.checked_shl(u32::from(slot_shift)).unwrap_or(0);
+        self.peers[peer].node = Some(node);
+        if self.peers[peer].tx.is_none() && slot_size > 0 && slots > 0 {
+            match self.dma.register(node, ring, slot_size * slots as usize) {
+                Ok(reg) => {
+                    self.peers[peer].tx = Some(TxRing {
+                        reg,
+                        base: ring,
+                        slot_size,
+                        slots: slots as usize,
+                        next: 0,
+                        credits: slots as usize,
+                    })
+                }
+                Err(e) => tracing::warn!(%node, "cannot register a peer's eager ring: {e}"),
+            }
+        }
+        self.send_hello(peer);
+        self.mark_active(peer);
+    }
+
+    /// The peer is gone: everything in flight with it fails.
+    fn fail_peer(&mut self, peer: PeerIdx) {
+        if self.peers[peer].dead && self.peers[peer].route.is_none() {
+            return;
+        }
+        tracing::warn!(peer, "peer is dead or unreachable; failing its operations");
+        let state = &mut self.peers[peer];
+        state.dead = true;
+        state.route = None;
+        state.control.clear();
+        let queued: Vec<DataItem> = state.data.drain(..).collect();
+        for item in queued {
+            match item {
+                DataItem::Inline { op: None, .. } => {}
+                DataItem::Inline { op: Some(op), .. }
+                | DataItem::Eager { op }
+                | DataItem::Rts { op } => self.fail_send(op),
+            }
+        }
+        let rendezvous: Vec<usize> = self
+            .tx_ops
+            .ids()
+            .filter(|&op| {
+                self.tx_ops.slots[op]
+                    .as_ref()
+                    .is_some_and(|o| o.peer == peer)
+            })
+            .collect();
+        for op in rendezvous {
+            self.fail_send(op);
+        }
+        let receives: Vec<usize> = self
+            .rx_xfers
+            .ids()
+            .filter(|&x| {
+                self.rx_xfers.slots[x]
+                    .as_ref()
+                    .is_some_and(|x| x.peer == peer)
+            })
+            .collect();
+        for id in receives {
+            let xfer = self.rx_xfers.remove(id).expect("listed above");
+            self.release_staged(&xfer);
+            self.complete_recv_error(
+                xfer.placement,
+                Some(xfer.src),
+                xfer.info,
+                0,
+                ErrorKind::PeerUnreachable,
+            );
+        }
+        if let Some(node) = self.peers[peer].node {
+            for reg in self.regcache.invalidate_node(node) {
+                let _ = self.dma.deregister(reg);
+            }
+        }
+    }
+
+    fn fail_send(&mut self, op: usize) {
+        let Some(tx) = self.tx_ops.remove(op) else {
+            return;
+        };
+        if let TxKind::Eager { chunk, .. } = tx.kind {
+            self.bounce.put(chunk);
+        }
+        self.outstanding_sends -= 1;
+        self.events.push_back(Event::Error(OpError {
+            context: tx.context,
+            kind: ErrorKind::PeerUnreachable,
+            send: true,
+            tagged: tx.info.tag.is_some(),
+            buf: 0,
+            len: 0,
+            olen: 0,
+            tag: tx.info.tag.unwrap_or(0),
+            data: tx.info.data,
+            src: None,
+            multi_released: false,
+        }));
+    }
+
+    // --- Sending -----------------------------------------------------------------
+
+    /// Posts a send. Never blocks: out of resources, it says so.
+    ///
+    /// # Safety
+    /// `req.iov` must stay valid until the send completes (until this call
+    /// returns for an inject).
+    pub unsafe fn send(&mut self, req: SendReq<M::Addr>) -> Result<(), PostError> {
+        let len = total_len(&req.iov);
+        if len > self.cfg.max_msg_size || (req.inject && len > self.cfg.eager_size) {
+            return Err(PostError::TooLong);
+        }
+        if self.outstanding_sends >= self.cfg.tx_size {
+            return Err(PostError::Again);
+        }
+        let peer = self.peer_index(&req.dest)?;
+        if self.peers[peer].dead {
+            return Err(PostError::Unreachable);
+        }
+        let tagged = req.info.tag.is_some();
+        if len <= inline_capacity(tagged, req.info.data.is_some()) {
+            return self.send_inline(peer, &req, len);
+        }
+        let kind = if len <= self.cfg.eager_size {
+            let chunk = self.bounce.get().ok_or(PostError::Again)?;
+            // SAFETY: the iov is valid (caller); the chunk holds a slot, at
+            // least eager_size >= len bytes, of our own dmable memory.
+            unsafe { gather(&req.iov, 0, self.bounce.addr(chunk), len) };
+            TxKind::Eager {
+                chunk,
+                state: EagerState::Waiting,
+            }
+        } else {
+            TxKind::Rendezvous {
+                iov: req.iov.clone(),
+            }
+        };
+        let rendezvous = matches!(kind, TxKind::Rendezvous { .. });
+        let op = self.tx_ops.insert(TxOp {
+            peer,
+            context: req.context,
+            info: req.info,
+            len,
+            completion: req.completion && !req.inject,
+            inject: req.inject,
+            kind,
+        });
+        self.outstanding_sends += 1;
+        self.peers[peer].data.push_back(if rendezvous {
+            DataItem::Rts { op }
+        } else {
+            DataItem::Eager { op }
+        });
+        self.mark_active(peer);
+        self.flush_peer(peer);
+        Ok(())
+    }
+
+    fn send_inline(
+        &mut self,
+        peer: PeerIdx,
+        req: &SendReq<M::Addr>,
+        len: usize,
+    ) -> Result<(), PostError> {
+        let mut bytes = [0u8; 24];
+        // SAFETY: the iov is valid (caller of send); len fits the buffer.
+        unsafe { gather(&req.iov, 0, bytes.as_mut_ptr(), len) };
+        let message = Wire::Inline {
+            info: req.info,
+            payload: InlineBytes::new(&bytes[..len]),
+        }
+        .encode();
+        let state = &self.peers[peer];
+        if state.data.is_empty() {
+            let route = state.route.as_ref().expect("live peers have a route");
+            match self.mbx.send(route, &message) {
+                Ok(()) => {
+                    if !req.inject {
+                        self.events.push_back(Event::Send {
+                            context: req.context,
+                            tagged: req.info.tag.is_some(),
+                            completion: req.completion,
+                        });
+                    }
+                    return Ok(());
+                }
+                Err(MailboxError::Busy) => {}
+                Err(e) => {
+                    self.fail_peer(peer);
+                    return Err(post_error(e));
+                }
+            }
+        }
+        // Behind earlier data, or the mailbox is full: queue it, in order.
+        let op = (!req.inject).then(|| {
+            self.outstanding_sends += 1;
+            self.tx_ops.insert(TxOp {
+                peer,
+                context: req.context,
+                info: req.info,
+                len,
+                completion: req.completion,
+                inject: false,
+                kind: TxKind::Inline,
+            })
+        });
+        self.peers[peer]
+            .data
+            .push_back(DataItem::Inline { message, op });
+        self.mark_active(peer);
+        Ok(())
+    }
+
+    fn complete_send(&mut self, op: usize) {
+        let Some(tx) = self.tx_ops.remove(op) else {
+            return;
+        };
+        self.outstanding_sends -= 1;
+        if let TxKind::Eager { chunk, .. } = tx.kind {
+            self.bounce.put(chunk);
+        }
+        if !tx.inject {
+            self.events.push_back(Event::Send {
+                context: tx.context,
+                tagged: tx.info.tag.is_some(),
+                completion: tx.completion,
+            });
+        }
+    }
+
+    /// Sends what `peer`'s queues hold, as far as the mailbox and credits
+    /// allow. Returns whether anything is left.
+    fn flush_peer(&mut self, peer: PeerIdx) -> bool {
+        if self.peers[peer].route.is_none() {
+            return false;
+        }
+        // Control first: it frees resources the data may be waiting for.
+        while let Some(message) = self.peers[peer].control.front() {
+            let route = self.peers[peer].route.as_ref().expect("checked above");
+            match self.mbx.send(route, message) {
+                Ok(()) => {
+                    self.peers[peer].control.pop_front();
+                }
+                Err(MailboxError::Busy) => return true,
+                Err(_) => {
+                    self.fail_peer(peer);
+                    return false;
+                }
+            }
+        }
+        self.start_eager_dma(peer);
+        self.reap_dma();
+        while let Some(item) = self.peers[peer].data.front() {
+            let (message, op, piggyback) = match *item {
+                DataItem::Inline { message, op } => (message, op, 0),
+                DataItem::Eager { op } => {
+                    let tx = self.tx_ops.slots[op].as_ref().expect("queued op exists");
+                    let (info, len) = (tx.info, tx.len);
+                    let TxKind::Eager { state, .. } = tx.kind else {
+                        unreachable!("eager item holds an eager op")
+                    };
+                    if state != EagerState::Done {
+                        return true;
+                    }
+                    let credits = self.take_owed(peer);
+                    let message = Wire::Eager {
+                        info,
+                        len: len as u32,
+                        credits,
+                    };
+                    (message.encode(), Some(op), credits)
+                }
+                DataItem::Rts { op } => {
+                    let tx = self.tx_ops.slots[op].as_ref().expect("queued op exists");
+                    let (info, len) = (tx.info, tx.len);
+                    let credits = self.take_owed(peer);
+                    let message = Wire::Rts {
+                        info,
+                        send_id: op as u16,
+                        len: len as u32,
+                        credits,
+                    };
+                    (message.encode(), None, credits)
+                }
+            };
+            let route = self.peers[peer].route.as_ref().expect("checked above");
+            match self.mbx.send(route, &message) {
+                Ok(()) => {
+                    let item = self.peers[peer].data.pop_front();
+                    if let (Some(op), Some(DataItem::Inline { .. } | DataItem::Eager { .. })) =
+                        (op, item)
+                    {
+                        self.complete_send(op);
+                    }
+                }
+                Err(MailboxError::Busy) => {
+                    if let Some(rx) = self.peers[peer].rx.as_mut() {
+                        rx.owed += piggyback as usize;
+                    }
+                    return true;
+                }
+                Err(_) => {
+                    self.fail_peer(peer);
+                    return false;
+                }
+            }
+        }
+        false
+    }
+
+    /// Starts the DMA of queued eager sends that have a credit, in order.
+    fn start_eager_dma(&mut self, peer: PeerIdx) {
+        let state = &mut self.peers[peer];
+        let Some(ring) = state.tx.as_mut() else {
+            return;
+        };
+        for item in &state.data {
+            let DataItem::Eager { op } = *item else {
+                continue;
+            };
+            let tx = self.tx_ops.slots[op].as_mut().expect("queued op exists");
+            let TxKind::Eager {
+                chunk,
+                state: ref mut eager,
+            } = tx.kind
+            else {
+                continue;
+            };
+            if *eager != EagerState::Waiting {
+                continue;
+            }
+            if ring.credits == 0 {
+                break;
+            }
+            let remote = ring.base + (ring.next * ring.slot_size) as u64;
+            match self
+                .dma
+                .put(self.bounce.addr(chunk), tx.len, ring.reg, remote)
+            {
+                Ok(id) => {
+                    ring.credits -= 1;
+                    ring.next = (ring.next + 1) % ring.slots;
+                    *eager = EagerState::InFlight;
+                    self.dma_waiters.insert(id, Waiter::Eager { op });
+                }
+                Err(e) => {
+                    tracing::warn!("eager DMA refused: {e}");
+                    break;
+                }
+            }
+        }
+    }
+
+    /// Credits owed to `peer`, taken for piggybacking (at most 255).
+    fn take_owed(&mut self, peer: PeerIdx) -> u8 {
+        let Some(rx) = self.peers[peer].rx.as_mut() else {
+            return 0;
+        };
+        let credits = rx.owed.min(u8::MAX as usize);
+        rx.owed -= credits;
+        credits as u8
+    }
+
+    // --- Progress ----------------------------------------------------------------
+
+    /// Advances everything: DMA completions, arrived messages, deferred work,
+    /// credits and queued sends.
+    pub fn progress(&mut self) {
+        self.reap_dma();
+        for _ in 0..self.cfg.poll_budget {
+            let Some((src, message)) = self.mbx.poll() else {
+                break;
+            };
+            self.dispatch(src, &message);
+        }
+        self.retry_deferred();
+        self.return_credits();
+        self.flush_active();
+        self.reap_dma();
+    }
+
+    fn flush_active(&mut self) {
+        let active = std::mem::take(&mut self.active);
+        for peer in active {
+            self.peers[peer].active = false;
+            if self.flush_peer(peer) {
+                self.mark_active(peer);
+            }
+        }
+    }
+
+    fn reap_dma(&mut self) {
+        while let Some(id) = self.dma.poll() {
+            match self.dma_waiters.remove(&id) {
+                Some(Waiter::Eager { op }) => {
+                    if let Some(tx) = self.tx_ops.get_mut(op) {
+                        if let TxKind::Eager { state, .. } = &mut tx.kind {
+                            *state = EagerState::Done;
+                        }
+                        let peer = tx.peer;
+                        self.mark_active(peer);
+                    }
+                }
+                Some(Waiter::Segment {
+                    op,
+                    segment,
+                    recv_id,
+                    chunk,
+                }) => {
+                    if let Some(chunk) = chunk {
+                        self.tx_staging.put(chunk);
+                    }
+                    if let Some(tx) = self.tx_ops.get_mut(op) {
+                        let peer = tx.peer;
+                        let done = Wire::SegDone {
+                            send_id: op as u16,
+                            segment,
+                            recv_id,
+                        };
+                        self.queue_control(peer, done.encode());
+                    }
+                }
+                None => tracing::warn!(?id, "completion of an unknown DMA"),
+            }
+        }
+    }
+
+    fn return_credits(&mut self) {
+        for peer in 0..self.peers.len() {
+            let Some(rx) = self.peers[peer].rx.as_ref() else {
+                continue;
+            };
+            // Half the ring: a sender that ran dry always gets its credits back.
+            if rx.owed > 0 && rx.owed >= rx.slots.div_ceil(2) && !self.peers[peer].dead {
+                let credits = self.take_owed(peer);
+                self.queue_control(peer, Wire::Credit { credits }.encode());
+            }
+        }
+    }
+
+    fn retry_deferred(&mut self) {
+        while let Some(&id) = self.deferred_grants.front() {
+            if !self.grant_next(id) {
+                break;
+            }
+            self.deferred_grants.pop_front();
+            self.continue_granting(id);
+        }
+        while let Some(grant) = self.deferred_segments.pop_front() {
+            if !self.put_segment(grant) {
+                self.deferred_segments.push_front(grant);
+                break;
+            }
+        }
+    }
+
+    fn dispatch(&mut self, src: M::Addr, message: &Message) {
+        let Some(wire) = Wire::decode(message) else {
+            tracing::warn!(%src, "malformed message dropped");
+            return;
+        };
+        let peer = self.peer_for_source(&src);
+        match wire {
+            Wire::Hello {
+                node,
+                ring,
+                slot_shift,
+                slots,
+            } => self.on_hello(peer, &node, ring, slot_shift, slots),
+            Wire::Inline { info, payload } => {
+                let bytes = payload.as_slice();
+                self.deliver(src, info, bytes.len(), bytes.as_ptr());
+            }
+            Wire::Eager { info, len, credits } => {
+                self.add_credits(peer, credits);
+                let Some(rx) = self.peers[peer].rx.as_mut() else {
+                    tracing::warn!(%src, "eager message from a peer without our ring; dropped");
+                    return;
+                };
+                let slot = rx.memory.as_ptr().wrapping_add(rx.next * rx.slot_size);
+                let len = (len as usize).min(rx.slot_size);
+                rx.next = (rx.next + 1) % rx.slots;
+                rx.owed += 1;
+                self.deliver(src, info, len, slot);
+            }
+            Wire::Rts {
+                info,
+                send_id,
+                len,
+                credits,
+            } => {
+                self.add_credits(peer, credits);
+                let len = len as usize;
+                match self.matcher.match_arrival(&src, &info, len) {
+                    Some(placement) => self.start_rx_xfer(peer, src, send_id, info, len, placement),
+                    None => self.matcher.push_unexpected(Unexpected {
+                        src,
+                        info,
+                        len,
+                        body: Held::Rts { peer, send_id },
+                        claimed_by: None,
+                    }),
+                }
+            }
+            Wire::Grant {
+                send_id,
+                segment,
+                addr,
+                len,
+                recv_id,
+            } => {
+                let grant = Grant {
+                    op: send_id as usize,
+                    segment,
+                    addr,
+                    len: len as usize,
+                    recv_id,
+                };
+                if !self.deferred_segments.is_empty() || !self.put_segment(grant) {
+                    self.deferred_segments.push_back(grant);
+                }
+            }
+            Wire::SegDone {
+                segment, recv_id, ..
+            } => self.on_segment_done(recv_id as usize, segment),
+            Wire::Fin { send_id } => self.complete_send(send_id as usize),
+            Wire::Credit { credits } => self.add_credits(peer, credits),
+        }
+    }
+
+    fn add_credits(&mut self, peer: PeerIdx, credits: u8) {
+        if credits == 0 {
+            return;
+        }
+        if let Some(tx) = self.peers[peer].tx.as_mut() {
+            tx.credits = (tx.credits + credits as usize).min(tx.slots);
+        }
+        self.mark_active(peer);
+    }
+
+    // --- Receiving ---------------------------------------------------------------
+
+    /// A message whose `len` bytes are at `data` (a mailbox message or an
+    /// eager slot, both ours until this returns).
+    fn deliver(&mut self, src: M::Addr, info: MatchInfo, len: usize, data: *const u8) {
+        match self.matcher.match_arrival(&src, &info, len) {
+            Some(placement) => {
+                let copied = len.min(placement.capacity());
+                // SAFETY: the placement's iov is a posted receive buffer,
+                // valid until its completion; `data` holds `len` bytes.
+                unsafe { scatter(&placement.iov, 0, data, copied) };
+                self.complete_recv(placement, src, info, len, copied);
+            }
+            None => {
+                // SAFETY: `data` holds `len` bytes (see above).
+                let bytes = unsafe { std::slice::from_raw_parts(data, len) }.to_vec();
+                self.matcher.push_unexpected(Unexpected {
+                    src,
+                    info,
+                    len,
+                    body: Held::Data(bytes),
+                    claimed_by: None,
+                });
+            }
+        }
+    }
+
+    fn complete_recv(
+        &mut self,
+        placement: Placement,
+        src: M::Addr,
+        info: MatchInfo,
+        msg_len: usize,
+        copied: usize,
+    ) {
+        if copied < msg_len {
+            let olen = msg_len - copied;
+            self.complete_recv_error(placement, Some(src), info, olen, ErrorKind::Truncated);
+            return;
+        }
+        let multi_released = placement
+            .multi
+            .is_some_and(|id| self.matcher.multi_piece_done(id) == MultiDone::Released);
+        self.events.push_back(Event::Recv(RecvDone {
+            context: placement.context,
+            completion: placement.completion,
+            tagged: info.tag.is_some(),
+            buf: placement.buf(),
+            len: copied,
+            tag: info.tag.unwrap_or(0),
+            data: info.data,
+            src,
+            multi_released,
+            multi: placement.multi.is_some(),
+        }));
+    }
+
+    fn complete_recv_error(
+        &mut self,
+        placement: Placement,
+        src: Option<M::Addr>,
+        info: MatchInfo,
+        olen: usize,
+        kind: ErrorKind,
+    ) {
+        let multi_released = placement
+            .multi
+            .is_some_and(|id| self.matcher.multi_piece_done(id) == MultiDone::Released);
+        let len = if kind == ErrorKind::Truncated {
+            placement.capacity()
+        } else {
+            0
+        };
+        self.events.push_back(Event::Error(OpError {
+            context: placement.context,
+            kind,
+            send: false,
+            tagged: info.tag.is_some(),
+            buf: placement.buf(),
+            len,
+            olen,
+            tag: info.tag.unwrap_or(0),
+            data: info.data,
+            src,
+            multi_released,
+        }));
+    }
+
+    /// Posts a receive; it may complete at once from unexpected messages.
+    ///
+    /// # Safety
+    /// `recv.iov` must stay valid until the receive completes.
+    pub unsafe fn post_recv(&mut self, tagged: bool, recv: PostedRecv<M::Addr>) {
+        let context = recv.context;
+        let multi = recv.multi_recv;
+        let mut next = self.matcher.post(tagged, recv);
+        while let Some((placement, message)) = next {
+            self.take_unexpected(placement, message);
+            next = if multi {
+                self.matcher.repost_multi(context)
+            } else {
+                None
+            };
+        }
+    }
+
+    fn take_unexpected(&mut self, placement: Placement, message: Unexpected<M::Addr, Held>) {
+        match message.body {
+            Held::Data(bytes) => {
+                let copied = bytes.len().min(placement.capacity());
+                // SAFETY: the placement's iov is a posted receive buffer.
+                unsafe { scatter(&placement.iov, 0, bytes.as_ptr(), copied) };
+                self.complete_recv(placement, message.src, message.info, message.len, copied);
+            }
+            Held::Rts { peer, send_id } => self.start_rx_xfer(
+                peer,
+                message.src,
+                send_id,
+                message.info,
+                message.len,
+                placement,
+            ),
+        }
+    }
+
+    /// `FI_PEEK` (with `claim`, `FI_CLAIM` too; with `discard`, drops the
+    /// message): reports the first unexpected message `probe` accepts, or a
+    /// `NoMessage` error.
+    pub fn peek(&mut self, tagged: bool, probe: PostedRecv<M::Addr>, claim: bool, discard: bool) {
+        let found = self
+            .matcher
+            .peek(tagged, &probe, claim && !discard)
+            .map(|u| (u.src, u.info, u.len));
+        let Some((src, info, len)) = found else {
+            self.events.push_back(Event::Error(OpError {
+                context: probe.context,
+                kind: ErrorKind::NoMessage,
+                send: false,
+                tagged,
+                buf: 0,
+                len: 0,
+                olen: 0,
+                tag: probe.tag,
+                data: None,
+                src: None,
+                multi_released: false,
+            }));
+            return;
+        };
+        if discard {
+            let _ = self.matcher.peek(tagged, &probe, true);
+            if let Some(message) = self.matcher.take_claimed(tagged, probe.context) {
+                self.discard(message);
+            }
+        }
+        self.events.push_back(Event::Recv(RecvDone {
+            context: probe.context,
+            completion: true,
+            tagged,
+            buf: 0,
+            len,
+            tag: info.tag.unwrap_or(0),
+            data: info.data,
+            src,
+            multi_released: false,
+            multi: false,
+        }));
+    }
+
+    /// `FI_CLAIM`: receives the message an earlier peek claimed for this
+    /// context (or drops it with `discard`). False if there is none.
+    ///
+    /// # Safety
+    /// As for [`Self::post_recv`].
+    pub unsafe fn claim(&mut self, tagged: bool, recv: PostedRecv<M::Addr>, discard: bool) -> bool {
+        let Some(message) = self.matcher.take_claimed(tagged, recv.context) else {
+            return false;
+        };
+        if discard {
+            let (src, info, len) = (message.src, message.info, message.len);
+            self.discard(message);
+            self.events.push_back(Event::Recv(RecvDone {
+                context: recv.context,
+                completion: recv.completion,
+                tagged,
+                buf: 0,
+                len,
+                tag: info.tag.unwrap_or(0),
+                data: info.data,
+                src,
+                multi_released: false,
+                multi: false,
+            }));
+            return true;
+        }
+        let placement = Placement {
+            context: recv.context,
+            iov: recv.iov,
+            completion: recv.completion,
+            multi: None,
+        };
+        self.take_unexpected(placement, message);
+        true
+    }
+
+    /// Drops an unexpected message; a rendezvous sender is told it is done.
+    fn discard(&mut self, message: Unexpected<M::Addr, Held>) {
+        if let Held::Rts { peer, send_id } = message.body {
+            self.queue_control(peer, Wire::Fin { send_id }.encode());
+        }
+    }
+
+    /// `fi_cancel` of a posted receive. Returns whether one was found.
+    pub fn cancel(&mut self, context: usize) -> bool {
+        let Some((tagged, recv)) = self.matcher.cancel(context) else {
+            return false;
+        };
+        self.events.push_back(Event::Error(OpError {
+            context,
+            kind: ErrorKind::Canceled,
+            send: false,
+            tagged,
+            buf: recv.iov.first().map_or(0, |&(addr, _)| addr),
+            len: 0,
+            olen: 0,
+            tag: recv.tag,
+            data: None,
+            src: None,
+            multi_released: recv.multi_recv,
+        }));
+        true
+    }
+
+    // --- Rendezvous ----------------------------------------------------------------
+
+    fn start_rx_xfer(
+        &mut self,
+        peer: PeerIdx,
+        src: M::Addr,
+        send_id: u16,
+        info: MatchInfo,
+        msg_len: usize,
+        placement: Placement,
+    ) {
+        let xfer_len = msg_len.min(placement.capacity());
+        let segments = xfer_len.div_ceil(self.cfg.segment_size) as u32;
+        let direct = placement.iov.len() == 1
+            && self
+                .dma
+                .is_dmable(placement.iov[0].0 as *const u8, xfer_len.max(1));
+        let id = self.rx_xfers.insert(RxXfer {
+            peer,
+            src,
+            send_id,
+            info,
+            placement,
+            msg_len,
+            xfer_len,
+            segments,
+            next_grant: 0,
+            done: 0,
+            direct,
+            staged: HashMap::new(),
+        });
+        if segments == 0 {
+            self.finish_rx(id);
+            return;
+        }
+        self.continue_granting(id);
+    }
+
+    /// Grants segments of transfer `id` up to its window.
+    fn continue_granting(&mut self, id: usize) {
+        let window = self.cfg.rendezvous_window.max(1) as u32;
+        loop {
+            let Some(xfer) = self.rx_xfers.get_mut(id) else {
+                return;
+            };
+            if xfer.next_grant >= xfer.segments || xfer.next_grant - xfer.done >= window {
+                return;
+            }
+            if !self.deferred_grants.is_empty() && self.deferred_grants.front() != Some(&id) {
+                self.deferred_grants.push_back(id);
+                return;
+            }
+            if !self.grant_next(id) {
+                if !self.deferred_grants.contains(&id) {
+                    self.deferred_grants.push_back(id);
+                }
+                return;
+            }
+        }
+    }
+
+    /// Grants the next segment of `id`; false if no staging buffer is free.
+    fn grant_next(&mut self, id: usize) -> bool {
+        let segment_size = self.cfg.segment_size;
+        let Some(xfer) = self.rx_xfers.get_mut(id) else {
+            return true;
+        };
+        let segment = xfer.next_grant;
+        let offset = segment as usize * segment_size;
+        let len = segment_size.min(xfer.xfer_len - offset);
+        let addr = if xfer.direct {
+            (xfer.placement.iov[0].0 + offset) as u64
+        } else {
+            let Some(chunk) = self.rx_staging.get() else {
+                return false;
+            };
+            xfer.staged.insert(segment, chunk);
+            self.rx_staging.addr(chunk) as u64
+        };
+        xfer.next_grant += 1;
+        let (peer, send_id) = (xfer.peer, xfer.send_id);
+        let grant = Wire::Grant {
+            send_id,
+            segment,
+            addr,
+            len: len as u32,
+            recv_id: id as u16,
+        };
+        self.queue_control(peer, grant.encode());
+        true
+    }
+
+    fn on_segment_done(&mut self, id: usize, segment: u32) {
+        let segment_size = self.cfg.segment_size;
+        let Some(xfer) = self.rx_xfers.get_mut(id) else {
+            tracing::warn!(id, "segment report for an unknown transfer");
+            return;
+        };
+        if let Some(chunk) = xfer.staged.remove(&segment) {
+            let offset = segment as usize * segment_size;
+            let len = segment_size.min(xfer.xfer_len - offset);
+            // SAFETY: the staging chunk holds the segment (its DMA completed
+            // before the sender reported it); the iov is the posted buffer.
+            unsafe {
+                scatter(
+                    &xfer.placement.iov,
+                    offset,
+                    self.rx_staging.addr(chunk),
+                    len,
+                )
+            };
+            self.rx_staging.put(chunk);
+        }
+        xfer.done += 1;
+        if xfer.done == xfer.segments {
+            self.finish_rx(id);
+        } else {
+            self.continue_granting(id);
+        }
+    }
+
+    fn finish_rx(&mut self, id: usize) {
+        let xfer = self.rx_xfers.remove(id).expect("transfer exists");
+        self.queue_control(
+            xfer.peer,
+            Wire::Fin {
+                send_id: xfer.send_id,
+            }
+            .encode(),
+        );
+        self.complete_recv(
+            xfer.placement,
+            xfer.src,
+            xfer.info,
+            xfer.msg_len,
+            xfer.xfer_len,
+        );
+    }
+
+    fn release_staged(&mut self, xfer: &RxXfer<M::Addr>) {
+        for &chunk in xfer.staged.values() {
+            self.rx_staging.put(chunk);
+        }
+    }
+
+    /// Puts one granted segment; false if no staging buffer is free.
+    fn put_segment(&mut self, grant: Grant) -> bool {
+        let segment_size = self.cfg.segment_size;
+        let Some(tx) = self.tx_ops.slots.get(grant.op).and_then(Option::as_ref) else {
+            tracing::warn!(op = grant.op, "grant for an unknown send");
+            return true;
+        };
+        let TxKind::Rendezvous { iov } = &tx.kind else {
+            tracing::warn!(op = grant.op, "grant for a send that is not a rendezvous");
+            return true;
+        };
+        let offset = grant.segment as usize * segment_size;
+        let len = grant.len.min(tx.len.saturating_sub(offset));
+        let peer = tx.peer;
+        let Some(node) = self.peers[peer].node else {
+            tracing::warn!(peer, "grant from a peer that never said hello");
+            return true;
+        };
+        let direct = iov.len() == 1
+            && self
+                .dma
+                .is_dmable((iov[0].0 + offset) as *const u8, len.max(1));
+        let (src, chunk) = if direct {
+            ((iov[0].0 + offset) as *const u8, None)
+        } else {
+            let Some(chunk) = self.tx_staging.get() else {
+                return false;
+            };
+            let at = self.tx_staging.addr(chunk);
+            // SAFETY: the send's iov is valid until it completes; the chunk
+            // holds segment_size >= len bytes.
+            unsafe { gather(iov, offset, at, len) };
+            (at as *const u8, Some(chunk))
+        };
+        let reg = match self.registration(node, grant.addr, len) {
+            Ok(reg) => reg,
+            Err(e) => {
+                tracing::warn!(%node, "cannot register a granted segment: {e}");
+                if let Some(chunk) = chunk {
+                    self.tx_staging.put(chunk);
+                }
+                self.fail_peer(peer);
+                return true;
+            }
+        };
+        let result = self.dma.put(src, len, reg.0, grant.addr);
+        for stale in reg.1 {
+            let _ = self.dma.deregister(stale);
+        }
+        match result {
+            Ok(id) => {
+                self.dma_waiters.insert(
+                    id,
+                    Waiter::Segment {
+                        op: grant.op,
+                        segment: grant.segment,
+                        recv_id: grant.recv_id,
+                        chunk,
+                    },
+                );
+                self.reap_dma();
+            }
+            Err(e) => {
+                tracing::warn!("segment DMA refused: {e}");
+                if let Some(chunk) = chunk {
+                    self.tx_staging.put(chunk);
+                }
+                self.fail_peer(peer);
+            }
+        }
+        true
+    }
+
+    /// A registration covering `[addr, addr + len)` of `node`, from the cache
+    /// if it can, with the registrations to release once the caller's DMA
+    /// has been submitted.
+    fn registration(
+        &mut self,
+        node: D::Node,
+        addr: u64,
+        len: usize,
+    ) -> Result<(RegId, Vec<RegId>), DmaError> {
+        let ticket = match self.regcache.lookup(node, addr, len as u64) {
+            Ok(&reg) => return Ok((reg, Vec::new())),
+            Err(ticket) => ticket,
+        };
+        let (start, aligned) = self
+            .regcache
+            .page_range(addr, len as u64)
+            .ok_or(DmaError::LengthOverflow)?;
+        let reg = match self.dma.register(node, start, aligned as usize) {
+            Ok(reg) => reg,
+            // The page-aligned range may poke past the node's memory.
+            Err(DmaError::OutOfBounds) => {
+                let reg = self.dma.register(node, addr, len)?;
+                return Ok((reg, vec![reg]));
+            }
+            Err(e) => return Err(e),
+        };
+        Ok((reg, self.regcache.insert(ticket, node, start, aligned, reg)))
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,473 @@
+//! The protocol over the real emulation, endpoints in one process. Small
+//! thresholds (22-byte inline, 1 KiB eager, 4 KiB segments) so that every
+//! path and boundary is crossed with small buffers.
+
+use std::time::{Duration, Instant};
+
+use unimem_dma::{DmaRegion, RegionConfig, ShmDmaEngine};
+use unimem_mailbox::{MailboxAddr, Profile, ShmMailbox, ShmMailboxConfig};
+
+use super::*;
+use crate::proto::test_job;
+
+type Ep = Endpoint<ShmMailbox, ShmDmaEngine>;
+
+const EAGER: usize = 1024;
+const SEGMENT: usize = 4096;
+
+fn config() -> ProtoConfig {
+    ProtoConfig {
+        eager_size: EAGER,
+        eager_credits: 4,
+        bounce_buffers: 8,
+        segment_size: SEGMENT,
+        rendezvous_window: 2,
+        staging_segments: 3,
+        tx_size: 256,
+        ..ProtoConfig::default()
+    }
+}
+
+fn endpoint_with(depth: usize, cfg: ProtoConfig) -> Ep {
+    let mbx = ShmMailbox::open(&ShmMailboxConfig {
+        job: test_job(),
+        depth,
+        profile: Profile::Native,
+    })
+    .unwrap();
+    let region = DmaRegion::for_process(&RegionConfig {
+        job: test_job(),
+        segment_size: 16 << 20,
+        max_size: 256 << 20,
+    })
+    .unwrap();
+    Endpoint::new(mbx, ShmDmaEngine::new(region, Profile::Native), cfg).unwrap()
+}
+
+fn endpoint() -> Ep {
+    endpoint_with(64, config())
+}
+
+fn pattern(len: usize, seed: u8) -> Vec<u8> {
+    (0..len)
+        .map(|i| (i as u8).wrapping_mul(31).wrapping_add(seed))
+        .collect()
+}
+
+fn send(
+    ep: &mut Ep,
+    dest: MailboxAddr,
+    data: &[u8],
+    tag: Option<u64>,
+    context: usize,
+) -> Result<(), PostError> {
+    let req = SendReq {
+        dest,
+        iov: vec![(data.as_ptr() as usize, data.len())],
+        info: MatchInfo { tag, data: None },
+        context,
+        completion: true,
+        inject: false,
+    };
+    // SAFETY: the tests keep `data` alive until the send completes.
+    unsafe { ep.send(req) }
+}
+
+fn recv_spec(
+    buf: &mut [u8],
+    context: usize,
+    src: Option<MailboxAddr>,
+    tag: u64,
+    ignore: u64,
+) -> PostedRecv<MailboxAddr> {
+    PostedRecv {
+        context,
+        iov: vec![(buf.as_mut_ptr() as usize, buf.len())],
+        src,
+        tag,
+        ignore,
+        completion: true,
+        multi_recv: false,
+    }
+}
+
+fn post(ep: &mut Ep, tagged: bool, recv: PostedRecv<MailboxAddr>) {
+    // SAFETY: the tests keep the buffer alive until the receive completes.
+    unsafe { ep.post_recv(tagged, recv) }
+}
+
+/// Progresses every endpoint until `n` events are collected from `ep_index`.
+fn collect(eps: &mut [&mut Ep], ep_index: usize, n: usize) -> Vec<Event<MailboxAddr>> {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let mut events = Vec::new();
+    while events.len() < n {
+        assert!(
+            Instant::now() < deadline,
+            "only {} of {n} events: {events:?}",
+            events.len()
+        );
+        for ep in eps.iter_mut() {
+            ep.progress();
+        }
+        while let Some(e) = eps[ep_index].next_event() {
+            events.push(e);
+        }
+    }
+    events
+}
+
+fn recv_done(event: &Event<MailboxAddr>) -> &RecvDone<MailboxAddr> {
+    match event {
+        Event::Recv(done) => done,
+        other => panic!("expected a receive completion, got {other:?}"),
+    }
+}
+
+#[test]
+fn every_size_around_every_threshold_arrives_intact() {
+    let mut a = endpoint();
+    let mut b = endpoint();
+    let inline = inline_capacity(false, false);
+    let mut sizes = vec![0, 1, 100_000, 3 * SEGMENT + 5];
+    for limit in [inline, EAGER, SEGMENT, 2 * SEGMENT] {
+        sizes.extend([limit - 1, limit, limit + 1]);
+    }
+    for (i, &len) in sizes.iter().enumerate() {
+        let data = pattern(len, i as u8);
+        let mut buf = vec![0u8; len];
+        post(&mut b, false, recv_spec(&mut buf, 100 + i, None, 0, 0));
+        send(&mut a, b.addr(), &data, None, i).unwrap();
+        let sent = collect(&mut [&mut a, &mut b], 0, 1);
+        assert!(
+            matches!(sent[0], Event::Send { context, .. } if context == i),
+            "{len}: {sent:?}"
+        );
+        let got = collect(&mut [&mut a, &mut b], 1, 1);
+        let done = recv_done(&got[0]);
+        assert_eq!(
+            (done.context, done.len, done.src),
+            (100 + i, len, a.addr()),
+            "size {len}"
+        );
+        assert!(buf == data, "data of a {len}-byte message differs");
+    }
+    assert!(!a.busy() && !b.busy());
+}
+
+#[test]
+fn unexpected_messages_wait_for_their_receives_in_order() {
+    let mut a = endpoint();
+    let mut b = endpoint();
+    let messages: Vec<Vec<u8>> = [5, 700, 9000, 12, 3000]
+        .iter()
+        .map(|&n| pattern(n, n as u8))
+        .collect();
+    for (i, m) in messages.iter().enumerate() {
+        send(&mut a, b.addr(), m, Some(7), i).unwrap();
+    }
+    // Let everything arrive (rendezvous requests wait) before any receive.
+    for _ in 0..100 {
+        a.progress();
+        b.progress();
+    }
+    let mut bufs: Vec<Vec<u8>> = messages.iter().map(|m| vec![0u8; m.len()]).collect();
+    for (i, buf) in bufs.iter_mut().enumerate() {
+        post(&mut b, true, recv_spec(buf, 10 + i, Some(a.addr()), 7, 0));
+    }
+    let got = collect(&mut [&mut a, &mut b], 1, messages.len());
+    let mut contexts: Vec<usize> = got.iter().map(|e| recv_done(e).context).collect();
+    contexts.sort_unstable();
+    assert_eq!(contexts, vec![10, 11, 12, 13, 14]);
+    for (buf, m) in bufs.iter().zip(&messages) {
+        assert!(buf == m);
+    }
+    collect(&mut [&mut a, &mut b], 0, messages.len());
+}
+
+#[test]
+fn tags_ignore_masks_and_directed_receives() {
+    let mut a = endpoint();
+    let mut b = endpoint();
+    let mut c = endpoint();
+    let mut from_c = [0u8; 4];
+    let mut masked = [0u8; 4];
+    let mut any = [0u8; 4];
+    post(
+        &mut b,
+        true,
+        recv_spec(&mut from_c, 1, Some(c.addr()), 0x500, 0),
+    );
+    post(&mut b, true, recv_spec(&mut masked, 2, None, 0x100, 0x0ff));
+    post(&mut b, true, recv_spec(&mut any, 3, None, 0, u64::MAX));
+    send(&mut a, b.addr(), b"a500", Some(0x500), 0).unwrap(); // not from c: masked? no, 0x500 | 0xff != 0x1ff
+    send(&mut a, b.addr(), b"a1ab", Some(0x1ab), 1).unwrap();
+    send(&mut c, b.addr(), b"c500", Some(0x500), 2).unwrap();
+    let got = collect(&mut [&mut a, &mut b, &mut c], 1, 3);
+    let by_context = |ctx: usize| {
+        got.iter()
+            .map(recv_done)
+            .find(|d| d.context == ctx)
+            .unwrap()
+            .clone()
+    };
+    assert_eq!((by_context(3).tag, &any), (0x500, b"a500"));
+    assert_eq!((by_context(2).tag, &masked), (0x1ab, b"a1ab"));
+    assert_eq!((by_context(1).src, &from_c), (c.addr(), b"c500"));
+}
+
+#[test]
+fn fast_sender_never_overruns_a_slow_receiver() {
+    let mut a = endpoint();
+    // A shallow mailbox and 4 eager credits: the sender must queue.
+    let mut b = endpoint_with(8, config());
+    let count = 200;
+    let messages: Vec<Vec<u8>> = (0..count)
+        .map(|i| pattern(40 + (i * 97) % 3000, i as u8))
+        .collect();
+    // While the receiver sleeps, the sender posts until it is told to wait.
+    let mut sent = 0;
+    while sent < count {
+        match send(&mut a, b.addr(), &messages[sent], None, sent) {
+            Ok(()) => sent += 1,
+            Err(PostError::Again) => break,
+            Err(e) => panic!("send: {e:?}"),
+        }
+        a.progress();
+    }
+    assert!(sent < count, "the sender was never held back");
+    // Then both run: everything queued must still arrive, in order.
+    while sent < count {
+        match send(&mut a, b.addr(), &messages[sent], None, sent) {
+            Ok(()) => sent += 1,
+            Err(PostError::Again) => {}
+            Err(e) => panic!("send: {e:?}"),
+        }
+        a.progress();
+        b.progress();
+    }
+    let mut bufs: Vec<Vec<u8>> = messages.iter().map(|m| vec![0u8; m.len()]).collect();
+    for (i, buf) in bufs.iter_mut().enumerate() {
+        post(&mut b, false, recv_spec(buf, i, None, 0, 0));
+    }
+    // Rendezvous receives finish after later eager ones; what must hold is
+    // that receive i matched message i, which the data shows.
+    let got = collect(&mut [&mut a, &mut b], 1, count);
+    let mut contexts: Vec<usize> = got.iter().map(|e| recv_done(e).context).collect();
+    contexts.sort_unstable();
+    assert_eq!(contexts, (0..count).collect::<Vec<_>>());
+    for (i, (buf, m)) in bufs.iter().zip(&messages).enumerate() {
+        assert!(buf == m, "receive {i} got another message's data");
+    }
+}
+
+#[test]
+fn truncation_reports_the_overflow() {
+    let mut a = endpoint();
+    let mut b = endpoint();
+    for (len, cap) in [(20, 8), (900, 100), (3 * SEGMENT, SEGMENT + 1)] {
+        let data = pattern(len, 3);
+        let mut buf = vec![0u8; cap];
+        post(&mut b, false, recv_spec(&mut buf, 9, None, 0, 0));
+        send(&mut a, b.addr(), &data, None, 1).unwrap();
+        let got = collect(&mut [&mut a, &mut b], 1, 1);
+        match &got[0] {
+            Event::Error(e) => {
+                assert_eq!(
+                    (e.kind, e.len, e.olen),
+                    (ErrorKind::Truncated, cap, len - cap)
+                );
+            }
+            other => panic!("expected truncation, got {other:?}"),
+        }
+        assert_eq!(&buf[..], &data[..cap]);
+        collect(&mut [&mut a, &mut b], 0, 1);
+    }
+}
+
+#[test]
+fn multi_receive_buffer_fills_in_order_and_is_released_last() {
+    let mut a = endpoint();
+    let mut b = endpoint();
+    b.set_min_multi_recv(1000);
+    let mut buf = vec![0u8; 4000];
+    let mut spec = recv_spec(&mut buf, 77, None, 0, 0);
+    spec.multi_recv = true;
+    post(&mut b, false, spec);
+    let messages: Vec<Vec<u8>> = [600, 10, 1500, 800, 300]
+        .iter()
+        .map(|&n| pattern(n, n as u8))
+        .collect();
+    for (i, m) in messages.iter().enumerate() {
+        send(&mut a, b.addr(), m, None, i).unwrap();
+    }
+    // 600 + 10 + 1500 + 800 = 2910: 1090 left, still >= 1000; + 300 = 3210:
+    // 790 left, retired with the fifth message.
+    let got = collect(&mut [&mut a, &mut b], 1, 5);
+    // The release comes with the last completion, whatever finished last
+    // (here the 1500-byte rendezvous).
+    let released: Vec<bool> = got.iter().map(|e| recv_done(e).multi_released).collect();
+    assert_eq!(released, vec![false, false, false, false, true]);
+    // The pieces were carved in arrival order.
+    let base = buf.as_ptr() as usize;
+    let mut offset = 0;
+    for m in &messages {
+        let done = got
+            .iter()
+            .map(recv_done)
+            .find(|d| d.buf == base + offset)
+            .expect("a piece at this offset");
+        assert_eq!((done.context, done.len), (77, m.len()));
+        assert!(done.multi);
+        assert!(buf[offset..offset + m.len()] == m[..]);
+        offset += m.len();
+    }
+}
+
+#[test]
+fn cancel_completes_with_canceled() {
+    let mut a = endpoint();
+    let mut b = endpoint();
+    let mut x = [0u8; 8];
+    let mut y = [0u8; 8];
+    post(&mut b, true, recv_spec(&mut x, 1, None, 5, 0));
+    post(&mut b, true, recv_spec(&mut y, 2, None, 5, 0));
+    assert!(b.cancel(1));
+    assert!(!b.cancel(1));
+    match b.next_event() {
+        Some(Event::Error(e)) => assert_eq!((e.context, e.kind), (1, ErrorKind::Canceled)),
+        other => panic!("{other:?}"),
+    }
+    send(&mut a, b.addr(), b"12345678", Some(5), 0).unwrap();
+    let got = collect(&mut [&mut a, &mut b], 1, 1);
+    assert_eq!(recv_done(&got[0]).context, 2);
+    assert_eq!(&y, b"12345678");
+}
+
+#[test]
+fn peek_claim_and_discard() {
+    let mut a = endpoint();
+    let mut b = endpoint();
+    let (small, large) = (pattern(500, 1), pattern(5000, 2));
+    send(&mut a, b.addr(), &small, Some(1), 0).unwrap();
+    send(&mut a, b.addr(), &large, Some(2), 1).unwrap();
+    for _ in 0..50 {
+        a.progress();
+        b.progress();
+    }
+    let mut none = [0u8; 0];
+    b.peek(true, recv_spec(&mut none, 9, None, 3, 0), false, false);
+    assert!(matches!(
+        b.next_event(),
+        Some(Event::Error(OpError {
+            kind: ErrorKind::NoMessage,
+            ..
+        }))
+    ));
+    b.peek(true, recv_spec(&mut none, 10, None, 2, 0), true, false);
+    let peeked = b.next_event().unwrap();
+    assert_eq!((recv_done(&peeked).len, recv_done(&peeked).tag), (5000, 2));
+    // Claimed: a plain receive for tag 2 does not see it.
+    let mut other = vec![0u8; 5000];
+    post(&mut b, true, recv_spec(&mut other, 11, None, 2, 0));
+    assert!(b.next_event().is_none());
+    let mut claimed = vec![0u8; 5000];
+    // SAFETY: `claimed` outlives the transfer below.
+    assert!(unsafe { b.claim(true, recv_spec(&mut claimed, 10, None, 0, 0), false) });
+    let got = collect(&mut [&mut a, &mut b], 1, 1);
+    assert_eq!(recv_done(&got[0]).context, 10);
+    assert!(claimed == large);
+    // Peek and discard the other one.
+    b.peek(true, recv_spec(&mut none, 12, None, 1, 0), false, true);
+    assert_eq!(recv_done(&b.next_event().unwrap()).len, 500);
+    b.peek(true, recv_spec(&mut none, 13, None, 1, 0), false, false);
+    assert!(matches!(b.next_event(), Some(Event::Error(_))));
+    assert!(b.cancel(11));
+}
+
+#[test]
+fn rendezvous_straight_into_dmable_receive_buffers() {
+    let mut a = endpoint();
+    let mut b = endpoint();
+    let len = 10 * SEGMENT + 3;
+    let target = b.dma.alloc(len).unwrap();
+    let source = a.dma.alloc(len).unwrap();
+    let data = pattern(len, 9);
+    source.write(0, &data);
+    let spec = PostedRecv {
+        context: 1,
+        iov: vec![(target.as_ptr() as usize, len)],
+        src: None,
+        tag: 0,
+        ignore: 0,
+        completion: true,
+        multi_recv: false,
+    };
+    post(&mut b, false, spec);
+    let req = SendReq {
+        dest: b.addr(),
+        iov: vec![(source.as_ptr() as usize, len)],
+        info: MatchInfo::default(),
+        context: 2,
+        completion: true,
+        inject: false,
+    };
+    // SAFETY: `source` outlives the send.
+    unsafe { a.send(req) }.unwrap();
+    collect(&mut [&mut a, &mut b], 1, 1);
+    collect(&mut [&mut a, &mut b], 0, 1);
+    let mut out = vec![0u8; len];
+    target.read(0, &mut out);
+    assert!(out == data);
+    // No staging was needed on either side.
+    assert_eq!(a.tx_staging.available(), 3);
+    assert_eq!(b.rx_staging.available(), 3);
+}
+
+#[test]
+fn sends_to_oneself() {
+    let mut a = endpoint();
+    for len in [3, 500, 20_000] {
+        let data = pattern(len, 4);
+        let mut buf = vec![0u8; len];
+        let me = a.addr();
+        post(&mut a, false, recv_spec(&mut buf, 1, Some(me), 0, 0));
+        send(&mut a, me, &data, None, 2).unwrap();
+        let got = collect(&mut [&mut a], 0, 2);
+        assert!(got
+            .iter()
+            .any(|e| matches!(e, Event::Recv(d) if d.src == a.addr())));
+        assert!(buf == data);
+    }
+}
+
+#[test]
+fn inject_completes_without_an_event_and_rejects_large() {
+    let mut a = endpoint();
+    let mut b = endpoint();
+    let data = pattern(500, 1);
+    let req = SendReq {
+        dest: b.addr(),
+        iov: vec![(data.as_ptr() as usize, data.len())],
+        info: MatchInfo::default(),
+        context: 0,
+        completion: true,
+        inject: true,
+    };
+    // SAFETY: data is live during the call; inject copies it.
+    unsafe { a.send(req.clone()) }.unwrap();
+    let big = pattern(EAGER + 1, 1);
+    let req_big = SendReq {
+        iov: vec![(big.as_ptr() as usize, big.len())],
+        ..req
+    };
+    // SAFETY: as above.
+    assert_eq!(unsafe { a.send(req_big) }, Err(PostError::TooLong));
+    let mut buf = vec![0u8; 500];
+    post(&mut b, false, recv_spec(&mut buf, 1, None, 0, 0));
+    collect(&mut [&mut a, &mut b], 1, 1);
+    assert!(buf == data);
+    for _ in 0..10 {
+        a.progress();
+    }
+    assert!(a.next_event().is_none());
+}

@@ -1,0 +1,178 @@
+//! The messaging protocol, in plain Rust: no libfabric inside, generic over
+//! the hardware interfaces ([`unimem_mailbox::Mailbox`],
+//! [`unimem_dma::DmaEngine`]), so that it is unit-tested on the emulation
+//! and runs unchanged on another backend.
+//!
+//! Three ways to carry a message, chosen by size:
+//! - **inline**: the whole message inside one 192-bit mailbox message;
+//! - **eager**: the data is put by DMA into the next slot of a ring the
+//!   receiver set aside for this sender, then announced by mailbox; the
+//!   ring's slots are credits, returned by the receiver (piggybacked when it
+//!   can), so a fast sender never overruns a slow receiver;
+//! - **rendezvous**: a request to send; once matched, the receiver grants
+//!   segments (its staging buffers, or the user buffer itself when it is
+//!   dmable) a window at a time, the sender puts each and reports it, and
+//!   the receiver ends with a FIN. Data moves only into matched receives.
+//!
+//! Ordering: one sender's mailbox messages arrive in order, data messages
+//! leave each peer queue in order, and matching follows arrival order, which
+//! gives `FI_ORDER_SAS`.
+
+pub mod endpoint;
+pub mod iov;
+pub mod matching;
+pub mod pool;
+pub mod wire;
+
+pub use endpoint::Endpoint;
+
+use unimem_mailbox::{JobId, NodeId};
+
+use wire::NODE_LEN;
+
+/// Tunables of the protocol.
+#[derive(Clone, Debug)]
+pub struct ProtoConfig {
+    /// Largest message sent eagerly; also the size of one eager slot.
+    pub eager_size: usize,
+    /// Eager slots (credits) a receiver sets aside per sender.
+    pub eager_credits: usize,
+    /// Bounce buffers for eager sends from non-dmable memory.
+    pub bounce_buffers: usize,
+    /// Rendezvous segment size.
+    pub segment_size: usize,
+    /// Segments granted ahead per rendezvous transfer.
+    pub rendezvous_window: usize,
+    /// Staging segments per endpoint, on each side.
+    pub staging_segments: usize,
+    /// Most sends outstanding at once (`tx_size`); beyond it, -FI_EAGAIN.
+    pub tx_size: usize,
+    /// Largest message.
+    pub max_msg_size: usize,
+    /// Mailbox messages handled per progress call at most.
+    pub poll_budget: usize,
+    pub regcache: unimem_regcache::Config,
+}
+
+impl Default for ProtoConfig {
+    fn default() -> Self {
+        ProtoConfig {
+            eager_size: 16 << 10,
+            eager_credits: 16,
+            bounce_buffers: 64,
+            segment_size: 256 << 10,
+            rendezvous_window: 4,
+            staging_segments: 8,
+            tx_size: 1024,
+            max_msg_size: 1 << 30,
+            poll_budget: 256,
+            regcache: unimem_regcache::Config::default(),
+        }
+    }
+}
+
+/// What a finished operation reports.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Event<A> {
+    Send {
+        context: usize,
+        tagged: bool,
+        completion: bool,
+    },
+    Recv(RecvDone<A>),
+    Error(OpError<A>),
+}
+
+/// A completed receive.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RecvDone<A> {
+    pub context: usize,
+    pub completion: bool,
+    pub tagged: bool,
+    pub buf: usize,
+    pub len: usize,
+    pub tag: u64,
+    pub data: Option<u64>,
+    pub src: A,
+    /// The multi-receive buffer this landed in is released with it.
+    pub multi_released: bool,
+    /// Part of a multi-receive buffer.
+    pub multi: bool,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ErrorKind {
+    /// The message was longer than the receive buffer.
+    Truncated,
+    /// `fi_cancel`led.
+    Canceled,
+    /// The peer is dead or unreachable.
+    PeerUnreachable,
+    /// `FI_PEEK` found nothing.
+    NoMessage,
+}
+
+/// A failed operation: always reported, whatever selective completion says.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct OpError<A> {
+    pub context: usize,
+    pub kind: ErrorKind,
+    pub send: bool,
+    pub tagged: bool,
+    pub buf: usize,
+    /// Bytes delivered.
+    pub len: usize,
+    /// Bytes that did not fit.
+    pub olen: usize,
+    pub tag: u64,
+    pub data: Option<u64>,
+    pub src: Option<A>,
+    pub multi_released: bool,
+}
+
+/// Why a request was refused at once.
+#[derive(Debug, PartialEq, Eq)]
+pub enum PostError {
+    /// Out of a resource; progress frees it (-FI_EAGAIN).
+    Again,
+    /// Longer than the largest message (-FI_EMSGSIZE).
+    TooLong,
+    /// Unknown or malformed destination (-FI_EINVAL).
+    BadAddress,
+    /// The destination is dead (-FI_EHOSTUNREACH).
+    Unreachable,
+    /// Resource the host refused (-FI_ENOMEM).
+    NoMemory,
+}
+
+/// A node identity that travels in a Hello.
+pub trait WireNode: Sized {
+    fn to_wire(&self) -> [u8; NODE_LEN];
+    fn from_wire(bytes: &[u8; NODE_LEN]) -> Self;
+}
+
+impl WireNode for NodeId {
+    fn to_wire(&self) -> [u8; NODE_LEN] {
+        let mut out = [0u8; NODE_LEN];
+        out[0..4].copy_from_slice(&self.job.0.to_le_bytes());
+        out[4..8].copy_from_slice(&self.pid.to_le_bytes());
+        out[8..12].copy_from_slice(&self.nonce.to_le_bytes());
+        out
+    }
+
+    fn from_wire(bytes: &[u8; NODE_LEN]) -> Self {
+        let word = |i: usize| u32::from_le_bytes(bytes[i..i + 4].try_into().unwrap());
+        NodeId {
+            job: JobId(word(0)),
+            pid: word(4),
+            nonce: word(8),
+        }
+    }
+}
+
+#[cfg(test)]
+pub(crate) fn test_job() -> JobId {
+    // One process has one dmable region, of one job: every unit test of the
+    // crate that touches DMA shares this job.
+    JobId::from_name(&format!("provider-unit-{}", std::process::id()))
+}
