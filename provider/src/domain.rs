@@ -1,20 +1,24 @@
 //! The domain object (`fi_domain`): owns the resources endpoints share.
-//! For now it validates the info it is opened with and records the
-//! resolved attributes (threading, progress, sizes...) for the objects that
-//! will hang off it; every resource constructor answers -FI_ENOSYS until its
-//! module exists (av.rs, cq.rs, ep.rs, cntr.rs, mr.rs).
+//! It validates the info it is opened with, records the resolved
+//! attributes (threading, progress, sizes...) for the objects that hang
+//! off it, and hands their construction to their modules (av.rs, cq.rs,
+//! cntr.rs, mr.rs; endpoints: ep.rs). An EQ may be bound to it
+//! (`fi_domain_bind`) for domain-level events.
 
 use std::mem::size_of;
 use std::os::raw::{c_int, c_void};
 use std::sync::Arc;
 
+use parking_lot::Mutex;
+
 use crate::attr::{self, Hints, Info};
 use crate::config::Config;
-use crate::core;
+use crate::eq::{self, EqInner};
 use crate::fabric::FabricInner;
 use crate::ffi::{self, ret};
 use crate::fid::{self, Children, Parent, ParentRef};
 use crate::guard::ffi_guard;
+use crate::{av, cntr, core, cq, mr};
 
 /// Our `struct fid_domain`.
 #[repr(C)]
@@ -34,12 +38,19 @@ pub struct DomainInner {
     /// (FI_THREAD_DOMAIN lets the data path skip locks), progress, sizes,
     /// caps, mr_mode...
     pub info: Info,
+    /// EQ bound with `fi_domain_bind` (at most one).
+    eq: Mutex<Option<ParentRef<EqInner>>>,
     children: Children,
 }
 
 impl DomainInner {
     pub fn config(&self) -> &Arc<Config> {
         &self.fabric.config
+    }
+
+    /// The EQ bound to the domain, if any.
+    pub fn with_eq<R>(&self, f: impl FnOnce(Option<&EqInner>) -> R) -> R {
+        f(self.eq.lock().as_deref())
     }
 }
 
@@ -52,8 +63,7 @@ impl Parent for DomainInner {
 static DOMAIN_FI_OPS: ffi::fi_ops = ffi::fi_ops {
     size: size_of::<ffi::fi_ops>(),
     close: Some(domain_close),
-    // Binding an EQ (asynchronous AV inserts) comes with eq.rs.
-    bind: Some(fid::no_bind),
+    bind: Some(domain_bind),
     control: Some(fid::no_control),
     ops_open: Some(fid::no_ops_open),
     tostr: Some(fid::no_tostr),
@@ -122,6 +132,7 @@ pub unsafe fn open(
             fabric: ParentRef::new(fabric),
             api_version,
             info: resolved,
+            eq: Mutex::new(None),
             children: Children::default(),
         }),
     });
@@ -177,30 +188,76 @@ unsafe extern "C" fn domain_close(fid: *mut ffi::fid) -> c_int {
     })
 }
 
+unsafe extern "C" fn domain_bind(fid: *mut ffi::fid, bfid: *mut ffi::fid, flags: u64) -> c_int {
+    ffi_guard("fi_domain_bind", || {
+        // SAFETY: fid comes from the application.
+        let Some(domain) = (unsafe { domain_of(fid, "fi_domain_bind") }) else {
+            return ret::EINVAL;
+        };
+        if flags != 0 {
+            // FI_REG_MR: registrations are synchronous, never reported on an EQ.
+            tracing::warn!("fi_domain_bind: unsupported flags {flags:#x}");
+            return ret::EBADFLAGS;
+        }
+        // SAFETY: bfid comes from the application.
+        let Some(eq) = (unsafe { eq::inner_of(bfid) }) else {
+            tracing::warn!("fi_domain_bind: only a unimem EQ can be bound to a domain");
+            return ret::EINVAL;
+        };
+        let mut slot = domain.inner.eq.lock();
+        if slot.is_some() {
+            tracing::warn!("fi_domain_bind: an EQ is already bound");
+            return ret::EINVAL;
+        }
+        *slot = Some(ParentRef::new(&eq));
+        ret::SUCCESS
+    })
+}
+
+/// Run a constructor on our domain behind `domain`.
+///
+/// # Safety
+/// `domain` must be NULL or a live `struct fid_domain`.
+unsafe fn with_domain(
+    op: &'static str,
+    domain: *mut ffi::fid_domain,
+    f: impl FnOnce(&Arc<DomainInner>) -> c_int,
+) -> c_int {
+    ffi_guard(op, || {
+        // SAFETY: fid_domain starts with its fid (caller).
+        match unsafe { domain_of(domain as *const ffi::fid, op) } {
+            Some(d) => f(&d.inner),
+            None => ret::EINVAL,
+        }
+    })
+}
+
+unsafe extern "C" fn domain_av_open(
+    domain: *mut ffi::fid_domain,
+    attr: *mut ffi::fi_av_attr,
+    av: *mut *mut ffi::fid_av,
+    context: *mut c_void,
+) -> c_int {
+    // SAFETY: the arguments come from the application's fi_av_open.
+    unsafe { with_domain("fi_av_open", domain, |d| av::open(d, attr, av, context)) }
+}
+
+unsafe extern "C" fn domain_cq_open(
+    domain: *mut ffi::fid_domain,
+    attr: *mut ffi::fi_cq_attr,
+    cq: *mut *mut ffi::fid_cq,
+    context: *mut c_void,
+) -> c_int {
+    // SAFETY: the arguments come from the application's fi_cq_open.
+    unsafe { with_domain("fi_cq_open", domain, |d| cq::open(d, attr, cq, context)) }
+}
+
 /// A domain operation that arrives with a later module.
 fn not_yet(op: &'static str, module: &str) -> c_int {
     ffi_guard(op, || {
         tracing::info!("{op}: not implemented yet ({module})");
         ret::ENOSYS
     })
-}
-
-unsafe extern "C" fn domain_av_open(
-    _domain: *mut ffi::fid_domain,
-    _attr: *mut ffi::fi_av_attr,
-    _av: *mut *mut ffi::fid_av,
-    _context: *mut c_void,
-) -> c_int {
-    not_yet("fi_av_open", "av.rs")
-}
-
-unsafe extern "C" fn domain_cq_open(
-    _domain: *mut ffi::fid_domain,
-    _attr: *mut ffi::fi_cq_attr,
-    _cq: *mut *mut ffi::fid_cq,
-    _context: *mut c_void,
-) -> c_int {
-    not_yet("fi_cq_open", "cq.rs")
 }
 
 unsafe extern "C" fn domain_endpoint(
@@ -233,12 +290,17 @@ unsafe extern "C" fn domain_scalable_ep(
 }
 
 unsafe extern "C" fn domain_cntr_open(
-    _domain: *mut ffi::fid_domain,
-    _attr: *mut ffi::fi_cntr_attr,
-    _cntr: *mut *mut ffi::fid_cntr,
-    _context: *mut c_void,
+    domain: *mut ffi::fid_domain,
+    attr: *mut ffi::fi_cntr_attr,
+    cntr: *mut *mut ffi::fid_cntr,
+    context: *mut c_void,
 ) -> c_int {
-    not_yet("fi_cntr_open", "cntr.rs")
+    // SAFETY: the arguments come from the application's fi_cntr_open.
+    unsafe {
+        with_domain("fi_cntr_open", domain, |d| {
+            cntr::open(d, attr, cntr, context)
+        })
+    }
 }
 
 unsafe extern "C" fn domain_poll_open(
@@ -292,40 +354,79 @@ unsafe extern "C" fn domain_query_collective(
 }
 
 unsafe extern "C" fn domain_mr_reg(
-    _fid: *mut ffi::fid,
-    _buf: *const c_void,
-    _len: usize,
-    _access: u64,
-    _offset: u64,
-    _requested_key: u64,
-    _flags: u64,
-    _mr: *mut *mut ffi::fid_mr,
-    _context: *mut c_void,
+    fid: *mut ffi::fid,
+    buf: *const c_void,
+    len: usize,
+    access: u64,
+    offset: u64,
+    requested_key: u64,
+    flags: u64,
+    mr: *mut *mut ffi::fid_mr,
+    context: *mut c_void,
 ) -> c_int {
-    not_yet("fi_mr_reg", "mr.rs")
+    let iov = [ffi::iovec {
+        iov_base: buf as *mut c_void,
+        iov_len: len,
+    }];
+    let req = mr::Request {
+        iov: &iov,
+        access,
+        offset,
+        requested_key,
+        flags,
+        context,
+    };
+    // SAFETY: fid and mr come from the application's fi_mr_reg.
+    unsafe {
+        with_domain("fi_mr_reg", fid as *mut ffi::fid_domain, |d| {
+            mr::register(d, &req, mr, "fi_mr_reg")
+        })
+    }
 }
 
 unsafe extern "C" fn domain_mr_regv(
-    _fid: *mut ffi::fid,
-    _iov: *const ffi::iovec,
-    _count: usize,
-    _access: u64,
-    _offset: u64,
-    _requested_key: u64,
-    _flags: u64,
-    _mr: *mut *mut ffi::fid_mr,
-    _context: *mut c_void,
+    fid: *mut ffi::fid,
+    iov: *const ffi::iovec,
+    count: usize,
+    access: u64,
+    offset: u64,
+    requested_key: u64,
+    flags: u64,
+    mr: *mut *mut ffi::fid_mr,
+    context: *mut c_void,
 ) -> c_int {
-    not_yet("fi_mr_regv", "mr.rs")
+    // SAFETY: fid, iov and mr come from the application's fi_mr_regv.
+    unsafe {
+        with_domain("fi_mr_regv", fid as *mut ffi::fid_domain, |d| {
+            let Some(iov) = mr::iov_slice(iov, count) else {
+                tracing::warn!("fi_mr_regv: NULL iov");
+                return ret::EINVAL;
+            };
+            let req = mr::Request {
+                iov,
+                access,
+                offset,
+                requested_key,
+                flags,
+                context,
+            };
+            mr::register(d, &req, mr, "fi_mr_regv")
+        })
+    }
 }
 
 unsafe extern "C" fn domain_mr_regattr(
-    _fid: *mut ffi::fid,
-    _attr: *const ffi::fi_mr_attr,
-    _flags: u64,
-    _mr: *mut *mut ffi::fid_mr,
+    fid: *mut ffi::fid,
+    attr: *const ffi::fi_mr_attr,
+    flags: u64,
+    mr: *mut *mut ffi::fid_mr,
 ) -> c_int {
-    not_yet("fi_mr_regattr", "mr.rs")
+    // SAFETY: the arguments come from the application's fi_mr_regattr.
+    unsafe {
+        with_domain("fi_mr_regattr", fid as *mut ffi::fid_domain, |d| {
+            mr::register_attr(d, attr, flags, mr)
+        })
+    }
 }
 
 #[cfg(test)]
@@ -380,11 +481,42 @@ mod tests {
             let av_open = (*(*dom).ops).av_open.unwrap();
             assert_eq!(
                 av_open(dom, ptr::null_mut(), ptr::null_mut(), ptr::null_mut()),
+                ret::EINVAL
+            );
+            let endpoint = (*(*dom).ops).endpoint.unwrap();
+            assert_eq!(
+                endpoint(dom, ptr::null_mut(), ptr::null_mut(), ptr::null_mut()),
                 ret::ENOSYS
             );
             assert_eq!(close(fab as *mut ffi::fid), ret::EBUSY);
             assert_eq!(close(dom as *mut ffi::fid), ret::SUCCESS);
             assert_eq!(close(fab as *mut ffi::fid), ret::SUCCESS);
+        }
+    }
+
+    #[test]
+    fn a_bound_eq_stays_open_until_the_domain_closes() {
+        let mut info = ffi::fi_info::default();
+        let (fab, dom) = open_both(&mut info);
+        let dom = dom.expect("domain opens");
+        let mut attr = ffi::fi_eq_attr::default();
+        let mut eq: *mut ffi::fid_eq = ptr::null_mut();
+        // SAFETY: fab, dom and eq are live objects of ours.
+        unsafe {
+            let eq_open = (*(*fab).ops).eq_open.unwrap();
+            assert_eq!(eq_open(fab, &mut attr, &mut eq, ptr::null_mut()), 0);
+            let bind = (*(*dom).fid.ops).bind.unwrap();
+            let (d, e) = (dom as *mut ffi::fid, eq as *mut ffi::fid);
+            assert_eq!(bind(d, e, ffi::FI_REG_MR), ret::EBADFLAGS);
+            assert_eq!(bind(d, fab as *mut ffi::fid, 0), ret::EINVAL);
+            assert_eq!(bind(d, e, 0), 0);
+            assert_eq!(bind(d, e, 0), ret::EINVAL, "one EQ per domain");
+            let inner = domain_of(d, "test").unwrap().inner();
+            assert!(inner.with_eq(|eq| eq.is_some()));
+            assert_eq!(close(e), ret::EBUSY);
+            assert_eq!(close(d), 0);
+            assert_eq!(close(e), 0);
+            assert_eq!(close(fab as *mut ffi::fid), 0);
         }
     }
 

@@ -1,5 +1,6 @@
 //! The fabric object (`fi_fabric`): the root of everything a process opens
-//! through unimem. It holds the configuration snapshot its children use.
+//! through unimem. It holds the configuration snapshot its children use,
+//! opens event queues and answers `fi_trywait`.
 
 use std::mem::size_of;
 use std::os::raw::{c_int, c_void};
@@ -10,7 +11,7 @@ use crate::config::{self, Config};
 use crate::ffi::{self, ret};
 use crate::fid::{self, Children, Parent};
 use crate::guard::ffi_guard;
-use crate::{domain, prov};
+use crate::{cntr, cq, domain, eq, prov};
 
 /// Our `struct fid_fabric`.
 #[repr(C)]
@@ -172,15 +173,18 @@ unsafe extern "C" fn fabric_passive_ep(
 }
 
 unsafe extern "C" fn fabric_eq_open(
-    _fabric: *mut ffi::fid_fabric,
-    _attr: *mut ffi::fi_eq_attr,
-    _eq: *mut *mut ffi::fid_eq,
-    _context: *mut c_void,
+    fabric: *mut ffi::fid_fabric,
+    attr: *mut ffi::fi_eq_attr,
+    eq: *mut *mut ffi::fid_eq,
+    context: *mut c_void,
 ) -> c_int {
     ffi_guard("fi_eq_open", || {
-        // EQ: replace with `eq::open(fabric, attr, eq, context)` once eq.rs exists.
-        tracing::info!("fi_eq_open: event queues are not implemented yet");
-        ret::ENOSYS
+        // SAFETY: fabric comes from the application (fid_fabric starts with fid).
+        let Some(f) = (unsafe { fabric_of(fabric as *const ffi::fid, "fi_eq_open") }) else {
+            return ret::EINVAL;
+        };
+        // SAFETY: attr and eq come from the application's fi_eq_open.
+        unsafe { eq::open(&f.inner, f.fid.api_version, attr, eq, context) }
     })
 }
 
@@ -193,12 +197,47 @@ unsafe extern "C" fn fabric_wait_open(
     ffi_guard("fi_wait_open", || ret::ENOSYS)
 }
 
+/// `fi_trywait`: 0 when the application may block on the wait objects of
+/// `fids`, -FI_EAGAIN when one of them has something to read (after a
+/// progress pass for CQs and counters).
 unsafe extern "C" fn fabric_trywait(
-    _fabric: *mut ffi::fid_fabric,
-    _fids: *mut *mut ffi::fid,
-    _count: c_int,
+    fabric: *mut ffi::fid_fabric,
+    fids: *mut *mut ffi::fid,
+    count: c_int,
 ) -> c_int {
-    ffi_guard("fi_trywait", || ret::ENOSYS)
+    ffi_guard("fi_trywait", || {
+        // SAFETY: fabric comes from the application (fid_fabric starts with fid).
+        if unsafe { fabric_of(fabric as *const ffi::fid, "fi_trywait") }.is_none() {
+            return ret::EINVAL;
+        }
+        let Ok(count) = usize::try_from(count) else {
+            tracing::warn!("fi_trywait: negative count {count}");
+            return ret::EINVAL;
+        };
+        if fids.is_null() && count > 0 {
+            tracing::warn!("fi_trywait: NULL fid array");
+            return ret::EINVAL;
+        }
+        for i in 0..count {
+            // SAFETY: fids holds count fid pointers (API contract).
+            let fid = unsafe { *fids.add(i) } as *const ffi::fid;
+            // SAFETY: each is NULL or a live fid; each check recognises only its own class.
+            let rc = unsafe {
+                eq::trywait(fid)
+                    .or_else(|| cq::trywait(fid))
+                    .or_else(|| cntr::trywait(fid))
+            };
+            match rc {
+                Some(ret::SUCCESS) => {}
+                Some(rc) => return rc,
+                None => {
+                    tracing::warn!("fi_trywait: fid {i} is not a unimem EQ, CQ or counter");
+                    return ret::EINVAL;
+                }
+            }
+        }
+        ret::SUCCESS
+    })
 }
 
 #[cfg(test)]
@@ -220,8 +259,12 @@ mod tests {
             let eq_open = (*(*fab).ops).eq_open.unwrap();
             assert_eq!(
                 eq_open(fab, ptr::null_mut(), ptr::null_mut(), ptr::null_mut()),
-                ret::ENOSYS
+                ret::EINVAL
             );
+            let trywait = (*(*fab).ops).trywait.unwrap();
+            assert_eq!(trywait(fab, ptr::null_mut(), 0), ret::SUCCESS);
+            let mut not_ours: *mut ffi::fid = &mut (*fab).fid;
+            assert_eq!(trywait(fab, &mut not_ours, 1), ret::EINVAL);
             assert_eq!((ops.close.unwrap())(&mut (*fab).fid), ret::SUCCESS);
         }
     }

@@ -39,6 +39,9 @@ pub const FI_PROGRESS_CONTROL_UNIFIED: fi_progress = 3;
 /// libfabric's internal `FI_TAG_GENERIC`: 64 bits of tag, no structure.
 pub const FI_TAG_GENERIC: u64 = 0xAAAA_AAAA_AAAA_AAAA;
 
+/// `FI_ADDR_NOTAVAIL` (`(uint64_t) -1`, a cast bindgen does not translate).
+pub const FI_ADDR_NOTAVAIL: fi_addr_t = u64::MAX;
+
 /// Negated libfabric error codes, as returned by every entry point.
 pub mod ret {
     use super::*;
@@ -49,4 +52,10 @@ pub mod ret {
     pub const ENOMEM: c_int = -FI_ENOMEM;
     pub const EBUSY: c_int = -FI_EBUSY;
     pub const EOTHER: c_int = -(FI_EOTHER as c_int);
+    pub const EAGAIN: c_int = -FI_EAGAIN;
+    pub const ETIMEDOUT: c_int = -FI_ETIMEDOUT;
+    pub const EAVAIL: c_int = -(FI_EAVAIL as c_int);
+    pub const ETOOSMALL: c_int = -(FI_ETOOSMALL as c_int);
+    pub const EBADFLAGS: c_int = -(FI_EBADFLAGS as c_int);
+    pub const ENOEQ: c_int = -(FI_ENOEQ as c_int);
 }

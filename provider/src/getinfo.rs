@@ -144,7 +144,7 @@ fn nul_terminated(s: impl Into<Vec<u8>>) -> Vec<u8> {
 
 /// Does `node` name this host?
 /// With FI_NUMERICHOST only an address literal is accepted.
-fn node_is_local(node: &str, numeric_only: bool) -> bool {
+pub(crate) fn node_is_local(node: &str, numeric_only: bool) -> bool {
     let local = local_addresses();
     let is_local = |ip: &IpAddr| ip.is_loopback() || ip.is_unspecified() || local.contains(ip);
     if let Ok(ip) = node.parse::<IpAddr>() {
@@ -331,21 +331,24 @@ mod tests {
         CStr::from_bytes_with_nul(v).unwrap().to_str().unwrap()
     }
 
+    /// The address getinfo gives `service` in the default job.
+    fn svc(service: &str) -> String {
+        addr::service_address("default", service).unwrap()
+    }
+
     #[test]
     fn source_and_destination() {
         let (src, dest) = addresses(&cfg(), Some("9228"), FI_SOURCE, None).unwrap();
-        assert_eq!(text(&src), "unimem://default/svc/9228");
+        assert_eq!(text(&src), svc("9228"));
+        assert!(svc("9228").ends_with("/svc/9228"));
         assert_eq!(dest, None);
 
         let (src, dest) = addresses(&cfg(), Some("9228"), 0, None).unwrap();
-        assert_eq!(text(&dest.unwrap()), "unimem://default/svc/9228");
-        assert_eq!(
-            text(&src),
-            format!("unimem://default/svc/pid{}", std::process::id())
-        );
+        assert_eq!(text(&dest.unwrap()), svc("9228"));
+        assert_eq!(text(&src), svc(&format!("pid{}", std::process::id())));
 
         let (src, dest) = addresses(&cfg(), None, 0, None).unwrap();
-        assert!(text(&src).starts_with("unimem://default/svc/pid"));
+        assert_eq!(text(&src), svc(&format!("pid{}", std::process::id())));
         assert_eq!(dest, None);
     }
 
@@ -361,7 +364,7 @@ mod tests {
         assert_eq!(text(&dest.unwrap()), "unimem://default/svc/peer");
         // With FI_SOURCE, the service wins for src, hints' dest is kept.
         let (src, dest) = addresses(&cfg(), Some("1"), FI_SOURCE, Some(&hints)).unwrap();
-        assert_eq!(text(&src), "unimem://default/svc/1");
+        assert_eq!(text(&src), svc("1"));
         assert_eq!(text(&dest.unwrap()), "unimem://default/svc/peer");
     }
 

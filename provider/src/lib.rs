@@ -13,30 +13,43 @@
 //! | `attr`    | the fi_info template and hint matching (pure Rust)          |
 //! | `fabric`  | `fi_fabric` object                                          |
 //! | `domain`  | `fi_domain` object                                          |
+//! | `eq`      | event queues (`fi_eq_open`), FI_WAIT_FD via eventfd         |
+//! | `cq`      | completion queues: formats, errors in order, blocking reads |
+//! | `cntr`    | completion counters                                         |
+//! | `av`      | address vectors: FI_ADDR_STR ↔ table index                  |
+//! | `mr`      | memory registration (local) and descriptors                 |
+//! | `wait`    | blocking reads under manual progress, accepted wait objects |
 //! | `fid`     | shared object plumbing: identity, refcounts, ENOSYS stubs   |
 //! | `config`  | tunables: table, fi_info.conf, FI_UNIMEM_* parameters       |
 //! | `log`     | `tracing` → `fi_log`                                        |
 //! | `core`    | core functions resolved with dlsym                          |
 //! | `guard`   | `catch_unwind` around every `extern "C"` entry point        |
 //! | `addr`    | endpoint address strings                                    |
+//!
+//! Still to come: ep.
 //! | `progress`| manual progress: endpoints run by CQ/counter reads          |
 //! | `proto`   | the messaging protocol, plain Rust over the hardware traits |
 //!
-//! Still to come, each in its own module: eq, av, cq, cntr, ep, mr.
 
 pub mod addr;
 pub mod attr;
+pub mod av;
+pub mod cntr;
 pub mod config;
 pub mod core;
+pub mod cq;
 pub mod domain;
+pub mod eq;
 pub mod fabric;
 pub mod ffi;
 pub mod fid;
 pub mod getinfo;
 pub mod guard;
 pub mod log;
+pub mod mr;
 pub mod progress;
 pub mod proto;
 pub mod prov;
+pub mod wait;
 
 pub use prov::fi_prov_ini;

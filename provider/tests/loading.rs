@@ -11,8 +11,10 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 use std::sync::atomic::{AtomicUsize, Ordering};
 
+use unimem_fi::addr::service_address;
 use unimem_fi::config::TUNABLES;
 use unimem_fi::ffi;
+use unimem_mailbox::JobId;
 
 /// The cdylib built together with this test: cargo compiles the lib target
 /// (cdylib + rlib) into target/<profile>/deps/, next to the test executable
@@ -215,10 +217,14 @@ fn fi_info_lists_the_rdm_endpoint() {
         stdout,
         text(&out.stderr)
     );
+    let anonymous = format!("src_addr: unimem://{}/svc/", JobId::from_name("default"));
+    assert!(
+        stdout.contains(&anonymous),
+        "missing '{anonymous}' in:\n{stdout}"
+    );
     for expected in [
         "type: FI_EP_RDM",
         "addr_format: FI_ADDR_STR",
-        "src_addr: unimem://default/svc/pid",
         "threading: FI_THREAD_SAFE",
         "control_progress: FI_PROGRESS_MANUAL",
         "data_progress: FI_PROGRESS_MANUAL",
@@ -281,11 +287,13 @@ fn fi_info_addresses_from_node_and_service() {
         )
         .stdout,
     );
+    let svc = service_address("default", "9228").unwrap();
+    assert!(server.contains(&format!("src_addr: {svc}\n")), "{server}");
+    // Includes the NUL.
     assert!(
-        server.contains("src_addr: unimem://default/svc/9228"),
+        server.contains(&format!("src_addrlen: {}\n", svc.len() + 1)),
         "{server}"
     );
-    assert!(server.contains("src_addrlen: 26"), "{server}"); // includes the NUL
     let client = text(
         &fi_info(
             &dir,
@@ -294,10 +302,7 @@ fn fi_info_addresses_from_node_and_service() {
         )
         .stdout,
     );
-    assert!(
-        client.contains("dest_addr: unimem://default/svc/9228"),
-        "{client}"
-    );
+    assert!(client.contains(&format!("dest_addr: {svc}\n")), "{client}");
     let job = text(
         &fi_info(
             &dir,
@@ -306,7 +311,8 @@ fn fi_info_addresses_from_node_and_service() {
         )
         .stdout,
     );
-    assert!(job.contains("dest_addr: unimem://j2/svc/7"), "{job}");
+    let j2 = format!("dest_addr: unimem://{}/svc/7\n", JobId::from_name("j2"));
+    assert!(job.contains(&j2), "{job}");
 }
 
 #[test]
@@ -607,7 +613,8 @@ fn private_core_scenario(_dir: &Path) {
                 std::ptr::null_mut(),
                 std::ptr::null_mut()
             ),
-            -ffi::FI_ENOSYS
+            -ffi::FI_EINVAL,
+            "NULL attributes"
         );
         assert_eq!(close(dom as *mut ffi::fid), 0);
         assert_eq!(close(fab as *mut ffi::fid), 0);

@@ -1,0 +1,1007 @@
+//! Address vectors (`fi_av_open`): FI_ADDR_STR addresses (the text of a
+//! [`MailboxAddr`], see addr.rs) in, table indices out.
+//!
+//! Decisions:
+//! - FI_AV_TABLE semantics for both types: an fi_addr_t is the insertion
+//!   index (FI_AV_MAP is accepted, as getinfo promises, and behaves the
+//!   same: an index is a valid map address).
+//! - Indices are never reused. A removed index stays a hole that looks
+//!   up as nothing, so an fi_addr_t kept by mistake (or a late completion)
+//!   can never name a different peer. Re-inserting a removed address gives
+//!   it a new index. The table grows by one small entry per insertion.
+//! - Addresses are inserted as given; a well-formed address of another job
+//!   is accepted (it fails later, at send time, like any unreachable peer).
+//!   Inserting an address twice gives two indices; reverse lookup then
+//!   answers the lowest live one.
+//! - `fi_av_insert` reads `count` NUL-terminated strings packed back to
+//!   back (as prov/shm does, and as a single `fi_getname` result is).
+//! - Inserts are synchronous; with FI_EVENT they are done on the spot and
+//!   reported through the bound EQ (one error entry per failed address,
+//!   then FI_AV_COMPLETE with the number inserted), as fi_av(3) describes.
+//! - `lookup`/`reverse_lookup` take a read lock only: the data path may
+//!   call them from any thread.
+
+use std::collections::HashMap;
+use std::ffi::CStr;
+use std::mem::size_of;
+use std::os::raw::{c_char, c_int, c_void};
+use std::ptr;
+use std::sync::Arc;
+
+use parking_lot::{Mutex, RwLock};
+use unimem_mailbox::{JobId, MailboxAddr};
+
+use crate::domain::DomainInner;
+use crate::eq::{self, EqError, EqInner};
+use crate::ffi::{self, ret, FI_ADDR_NOTAVAIL};
+use crate::fid::{self, Children, Parent, ParentRef};
+use crate::guard::{ffi_guard, ffi_guard_or};
+use crate::{addr, getinfo, prov};
+
+/// Where an address of the reverse map lives.
+#[derive(Debug, Clone, Copy)]
+struct Reverse {
+    /// Lowest live index holding the address.
+    first: u64,
+    /// Further live copies (duplicate inserts).
+    others: u32,
+}
+
+/// The table proper (pure Rust).
+#[derive(Debug, Default)]
+struct Table {
+    /// Index → address; None once removed (indices are never reused).
+    entries: Vec<Option<MailboxAddr>>,
+    reverse: HashMap<MailboxAddr, Reverse>,
+}
+
+impl Table {
+    fn insert(&mut self, addr: MailboxAddr) -> u64 {
+        let index = self.entries.len() as u64;
+        self.entries.push(Some(addr));
+        self.reverse
+            .entry(addr)
+            .and_modify(|r| r.others += 1)
+            .or_insert(Reverse {
+                first: index,
+                others: 0,
+            });
+        index
+    }
+
+    fn lookup(&self, fi_addr: u64) -> Option<MailboxAddr> {
+        let i = usize::try_from(fi_addr).ok()?;
+        self.entries.get(i).copied().flatten()
+    }
+
+    fn reverse_lookup(&self, addr: &MailboxAddr) -> Option<u64> {
+        self.reverse.get(addr).map(|r| r.first)
+    }
+
+    /// Remove one entry; false if `fi_addr` names no live entry.
+    fn remove(&mut self, fi_addr: u64) -> bool {
+        let Some(addr) = self.lookup(fi_addr) else {
+            return false;
+        };
+        self.entries[fi_addr as usize] = None;
+        let std::collections::hash_map::Entry::Occupied(mut slot) = self.reverse.entry(addr) else {
+            unreachable!("every live entry is in the reverse map");
+        };
+        let r = slot.get_mut();
+        if r.others == 0 {
+            slot.remove();
+        } else {
+            r.others -= 1;
+            if r.first == fi_addr {
+                // Rare (duplicates only): find the next live copy.
+                r.first = self
+                    .entries
+                    .iter()
+                    .position(|e| *e == Some(addr))
+                    .expect("a live duplicate remains") as u64;
+            }
+        }
+        true
+    }
+}
+
+/// Our `struct fid_av`.
+#[repr(C)]
+pub struct Av {
+    /// Must stay first: applications hold a pointer to it.
+    fid: ffi::fid_av,
+    inner: Arc<AvInner>,
+}
+
+/// State shared with the endpoints bound to the AV.
+#[derive(Debug)]
+pub struct AvInner {
+    domain: ParentRef<DomainInner>,
+    /// Job of `fi_av_insertsvc` service addresses (the configured job).
+    job: JobId,
+    av_type: ffi::fi_av_type,
+    /// Opened with FI_EVENT: inserts report through `eq`.
+    events: bool,
+    eq: Mutex<Option<ParentRef<EqInner>>>,
+    table: RwLock<Table>,
+    /// Endpoints bound to this AV.
+    children: Children,
+}
+
+impl Parent for AvInner {
+    fn children(&self) -> &Children {
+        &self.children
+    }
+}
+
+impl AvInner {
+    /// The peer behind `fi_addr`; None if it was never inserted or was
+    /// removed.
+    pub fn lookup(&self, fi_addr: ffi::fi_addr_t) -> Option<MailboxAddr> {
+        self.table.read().lookup(fi_addr)
+    }
+
+    /// The fi_addr_t of a peer (its lowest live index), for source
+    /// addresses of received messages.
+    pub fn reverse_lookup(&self, addr: &MailboxAddr) -> Option<ffi::fi_addr_t> {
+        self.table.read().reverse_lookup(addr)
+    }
+
+    /// The domain the AV belongs to (endpoints must share it).
+    pub fn domain(&self) -> &DomainInner {
+        &self.domain
+    }
+
+    /// FI_AV_TABLE or FI_AV_MAP, as opened (same behaviour).
+    pub fn av_type(&self) -> ffi::fi_av_type {
+        self.av_type
+    }
+
+    /// Insert parsed addresses: Ok(address) or Err(positive errno) each.
+    /// Writes `fi_addr` (and FI_SYNC_ERR's `sync_err`) and returns what
+    /// fi_av_insert returns; with FI_EVENT, reports through the EQ.
+    ///
+    /// # Safety
+    /// `fi_addr` NULL or writable for `items.len()` entries; with
+    /// FI_SYNC_ERR, `context` writable for as many ints.
+    unsafe fn insert_all(
+        &self,
+        av_fid: *mut ffi::fid,
+        items: Vec<Result<MailboxAddr, c_int>>,
+        fi_addr: *mut ffi::fi_addr_t,
+        flags: u64,
+        context: *mut c_void,
+    ) -> c_int {
+        // Held throughout: the EQ cannot be unbound in the middle.
+        let eq = self.eq.lock();
+        let sync_err = (flags & ffi::FI_SYNC_ERR != 0).then_some(context as *mut c_int);
+        let mut inserted = 0;
+        let mut table = self.table.write();
+        for (i, item) in items.into_iter().enumerate() {
+            let (value, status) = match item {
+                Ok(a) => {
+                    inserted += 1;
+                    (table.insert(a), 0)
+                }
+                Err(errno) => (FI_ADDR_NOTAVAIL, errno),
+            };
+            // SAFETY: fi_addr and sync_err hold one entry per address (caller).
+            unsafe {
+                if !fi_addr.is_null() {
+                    fi_addr.add(i).write_unaligned(value);
+                }
+                if let Some(p) = sync_err {
+                    p.add(i).write_unaligned(status);
+                }
+            }
+            if status != 0 {
+                tracing::info!("AV insert: address {i} not inserted (error {status})");
+                if let Some(eq) = eq.as_deref() {
+                    eq.write_error(EqError {
+                        fid: av_fid,
+                        context,
+                        data: i as u64,
+                        err: status,
+                        prov_errno: 0,
+                        err_data: Vec::new(),
+                    });
+                }
+            }
+        }
+        drop(table);
+        match eq.as_deref() {
+            Some(eq) => {
+                eq.write_entry(ffi::FI_AV_COMPLETE, av_fid, context, inserted as u64);
+                ret::SUCCESS
+            }
+            None => inserted,
+        }
+    }
+
+    /// Checks shared by the insert calls (fi_av(3)).
+    fn check_insert(&self, flags: u64, context: *mut c_void, op: &str) -> Result<(), c_int> {
+        if self.events && self.eq.lock().is_none() {
+            tracing::warn!("{op}: AV opened with FI_EVENT but no EQ is bound");
+            return Err(ret::ENOEQ);
+        }
+        let unknown = flags & !(ffi::FI_MORE | ffi::FI_SYNC_ERR);
+        if unknown != 0 {
+            tracing::warn!("{op}: unsupported flags {unknown:#x}");
+            return Err(ret::EBADFLAGS);
+        }
+        if flags & ffi::FI_SYNC_ERR != 0 {
+            if self.events {
+                tracing::warn!("{op}: FI_SYNC_ERR on an FI_EVENT AV (errors go to the EQ)");
+                return Err(ret::EBADFLAGS);
+            }
+            if context.is_null() {
+                tracing::warn!("{op}: FI_SYNC_ERR without an error array as context");
+                return Err(ret::EINVAL);
+            }
+        }
+        Ok(())
+    }
+
+    /// The address of `service` on `node` (NULL or this host).
+    fn service_addr(&self, node: Option<&str>, service: &str) -> Result<MailboxAddr, c_int> {
+        if let Some(node) = node.filter(|n| !getinfo::node_is_local(n, false)) {
+            tracing::info!("AV insert: node '{node}' is not this host");
+            return Err(ffi::FI_EHOSTUNREACH);
+        }
+        if service.is_empty() {
+            return Err(ffi::FI_EINVAL);
+        }
+        Ok(MailboxAddr::for_service(self.job, service))
+    }
+}
+
+/// The bytes of a C string, for parsing.
+///
+/// # Safety
+/// `p` must be a NUL-terminated string.
+unsafe fn c_bytes<'a>(p: *const c_char) -> &'a [u8] {
+    // SAFETY: guaranteed by the caller.
+    unsafe { CStr::from_ptr(p) }.to_bytes()
+}
+
+fn parse_addr(text: &[u8]) -> Result<MailboxAddr, c_int> {
+    addr::parse(text).ok_or_else(|| {
+        tracing::info!(
+            "fi_av_insert: '{}' is not a unimem address",
+            String::from_utf8_lossy(text)
+        );
+        ffi::FI_EINVAL
+    })
+}
+
+static AV_FI_OPS: ffi::fi_ops = ffi::fi_ops {
+    size: size_of::<ffi::fi_ops>(),
+    close: Some(av_close),
+    bind: Some(av_bind),
+    control: Some(fid::no_control),
+    ops_open: Some(fid::no_ops_open),
+    tostr: Some(fid::no_tostr),
+    ops_set: Some(fid::no_ops_set),
+};
+
+static AV_OPS: ffi::fi_ops_av = ffi::fi_ops_av {
+    size: size_of::<ffi::fi_ops_av>(),
+    insert: Some(av_insert),
+    insertsvc: Some(av_insertsvc),
+    insertsym: Some(av_insertsym),
+    remove: Some(av_remove),
+    lookup: Some(av_lookup),
+    straddr: Some(av_straddr),
+    av_set: Some(av_set),
+};
+
+/// `fi_av_open` on one of our domains; an FI_AV_UNSPEC type is replaced in
+/// `attr` by the domain's.
+///
+/// # Safety
+/// `attr` must be NULL or a valid `fi_av_attr`; `av` NULL or writable.
+pub unsafe fn open(
+    domain: &Arc<DomainInner>,
+    attr: *mut ffi::fi_av_attr,
+    av: *mut *mut ffi::fid_av,
+    context: *mut c_void,
+) -> c_int {
+    if attr.is_null() || av.is_null() {
+        tracing::warn!("fi_av_open: NULL attr or av pointer");
+        return ret::EINVAL;
+    }
+    // SAFETY: non-NULL attr is a valid fi_av_attr (caller).
+    let a = unsafe { &mut *attr };
+    let av_type = match a.type_ {
+        ffi::FI_AV_UNSPEC => domain.info.domain.av_type,
+        t @ (ffi::FI_AV_TABLE | ffi::FI_AV_MAP) => t,
+        other => {
+            tracing::warn!("fi_av_open: unknown AV type {other}");
+            return ret::EINVAL;
+        }
+    };
+    if !a.name.is_null() || a.flags & ffi::FI_READ != 0 {
+        tracing::warn!("fi_av_open: named (shared) AVs are not supported");
+        return ret::ENOSYS;
+    }
+    if a.rx_ctx_bits != 0 {
+        tracing::warn!("fi_av_open: rx_ctx_bits given, but there are no scalable endpoints");
+        return ret::ENOSYS;
+    }
+    let unknown = a.flags & !(ffi::FI_EVENT | ffi::FI_SYMMETRIC);
+    if unknown != 0 {
+        tracing::warn!("fi_av_open: unsupported flags {unknown:#x}");
+        return ret::EINVAL;
+    }
+    a.type_ = av_type;
+    let job = JobId::from_name(&domain.config().job);
+    let obj = Box::new(Av {
+        fid: ffi::fid_av {
+            fid: ffi::fid {
+                fclass: ffi::FI_CLASS_AV as usize,
+                context,
+                ops: fid::ops_ptr(&AV_FI_OPS),
+            },
+            ops: fid::ops_ptr(&AV_OPS),
+        },
+        inner: Arc::new(AvInner {
+            domain: ParentRef::new(domain),
+            job,
+            av_type,
+            events: a.flags & ffi::FI_EVENT != 0,
+            eq: Mutex::new(None),
+            table: RwLock::new(Table {
+                // `count` is a hint; do not trust it with memory.
+                entries: Vec::with_capacity(a.count.min(1024)),
+                reverse: HashMap::new(),
+            }),
+            children: Children::default(),
+        }),
+    });
+    let obj = Box::into_raw(obj);
+    tracing::debug!("av {obj:p} opened (job {job})");
+    // SAFETY: av is non-NULL (checked); Av is repr(C) with the fid first.
+    unsafe { *av = obj as *mut ffi::fid_av };
+    ret::SUCCESS
+}
+
+/// Our AV behind `fid`, or None (with a warning) if it is not one.
+///
+/// # Safety
+/// `fid` must be NULL or a live `struct fid`.
+unsafe fn av_of<'a>(fid: *const ffi::fid, op: &str) -> Option<&'a AvInner> {
+    // SAFETY: guaranteed by the caller; `ours` checks class and ops table.
+    let a = unsafe { fid::ours::<Av>(fid, ffi::FI_CLASS_AV as usize, &AV_FI_OPS) };
+    if a.is_none() {
+        tracing::warn!("{op}: not a unimem address vector");
+    }
+    // SAFETY: a recognised AV stays alive until fi_close.
+    a.map(|p| unsafe { &*(*p).inner })
+}
+
+/// The shared state of our AV behind `fid` (given to `fi_ep_bind`), or
+/// None if `fid` is not one of our AVs.
+///
+/// # Safety
+/// `fid` must be NULL or a live `struct fid`.
+pub unsafe fn inner_of(fid: *const ffi::fid) -> Option<Arc<AvInner>> {
+    // SAFETY: guaranteed by the caller; `ours` checks class and ops table.
+    let a = unsafe { fid::ours::<Av>(fid, ffi::FI_CLASS_AV as usize, &AV_FI_OPS) }?;
+    // SAFETY: a recognised AV stays alive until fi_close.
+    Some(Arc::clone(unsafe { &(*a).inner }))
+}
+
+impl Av {
+    pub fn inner(&self) -> &Arc<AvInner> {
+        &self.inner
+    }
+}
+
+unsafe extern "C" fn av_close(fid: *mut ffi::fid) -> c_int {
+    ffi_guard("fi_close(av)", || {
+        // SAFETY: fid comes from the application's fi_close.
+        let Some(av) = (unsafe { av_of(fid, "fi_close") }) else {
+            return ret::EINVAL;
+        };
+        if let Err(n) = fid::check_no_children(av.children()) {
+            tracing::warn!("fi_close(av): still bound to {n} endpoint(s)");
+            return ret::EBUSY;
+        }
+        tracing::debug!("av {fid:p} closed");
+        // SAFETY: from Box::into_raw in open(); dropping it releases the domain and EQ.
+        drop(unsafe { Box::from_raw(fid as *mut Av) });
+        ret::SUCCESS
+    })
+}
+
+unsafe extern "C" fn av_bind(fid: *mut ffi::fid, bfid: *mut ffi::fid, flags: u64) -> c_int {
+    ffi_guard("fi_av_bind", || {
+        // SAFETY: fid comes from the application.
+        let Some(av) = (unsafe { av_of(fid, "fi_av_bind") }) else {
+            return ret::EINVAL;
+        };
+        if flags != 0 {
+            tracing::warn!("fi_av_bind: flags must be 0 (got {flags:#x})");
+            return ret::EBADFLAGS;
+        }
+        // SAFETY: bfid comes from the application.
+        let Some(eq) = (unsafe { eq::inner_of(bfid) }) else {
+            tracing::warn!("fi_av_bind: only a unimem EQ can be bound to an AV");
+            return ret::EINVAL;
+        };
+        if !av.events {
+            tracing::warn!(
+                "fi_av_bind: the AV was opened without FI_EVENT (inserts are synchronous)"
+            );
+            return ret::EINVAL;
+        }
+        let mut slot = av.eq.lock();
+        if slot.is_some() {
+            tracing::warn!("fi_av_bind: an EQ is already bound");
+            return ret::EINVAL;
+        }
+        *slot = Some(ParentRef::new(&eq));
+        ret::SUCCESS
+    })
+}
+
+unsafe extern "C" fn av_insert(
+    av: *mut ffi::fid_av,
+    addr: *const c_void,
+    count: usize,
+    fi_addr: *mut ffi::fi_addr_t,
+    flags: u64,
+    context: *mut c_void,
+) -> c_int {
+    ffi_guard("fi_av_insert", || {
+        // SAFETY: fid_av starts with its fid (application's pointer).
+        let Some(inner) = (unsafe { av_of(av as *const ffi::fid, "fi_av_insert") }) else {
+            return ret::EINVAL;
+        };
+        if let Err(rc) = inner.check_insert(flags, context, "fi_av_insert") {
+            return rc;
+        }
+        if addr.is_null() && count > 0 {
+            tracing::warn!("fi_av_insert: NULL addresses");
+            return ret::EINVAL;
+        }
+        let mut items = Vec::with_capacity(count);
+        let mut p = addr as *const c_char;
+        for _ in 0..count {
+            // SAFETY: addr holds `count` NUL-terminated strings back to back (API contract).
+            let text = unsafe { c_bytes(p) };
+            items.push(parse_addr(text));
+            // SAFETY: the next string starts after this one's NUL.
+            p = unsafe { p.add(text.len() + 1) };
+        }
+        // SAFETY: fi_addr/context hold `count` entries (API contract).
+        unsafe { inner.insert_all(av as *mut ffi::fid, items, fi_addr, flags, context) }
+    })
+}
+
+unsafe extern "C" fn av_insertsvc(
+    av: *mut ffi::fid_av,
+    node: *const c_char,
+    service: *const c_char,
+    fi_addr: *mut ffi::fi_addr_t,
+    flags: u64,
+    context: *mut c_void,
+) -> c_int {
+    ffi_guard("fi_av_insertsvc", || {
+        // SAFETY: fid_av starts with its fid (application's pointer).
+        let Some(inner) = (unsafe { av_of(av as *const ffi::fid, "fi_av_insertsvc") }) else {
+            return ret::EINVAL;
+        };
+        if let Err(rc) = inner.check_insert(flags, context, "fi_av_insertsvc") {
+            return rc;
+        }
+        let item = if service.is_null() {
+            // An FI_ADDR_STR address in `node`.
+            if node.is_null() {
+                tracing::warn!("fi_av_insertsvc: neither node nor service");
+                return ret::EINVAL;
+            }
+            // SAFETY: node is a NUL-terminated string (API contract).
+            parse_addr(unsafe { c_bytes(node) })
+        } else {
+            // SAFETY: node (NULL or not) and service are C strings (API contract).
+            match unsafe { (prov::opt_str(node), prov::opt_str(service)) } {
+                (Ok(node), Ok(Some(service))) => inner.service_addr(node, service),
+                _ => Err(ffi::FI_EINVAL),
+            }
+        };
+        // SAFETY: fi_addr/context hold one entry (API contract).
+        unsafe { inner.insert_all(av as *mut ffi::fid, vec![item], fi_addr, flags, context) }
+    })
+}
+
+/// `fi_av_insertsym`: services `service .. service + svccnt - 1` on each of
+/// `nodecnt` nodes. Only the first node can be this host (unimem reaches
+/// this host only); addresses on the others fail like any foreign node.
+unsafe extern "C" fn av_insertsym(
+    av: *mut ffi::fid_av,
+    node: *const c_char,
+    nodecnt: usize,
+    service: *const c_char,
+    svccnt: usize,
+    fi_addr: *mut ffi::fi_addr_t,
+    flags: u64,
+    context: *mut c_void,
+) -> c_int {
+    ffi_guard("fi_av_insertsym", || {
+        // SAFETY: fid_av starts with its fid (application's pointer).
+        let Some(inner) = (unsafe { av_of(av as *const ffi::fid, "fi_av_insertsym") }) else {
+            return ret::EINVAL;
+        };
+        if let Err(rc) = inner.check_insert(flags, context, "fi_av_insertsym") {
+            return rc;
+        }
+        // SAFETY: node and service are C strings (API contract).
+        let (node, base) = match unsafe { (prov::opt_str(node), prov::opt_str(service)) } {
+            (Ok(Some(n)), Ok(Some(s))) => match s.parse::<u32>() {
+                Ok(b) if u64::from(b) + (svccnt as u64) <= u64::from(u32::MAX) + 1 => (n, b),
+                _ => {
+                    tracing::warn!("fi_av_insertsym: service '{s}' is not a numeric range start");
+                    return ret::EINVAL;
+                }
+            },
+            _ => {
+                tracing::warn!("fi_av_insertsym: node and service must be given");
+                return ret::EINVAL;
+            }
+        };
+        let Some(total) = nodecnt
+            .checked_mul(svccnt)
+            .filter(|&t| t <= u32::MAX as usize)
+        else {
+            tracing::warn!("fi_av_insertsym: {nodecnt} x {svccnt} addresses is too many");
+            return ret::EINVAL;
+        };
+        let mut items = Vec::with_capacity(total);
+        for n in 0..nodecnt {
+            for s in 0..svccnt {
+                let svc = (u64::from(base) + s as u64).to_string();
+                items.push(if n == 0 {
+                    inner.service_addr(Some(node), &svc)
+                } else {
+                    Err(ffi::FI_EHOSTUNREACH)
+                });
+            }
+        }
+        // SAFETY: fi_addr/context hold nodecnt * svccnt entries (API contract).
+        unsafe { inner.insert_all(av as *mut ffi::fid, items, fi_addr, flags, context) }
+    })
+}
+
+unsafe extern "C" fn av_remove(
+    av: *mut ffi::fid_av,
+    fi_addr: *mut ffi::fi_addr_t,
+    count: usize,
+    flags: u64,
+) -> c_int {
+    ffi_guard("fi_av_remove", || {
+        // SAFETY: fid_av starts with its fid (application's pointer).
+        let Some(inner) = (unsafe { av_of(av as *const ffi::fid, "fi_av_remove") }) else {
+            return ret::EINVAL;
+        };
+        if flags != 0 {
+            tracing::warn!("fi_av_remove: flags must be 0 (got {flags:#x})");
+            return ret::EBADFLAGS;
+        }
+        if fi_addr.is_null() && count > 0 {
+            tracing::warn!("fi_av_remove: NULL address array");
+            return ret::EINVAL;
+        }
+        let addrs: Vec<u64> = (0..count)
+            // SAFETY: fi_addr holds count entries (API contract).
+            .map(|i| unsafe { fi_addr.add(i).read_unaligned() })
+            .collect();
+        let mut table = inner.table.write();
+        // All or nothing: a bad address removes none.
+        if let Some(bad) = addrs.iter().find(|&&a| table.lookup(a).is_none()) {
+            tracing::warn!("fi_av_remove: fi_addr {bad} is not in the AV");
+            return ret::EINVAL;
+        }
+        let mut sorted = addrs;
+        sorted.sort_unstable();
+        if sorted.windows(2).any(|w| w[0] == w[1]) {
+            tracing::warn!("fi_av_remove: an fi_addr is listed twice");
+            return ret::EINVAL;
+        }
+        for a in sorted {
+            table.remove(a);
+        }
+        ret::SUCCESS
+    })
+}
+
+/// Copy `text` + NUL into `buf` of `*len` bytes, truncating (always
+/// NUL-terminated when there is room for anything); `*len` becomes the
+/// full size needed.
+///
+/// # Safety
+/// `buf` must be writable for `*len` bytes.
+unsafe fn copy_out(text: &[u8], buf: *mut u8, len: &mut usize) {
+    if *len > 0 {
+        let n = text.len().min(*len - 1);
+        // SAFETY: n + 1 <= *len bytes fit in buf (caller).
+        unsafe {
+            ptr::copy_nonoverlapping(text.as_ptr(), buf, n);
+            *buf.add(n) = 0;
+        }
+    }
+    *len = text.len() + 1;
+}
+
+unsafe extern "C" fn av_lookup(
+    av: *mut ffi::fid_av,
+    fi_addr: ffi::fi_addr_t,
+    addr: *mut c_void,
+    addrlen: *mut usize,
+) -> c_int {
+    ffi_guard("fi_av_lookup", || {
+        // SAFETY: fid_av starts with its fid (application's pointer).
+        let Some(inner) = (unsafe { av_of(av as *const ffi::fid, "fi_av_lookup") }) else {
+            return ret::EINVAL;
+        };
+        // SAFETY: addrlen is NULL or a writable size_t (API contract).
+        let Some(len) = (unsafe { addrlen.as_mut() }) else {
+            tracing::warn!("fi_av_lookup: NULL addrlen");
+            return ret::EINVAL;
+        };
+        if addr.is_null() && *len > 0 {
+            tracing::warn!("fi_av_lookup: NULL buffer of {len} bytes");
+            return ret::EINVAL;
+        }
+        let Some(found) = inner.lookup(fi_addr) else {
+            tracing::warn!("fi_av_lookup: fi_addr {fi_addr} is not in the AV");
+            return ret::EINVAL;
+        };
+        // SAFETY: addr holds *len bytes (API contract).
+        unsafe { copy_out(found.to_string().as_bytes(), addr as *mut u8, len) };
+        ret::SUCCESS
+    })
+}
+
+unsafe extern "C" fn av_straddr(
+    av: *mut ffi::fid_av,
+    addr: *const c_void,
+    buf: *mut c_char,
+    len: *mut usize,
+) -> *const c_char {
+    ffi_guard_or("fi_av_straddr", ptr::null(), || {
+        // SAFETY: fid_av starts with its fid (application's pointer).
+        if unsafe { av_of(av as *const ffi::fid, "fi_av_straddr") }.is_none() {
+            return ptr::null();
+        }
+        // SAFETY: len is NULL or a writable size_t (API contract).
+        let Some(len) = (unsafe { len.as_mut() }) else {
+            tracing::warn!("fi_av_straddr: NULL len");
+            return ptr::null();
+        };
+        if addr.is_null() || (buf.is_null() && *len > 0) {
+            tracing::warn!("fi_av_straddr: NULL address or buffer");
+            return ptr::null();
+        }
+        // An FI_ADDR_STR address is its own printable form.
+        // SAFETY: addr is an address of the AV's format: a C string.
+        let text = unsafe { c_bytes(addr as *const c_char) };
+        // SAFETY: buf holds *len bytes (API contract).
+        unsafe { copy_out(text, buf as *mut u8, len) };
+        buf as *const c_char
+    })
+}
+
+unsafe extern "C" fn av_set(
+    _av: *mut ffi::fid_av,
+    _attr: *mut ffi::fi_av_set_attr,
+    _av_set: *mut *mut ffi::fid_av_set,
+    _context: *mut c_void,
+) -> c_int {
+    // AV sets are for collectives (no FI_COLLECTIVE).
+    ffi_guard("fi_av_set", || ret::ENOSYS)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cq::tests::{close, fabric_domain};
+    use unimem_mailbox::NodeId;
+
+    fn peer(pid: u32, index: u32) -> MailboxAddr {
+        MailboxAddr {
+            node: NodeId {
+                job: JobId(0xab),
+                pid,
+                nonce: 0x1234,
+            },
+            index,
+        }
+    }
+
+    #[test]
+    fn table_indices_are_stable_and_never_reused() {
+        let mut t = Table::default();
+        let (a, b) = (peer(1, 0), peer(2, 0));
+        assert_eq!(t.insert(a), 0);
+        assert_eq!(t.insert(b), 1);
+        assert_eq!(t.lookup(1), Some(b));
+        assert_eq!(t.reverse_lookup(&b), Some(1));
+        assert!(t.remove(0));
+        assert!(!t.remove(0));
+        assert_eq!(t.lookup(0), None);
+        assert_eq!(t.reverse_lookup(&a), None);
+        assert_eq!(t.insert(a), 2, "removed index 0 is not reused");
+        assert_eq!(t.reverse_lookup(&a), Some(2));
+        assert_eq!(t.lookup(u64::MAX), None);
+        assert!(!t.remove(99));
+    }
+
+    #[test]
+    fn duplicates_resolve_to_the_lowest_live_index() {
+        let mut t = Table::default();
+        let a = peer(1, 0);
+        assert_eq!(
+            (t.insert(a), t.insert(peer(3, 3)), t.insert(a), t.insert(a)),
+            (0, 1, 2, 3)
+        );
+        assert_eq!(t.reverse_lookup(&a), Some(0));
+        assert!(t.remove(0));
+        assert_eq!(t.reverse_lookup(&a), Some(2));
+        assert!(t.remove(3));
+        assert_eq!(t.reverse_lookup(&a), Some(2));
+        assert!(t.remove(2));
+        assert_eq!(t.reverse_lookup(&a), None);
+    }
+
+    fn open_av(
+        dom: *mut ffi::fid_domain,
+        attr: &mut ffi::fi_av_attr,
+    ) -> Result<*mut ffi::fid_av, c_int> {
+        let mut av: *mut ffi::fid_av = ptr::null_mut();
+        // SAFETY: dom is a live domain of ours; locals are live.
+        let rc = unsafe { ((*(*dom).ops).av_open.unwrap())(dom, attr, &mut av, ptr::null_mut()) };
+        if rc == 0 {
+            Ok(av)
+        } else {
+            Err(rc)
+        }
+    }
+
+    /// Addresses packed back to back, each with its NUL.
+    fn packed(addrs: &[&str]) -> Vec<u8> {
+        addrs.iter().flat_map(|a| a.bytes().chain([0])).collect()
+    }
+
+    #[test]
+    fn insert_lookup_remove_straddr_through_the_ops() {
+        let (fab, dom) = fabric_domain();
+        let mut attr = ffi::fi_av_attr::default();
+        let av = open_av(dom, &mut attr).unwrap();
+        assert_eq!(attr.type_, ffi::FI_AV_TABLE, "UNSPEC resolved and reported");
+        let a = peer(10, 1).to_string();
+        let b = peer(11, 2).to_string();
+        let svc = addr::service_address("default", "9228").unwrap();
+        let blob = packed(&[&a, "garbage", &b, &svc]);
+        let mut out = [0u64; 4];
+        // SAFETY: live objects of ours; buffers sized for the counts passed.
+        unsafe {
+            let ops = &*(*av).ops;
+            assert_eq!(ops.size, size_of::<ffi::fi_ops_av>());
+            let n = ops.insert.unwrap()(
+                av,
+                blob.as_ptr() as *const c_void,
+                4,
+                out.as_mut_ptr(),
+                0,
+                ptr::null_mut(),
+            );
+            assert_eq!(n, 3);
+            assert_eq!(out, [0, FI_ADDR_NOTAVAIL, 1, 2]);
+
+            let inner = inner_of(av as *const ffi::fid).unwrap();
+            assert_eq!(inner.lookup(1), Some(peer(11, 2)));
+            assert_eq!(inner.reverse_lookup(&peer(10, 1)), Some(0));
+            assert_eq!(inner.lookup(2).unwrap().to_string(), svc);
+
+            // Lookup: exact size, then truncated.
+            let mut buf = [0u8; 64];
+            let mut len = buf.len();
+            assert_eq!(
+                ops.lookup.unwrap()(av, 0, buf.as_mut_ptr() as *mut c_void, &mut len),
+                0
+            );
+            assert_eq!(len, a.len() + 1);
+            assert_eq!(&buf[..len], packed(&[&a]).as_slice());
+            let mut small = [0xffu8; 8];
+            let mut len = small.len();
+            assert_eq!(
+                ops.lookup.unwrap()(av, 0, small.as_mut_ptr() as *mut c_void, &mut len),
+                0
+            );
+            assert_eq!(len, a.len() + 1, "full size reported");
+            assert_eq!(&small[..7], &a.as_bytes()[..7]);
+            assert_eq!(small[7], 0);
+            let mut len = 0;
+            assert_eq!(ops.lookup.unwrap()(av, 0, ptr::null_mut(), &mut len), 0);
+            assert_eq!(len, a.len() + 1);
+            assert_eq!(
+                ops.lookup.unwrap()(av, 77, ptr::null_mut(), &mut len),
+                ret::EINVAL
+            );
+
+            // Remove: all or nothing.
+            let mut bad = [1u64, 99];
+            assert_eq!(ops.remove.unwrap()(av, bad.as_mut_ptr(), 2, 0), ret::EINVAL);
+            assert_eq!(inner.lookup(1), Some(peer(11, 2)));
+            let mut one = [1u64];
+            assert_eq!(ops.remove.unwrap()(av, one.as_mut_ptr(), 1, 0), 0);
+            assert_eq!(inner.lookup(1), None);
+            assert_eq!(inner.reverse_lookup(&peer(11, 2)), None);
+            assert_eq!(ops.remove.unwrap()(av, one.as_mut_ptr(), 1, 0), ret::EINVAL);
+            let blob = packed(&[&b]);
+            let n = ops.insert.unwrap()(
+                av,
+                blob.as_ptr() as *const c_void,
+                1,
+                out.as_mut_ptr(),
+                0,
+                ptr::null_mut(),
+            );
+            assert_eq!((n, out[0]), (1, 3), "re-insert gets a fresh index");
+
+            // straddr: the string itself.
+            let mut text = [0 as c_char; 64];
+            let mut len = text.len();
+            let s = ops.straddr.unwrap()(
+                av,
+                blob.as_ptr() as *const c_void,
+                text.as_mut_ptr(),
+                &mut len,
+            );
+            assert_eq!(s, text.as_ptr());
+            assert_eq!(CStr::from_ptr(s).to_str().unwrap(), b);
+            assert_eq!(len, b.len() + 1);
+
+            // Bad flags, NULL fi_addr allowed, FI_SYNC_ERR.
+            let n = ops.insert.unwrap()(
+                av,
+                blob.as_ptr() as *const c_void,
+                1,
+                ptr::null_mut(),
+                ffi::FI_PEEK,
+                ptr::null_mut(),
+            );
+            assert_eq!(n, ret::EBADFLAGS);
+            let n = ops.insert.unwrap()(
+                av,
+                blob.as_ptr() as *const c_void,
+                1,
+                ptr::null_mut(),
+                0,
+                ptr::null_mut(),
+            );
+            assert_eq!(n, 1);
+            let two = packed(&["unimem://x", &a]);
+            let mut errs = [-1 as c_int; 2];
+            let n = ops.insert.unwrap()(
+                av,
+                two.as_ptr() as *const c_void,
+                2,
+                out.as_mut_ptr(),
+                ffi::FI_SYNC_ERR,
+                errs.as_mut_ptr() as *mut c_void,
+            );
+            assert_eq!(n, 1);
+            assert_eq!(errs, [ffi::FI_EINVAL, 0]);
+
+            // Service addresses: insertsvc and insertsym.
+            let n = ops.insertsvc.unwrap()(
+                av,
+                c"localhost".as_ptr(),
+                c"9228".as_ptr(),
+                out.as_mut_ptr(),
+                0,
+                ptr::null_mut(),
+            );
+            assert_eq!(n, 1);
+            assert_eq!(inner.lookup(out[0]).unwrap().to_string(), svc);
+            let n = ops.insertsvc.unwrap()(
+                av,
+                c"no-such-host.invalid".as_ptr(),
+                c"1".as_ptr(),
+                out.as_mut_ptr(),
+                0,
+                ptr::null_mut(),
+            );
+            assert_eq!((n, out[0]), (0, FI_ADDR_NOTAVAIL));
+            let cs = std::ffi::CString::new(a.clone()).unwrap();
+            let n = ops.insertsvc.unwrap()(
+                av,
+                cs.as_ptr(),
+                ptr::null(),
+                out.as_mut_ptr(),
+                0,
+                ptr::null_mut(),
+            );
+            assert_eq!(n, 1);
+            assert_eq!(inner.lookup(out[0]), Some(peer(10, 1)));
+            let n = ops.insertsym.unwrap()(
+                av,
+                c"127.0.0.1".as_ptr(),
+                2,
+                c"100".as_ptr(),
+                2,
+                out.as_mut_ptr(),
+                0,
+                ptr::null_mut(),
+            );
+            assert_eq!(n, 2);
+            assert_eq!(inner.lookup(out[1]).unwrap().index, 101);
+            assert_eq!(&out[2..], [FI_ADDR_NOTAVAIL; 2]);
+            assert_eq!(
+                ops.av_set.unwrap()(av, ptr::null_mut(), ptr::null_mut(), ptr::null_mut()),
+                ret::ENOSYS
+            );
+
+            drop(inner);
+            assert_eq!(close(dom as *mut ffi::fid), ret::EBUSY);
+            assert_eq!(close(av as *mut ffi::fid), 0);
+            assert_eq!(close(dom as *mut ffi::fid), 0);
+            assert_eq!(close(fab as *mut ffi::fid), 0);
+        }
+    }
+
+    #[test]
+    fn open_checks_attributes() {
+        let (fab, dom) = fabric_domain();
+        let name = c"shared";
+        let bad = [
+            (
+                ffi::fi_av_attr {
+                    type_: 9,
+                    ..Default::default()
+                },
+                ret::EINVAL,
+            ),
+            (
+                ffi::fi_av_attr {
+                    name: name.as_ptr(),
+                    ..Default::default()
+                },
+                ret::ENOSYS,
+            ),
+            (
+                ffi::fi_av_attr {
+                    rx_ctx_bits: 2,
+                    ..Default::default()
+                },
+                ret::ENOSYS,
+            ),
+            (
+                ffi::fi_av_attr {
+                    flags: ffi::FI_PEEK,
+                    ..Default::default()
+                },
+                ret::EINVAL,
+            ),
+        ];
+        for (mut attr, rc) in bad {
+            assert_eq!(open_av(dom, &mut attr).err(), Some(rc));
+        }
+        let mut attr = ffi::fi_av_attr {
+            type_: ffi::FI_AV_MAP,
+            count: 1 << 30,
+            ..Default::default()
+        };
+        let av = open_av(dom, &mut attr).unwrap();
+        assert_eq!(attr.type_, ffi::FI_AV_MAP);
+        // SAFETY: live objects of ours.
+        unsafe {
+            assert_eq!(close(av as *mut ffi::fid), 0);
+            assert_eq!(close(dom as *mut ffi::fid), 0);
+            assert_eq!(close(fab as *mut ffi::fid), 0);
+            assert_eq!(av_close(ptr::null_mut()), ret::EINVAL);
+        }
+    }
+}

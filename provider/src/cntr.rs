@@ -1,0 +1,496 @@
+//! Completion counters (`fi_cntr_open`): a success and an error count that
+//! endpoints bump ([`CntrInner::inc`], [`CntrInner::inc_err`]) and the
+//! application reads, sets, adds to and waits on.
+//!
+//! Manual progress, as for CQs: reads and waits first run the endpoints
+//! bound to the counter. `fi_cntr_wait` polls (see wait.rs) and, like
+//! prov/util, returns -FI_EAVAIL as soon as the error count changes while
+//! it waits and -FI_ETIMEDOUT when the time is up.
+
+use std::mem::size_of;
+use std::os::raw::{c_int, c_void};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+use crate::domain::DomainInner;
+use crate::ffi::{self, ret};
+use crate::fid::{self, Children, Parent, ParentRef};
+use crate::guard::{ffi_guard, ffi_guard_or};
+use crate::progress::ProgressList;
+use crate::wait::{self, Backoff, Deadline};
+
+/// 2.x `FI_CNTR_EVENTS_BYTES` (absent from the 1.17 headers): counting
+/// bytes instead of completions is not supported.
+const FI_CNTR_EVENTS_BYTES: ffi::fi_cntr_events = 1;
+
+/// Our `struct fid_cntr`.
+#[repr(C)]
+pub struct Cntr {
+    /// Must stay first: applications hold a pointer to it.
+    fid: ffi::fid_cntr,
+    inner: Arc<CntrInner>,
+}
+
+/// State shared with the endpoints bound to the counter.
+#[derive(Debug)]
+pub struct CntrInner {
+    domain: ParentRef<DomainInner>,
+    wait_obj: ffi::fi_wait_obj,
+    spin_yield: usize,
+    count: AtomicU64,
+    errors: AtomicU64,
+    progress: ProgressList,
+    /// Endpoints bound to this counter.
+    children: Children,
+}
+
+impl Parent for CntrInner {
+    fn children(&self) -> &Children {
+        &self.children
+    }
+}
+
+impl CntrInner {
+    /// One more successful operation.
+    pub fn inc(&self) {
+        self.count.fetch_add(1, Ordering::AcqRel);
+    }
+
+    /// One more failed operation.
+    pub fn inc_err(&self) {
+        self.errors.fetch_add(1, Ordering::AcqRel);
+    }
+
+    /// The endpoints a read of this counter progresses.
+    pub fn progress(&self) -> &ProgressList {
+        &self.progress
+    }
+
+    /// The domain the counter belongs to (endpoints must share it).
+    pub fn domain(&self) -> &DomainInner {
+        &self.domain
+    }
+
+    /// Current success count, without progress.
+    pub fn value(&self) -> u64 {
+        self.count.load(Ordering::Acquire)
+    }
+
+    /// Current error count, without progress.
+    pub fn errors(&self) -> u64 {
+        self.errors.load(Ordering::Acquire)
+    }
+
+    /// `fi_cntr_wait`.
+    fn wait(&self, threshold: u64, timeout: c_int) -> c_int {
+        let errors = self.errors();
+        let deadline = Deadline::after_ms(timeout);
+        let mut backoff = Backoff::new(self.spin_yield);
+        loop {
+            self.progress.run();
+            if self.value() >= threshold {
+                return ret::SUCCESS;
+            }
+            if self.errors() != errors {
+                return ret::EAVAIL;
+            }
+            if deadline.expired() {
+                return ret::ETIMEDOUT;
+            }
+            backoff.snooze();
+        }
+    }
+}
+
+static CNTR_FI_OPS: ffi::fi_ops = ffi::fi_ops {
+    size: size_of::<ffi::fi_ops>(),
+    close: Some(cntr_close),
+    bind: Some(fid::no_bind),
+    control: Some(cntr_control),
+    ops_open: Some(fid::no_ops_open),
+    tostr: Some(fid::no_tostr),
+    ops_set: Some(fid::no_ops_set),
+};
+
+static CNTR_OPS: ffi::fi_ops_cntr = ffi::fi_ops_cntr {
+    size: size_of::<ffi::fi_ops_cntr>(),
+    read: Some(cntr_read),
+    readerr: Some(cntr_readerr),
+    add: Some(cntr_add),
+    set: Some(cntr_set),
+    wait: Some(cntr_wait),
+    adderr: Some(cntr_adderr),
+    seterr: Some(cntr_seterr),
+};
+
+fn check_attr(a: &ffi::fi_cntr_attr) -> Result<(), c_int> {
+    match a.events {
+        ffi::FI_CNTR_EVENTS_COMP => {}
+        FI_CNTR_EVENTS_BYTES => {
+            tracing::warn!("fi_cntr_open: FI_CNTR_EVENTS_BYTES not supported");
+            return Err(ret::ENOSYS);
+        }
+        other => {
+            tracing::warn!("fi_cntr_open: unknown events {other}");
+            return Err(ret::EINVAL);
+        }
+    }
+    wait::check_polled(a.wait_obj).map_err(|r| {
+        tracing::warn!("fi_cntr_open: wait object {}: {}", a.wait_obj, r.reason);
+        r.code
+    })?;
+    if a.flags != 0 {
+        tracing::warn!("fi_cntr_open: unsupported flags {:#x}", a.flags);
+        return Err(ret::EINVAL);
+    }
+    Ok(())
+}
+
+/// `fi_cntr_open` on one of our domains. A NULL `attr` means the defaults
+/// (completion events, no wait object).
+///
+/// # Safety
+/// `attr` must be NULL or a valid `fi_cntr_attr`; `cntr` NULL or writable.
+pub unsafe fn open(
+    domain: &Arc<DomainInner>,
+    attr: *mut ffi::fi_cntr_attr,
+    cntr: *mut *mut ffi::fid_cntr,
+    context: *mut c_void,
+) -> c_int {
+    if cntr.is_null() {
+        tracing::warn!("fi_cntr_open: NULL counter pointer");
+        return ret::EINVAL;
+    }
+    // SAFETY: non-NULL attr is a valid fi_cntr_attr (caller).
+    let a = unsafe { attr.as_ref() }.copied().unwrap_or_default();
+    if let Err(rc) = check_attr(&a) {
+        return rc;
+    }
+    let obj = Box::new(Cntr {
+        fid: ffi::fid_cntr {
+            fid: ffi::fid {
+                fclass: ffi::FI_CLASS_CNTR as usize,
+                context,
+                ops: fid::ops_ptr(&CNTR_FI_OPS),
+            },
+            ops: fid::ops_ptr(&CNTR_OPS),
+        },
+        inner: Arc::new(CntrInner {
+            domain: ParentRef::new(domain),
+            wait_obj: a.wait_obj,
+            spin_yield: domain.config().spin_yield,
+            count: AtomicU64::new(0),
+            errors: AtomicU64::new(0),
+            progress: ProgressList::default(),
+            children: Children::default(),
+        }),
+    });
+    let obj = Box::into_raw(obj);
+    tracing::debug!("cntr {obj:p} opened");
+    // SAFETY: cntr is non-NULL (checked); Cntr is repr(C) with the fid first.
+    unsafe { *cntr = obj as *mut ffi::fid_cntr };
+    ret::SUCCESS
+}
+
+/// Our counter behind `fid`, or None (with a warning) if it is not one.
+///
+/// # Safety
+/// `fid` must be NULL or a live `struct fid`.
+unsafe fn cntr_of<'a>(fid: *const ffi::fid, op: &str) -> Option<&'a CntrInner> {
+    // SAFETY: guaranteed by the caller; `ours` checks class and ops table.
+    let c = unsafe { fid::ours::<Cntr>(fid, ffi::FI_CLASS_CNTR as usize, &CNTR_FI_OPS) };
+    if c.is_none() {
+        tracing::warn!("{op}: not a unimem counter");
+    }
+    // SAFETY: a recognised counter stays alive until fi_close.
+    c.map(|p| unsafe { &*(*p).inner })
+}
+
+/// The shared state of our counter behind `fid` (given to `fi_ep_bind`),
+/// or None if `fid` is not one of our counters.
+///
+/// # Safety
+/// `fid` must be NULL or a live `struct fid`.
+pub unsafe fn inner_of(fid: *const ffi::fid) -> Option<Arc<CntrInner>> {
+    // SAFETY: guaranteed by the caller; `ours` checks class and ops table.
+    let c = unsafe { fid::ours::<Cntr>(fid, ffi::FI_CLASS_CNTR as usize, &CNTR_FI_OPS) }?;
+    // SAFETY: a recognised counter stays alive until fi_close.
+    Some(Arc::clone(unsafe { &(*c).inner }))
+}
+
+/// `fi_trywait` on `fid`: None if it is not our counter; otherwise 0 (a
+/// counter has no "ready" state of its own to report).
+///
+/// # Safety
+/// `fid` must be NULL or a live `struct fid`.
+pub unsafe fn trywait(fid: *const ffi::fid) -> Option<c_int> {
+    // SAFETY: guaranteed by the caller.
+    let inner = unsafe { inner_of(fid) }?;
+    inner.progress.run();
+    Some(ret::SUCCESS)
+}
+
+impl Cntr {
+    pub fn inner(&self) -> &Arc<CntrInner> {
+        &self.inner
+    }
+}
+
+unsafe extern "C" fn cntr_close(fid: *mut ffi::fid) -> c_int {
+    ffi_guard("fi_close(cntr)", || {
+        // SAFETY: fid comes from the application's fi_close.
+        let Some(c) = (unsafe { cntr_of(fid, "fi_close") }) else {
+            return ret::EINVAL;
+        };
+        if let Err(n) = fid::check_no_children(c.children()) {
+            tracing::warn!("fi_close(cntr): still bound to {n} endpoint(s)");
+            return ret::EBUSY;
+        }
+        tracing::debug!("cntr {fid:p} closed");
+        // SAFETY: from Box::into_raw in open(); dropping it releases the domain.
+        drop(unsafe { Box::from_raw(fid as *mut Cntr) });
+        ret::SUCCESS
+    })
+}
+
+unsafe extern "C" fn cntr_control(fid: *mut ffi::fid, command: c_int, arg: *mut c_void) -> c_int {
+    ffi_guard("fi_control(cntr)", || {
+        // SAFETY: fid comes from the application.
+        let Some(c) = (unsafe { cntr_of(fid, "fi_control") }) else {
+            return ret::EINVAL;
+        };
+        // SAFETY: arg is what the command expects (application contract).
+        unsafe { wait::polled_control(c.wait_obj, command, arg) }.unwrap_or_else(|r| {
+            tracing::warn!("fi_control(cntr, {command}): {}", r.reason);
+            r.code
+        })
+    })
+}
+
+/// Run `f` on our counter behind `cntr` (`fi_cntr_add`, `_set`, ...).
+///
+/// # Safety
+/// `cntr` must be NULL or a live `struct fid_cntr`.
+unsafe fn with_cntr(
+    op: &'static str,
+    cntr: *mut ffi::fid_cntr,
+    f: impl FnOnce(&CntrInner) -> c_int,
+) -> c_int {
+    ffi_guard(op, || {
+        // SAFETY: fid_cntr starts with its fid (caller).
+        match unsafe { cntr_of(cntr as *const ffi::fid, op) } {
+            Some(c) => f(c),
+            None => ret::EINVAL,
+        }
+    })
+}
+
+/// `fi_cntr_read`/`readerr` return a bare u64: a bad counter reads as 0.
+///
+/// # Safety
+/// `cntr` must be NULL or a live `struct fid_cntr`.
+unsafe fn read_with(
+    op: &'static str,
+    cntr: *mut ffi::fid_cntr,
+    f: impl FnOnce(&CntrInner) -> u64,
+) -> u64 {
+    ffi_guard_or(op, 0, || {
+        // SAFETY: fid_cntr starts with its fid (caller).
+        unsafe { cntr_of(cntr as *const ffi::fid, op) }.map_or(0, |c| {
+            c.progress.run();
+            f(c)
+        })
+    })
+}
+
+unsafe extern "C" fn cntr_read(cntr: *mut ffi::fid_cntr) -> u64 {
+    // SAFETY: cntr comes from the application.
+    unsafe { read_with("fi_cntr_read", cntr, CntrInner::value) }
+}
+
+unsafe extern "C" fn cntr_readerr(cntr: *mut ffi::fid_cntr) -> u64 {
+    // SAFETY: cntr comes from the application.
+    unsafe { read_with("fi_cntr_readerr", cntr, CntrInner::errors) }
+}
+
+unsafe extern "C" fn cntr_add(cntr: *mut ffi::fid_cntr, value: u64) -> c_int {
+    // SAFETY: cntr comes from the application.
+    unsafe {
+        with_cntr("fi_cntr_add", cntr, |c| {
+            c.count.fetch_add(value, Ordering::AcqRel);
+            ret::SUCCESS
+        })
+    }
+}
+
+unsafe extern "C" fn cntr_adderr(cntr: *mut ffi::fid_cntr, value: u64) -> c_int {
+    // SAFETY: cntr comes from the application.
+    unsafe {
+        with_cntr("fi_cntr_adderr", cntr, |c| {
+            c.errors.fetch_add(value, Ordering::AcqRel);
+            ret::SUCCESS
+        })
+    }
+}
+
+unsafe extern "C" fn cntr_set(cntr: *mut ffi::fid_cntr, value: u64) -> c_int {
+    // SAFETY: cntr comes from the application.
+    unsafe {
+        with_cntr("fi_cntr_set", cntr, |c| {
+            c.count.store(value, Ordering::Release);
+            ret::SUCCESS
+        })
+    }
+}
+
+unsafe extern "C" fn cntr_seterr(cntr: *mut ffi::fid_cntr, value: u64) -> c_int {
+    // SAFETY: cntr comes from the application.
+    unsafe {
+        with_cntr("fi_cntr_seterr", cntr, |c| {
+            c.errors.store(value, Ordering::Release);
+            ret::SUCCESS
+        })
+    }
+}
+
+unsafe extern "C" fn cntr_wait(cntr: *mut ffi::fid_cntr, threshold: u64, timeout: c_int) -> c_int {
+    // SAFETY: cntr comes from the application.
+    unsafe { with_cntr("fi_cntr_wait", cntr, |c| c.wait(threshold, timeout)) }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cq::tests::{close, fabric_domain};
+    use std::ptr;
+    use std::time::{Duration, Instant};
+
+    fn open_cntr(
+        dom: *mut ffi::fid_domain,
+        attr: Option<ffi::fi_cntr_attr>,
+    ) -> Result<*mut ffi::fid_cntr, c_int> {
+        let mut attr = attr;
+        let ap = attr.as_mut().map_or(ptr::null_mut(), |a| a as *mut _);
+        let mut c: *mut ffi::fid_cntr = ptr::null_mut();
+        // SAFETY: dom is a live domain of ours; locals are live.
+        let rc = unsafe { ((*(*dom).ops).cntr_open.unwrap())(dom, ap, &mut c, ptr::null_mut()) };
+        if rc == 0 {
+            Ok(c)
+        } else {
+            Err(rc)
+        }
+    }
+
+    #[test]
+    fn set_add_read() {
+        let (fab, dom) = fabric_domain();
+        let c = open_cntr(dom, None).unwrap();
+        // SAFETY: live objects of ours.
+        unsafe {
+            let ops = &*(*c).ops;
+            assert_eq!(ops.size, size_of::<ffi::fi_ops_cntr>());
+            assert_eq!(ops.set.unwrap()(c, 5), 0);
+            assert_eq!(ops.seterr.unwrap()(c, 10), 0);
+            assert_eq!(ops.add.unwrap()(c, 5), 0);
+            assert_eq!(ops.adderr.unwrap()(c, 5), 0);
+            assert_eq!(ops.read.unwrap()(c), 10);
+            assert_eq!(ops.readerr.unwrap()(c), 15);
+            let inner = inner_of(c as *const ffi::fid).unwrap();
+            inner.inc();
+            inner.inc_err();
+            assert_eq!((inner.value(), inner.errors()), (11, 16));
+            drop(inner);
+            assert_eq!(ops.read.unwrap()(ptr::null_mut()), 0);
+            assert_eq!(ops.add.unwrap()(ptr::null_mut(), 1), ret::EINVAL);
+            assert_eq!(close(dom as *mut ffi::fid), ret::EBUSY);
+            assert_eq!(close(c as *mut ffi::fid), 0);
+            assert_eq!(close(dom as *mut ffi::fid), 0);
+            assert_eq!(close(fab as *mut ffi::fid), 0);
+        }
+    }
+
+    #[test]
+    fn wait_threshold_timeout_and_errors() {
+        let (fab, dom) = fabric_domain();
+        let attr = ffi::fi_cntr_attr {
+            wait_obj: ffi::FI_WAIT_UNSPEC,
+            ..Default::default()
+        };
+        let c = open_cntr(dom, Some(attr)).unwrap();
+        // SAFETY: live objects of ours.
+        unsafe {
+            let wait = (*(*c).ops).wait.unwrap();
+            let t = Instant::now();
+            assert_eq!(wait(c, 1, 50), ret::ETIMEDOUT);
+            assert!(t.elapsed() >= Duration::from_millis(50));
+            assert_eq!(wait(c, 0, 0), 0);
+
+            let inner = inner_of(c as *const ffi::fid).unwrap();
+            let bump = Arc::clone(&inner);
+            let t = std::thread::spawn(move || {
+                for _ in 0..3 {
+                    std::thread::sleep(Duration::from_millis(5));
+                    bump.inc();
+                }
+            });
+            assert_eq!(wait(c, 3, 5000), 0);
+            t.join().unwrap();
+
+            let bump = Arc::clone(&inner);
+            let t = std::thread::spawn(move || {
+                std::thread::sleep(Duration::from_millis(10));
+                bump.inc_err();
+            });
+            assert_eq!(wait(c, 100, -1), ret::EAVAIL);
+            t.join().unwrap();
+            drop(inner);
+            assert_eq!(close(c as *mut ffi::fid), 0);
+            assert_eq!(close(dom as *mut ffi::fid), 0);
+            assert_eq!(close(fab as *mut ffi::fid), 0);
+        }
+    }
+
+    #[test]
+    fn open_checks_attributes() {
+        let (fab, dom) = fabric_domain();
+        let bad = [
+            (
+                ffi::fi_cntr_attr {
+                    events: FI_CNTR_EVENTS_BYTES,
+                    ..Default::default()
+                },
+                ret::ENOSYS,
+            ),
+            (
+                ffi::fi_cntr_attr {
+                    events: 9,
+                    ..Default::default()
+                },
+                ret::EINVAL,
+            ),
+            (
+                ffi::fi_cntr_attr {
+                    wait_obj: ffi::FI_WAIT_FD,
+                    ..Default::default()
+                },
+                ret::ENOSYS,
+            ),
+            (
+                ffi::fi_cntr_attr {
+                    flags: 1,
+                    ..Default::default()
+                },
+                ret::EINVAL,
+            ),
+        ];
+        for (attr, rc) in bad {
+            assert_eq!(open_cntr(dom, Some(attr)).err(), Some(rc));
+        }
+        // SAFETY: live objects of ours.
+        unsafe {
+            assert_eq!(close(dom as *mut ffi::fid), 0);
+            assert_eq!(close(fab as *mut ffi::fid), 0);
+            assert_eq!(cntr_close(ptr::null_mut()), ret::EINVAL);
+        }
+    }
+}

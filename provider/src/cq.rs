@@ -1,0 +1,1218 @@
+//! Completion queues (`fi_cq_open`).
+//!
+//! Endpoints post [`Completion`]s and [`CompletionError`]s through
+//! [`CqInner::write`] / [`CqInner::write_error`]; the application reads them
+//! in the format it chose. Successes and errors share one FIFO, so an error
+//! is seen exactly where it happened: `fi_cq_read` returns the successes
+//! before it, then -FI_EAVAIL until `fi_cq_readerr` takes it.
+//!
+//! Decisions:
+//! - The queue is unbounded and never drops. `size` is recorded (the
+//!   endpoint may use [`CqInner::size`] for flow control) but not enforced:
+//!   with FI_RM_ENABLED the endpoint refuses work it could not complete, so
+//!   an overrun would be a provider bug, and losing completions is worse.
+//! - Manual progress: every read first runs the endpoints bound to the CQ
+//!   ([`CqInner::progress`]).
+//! - Blocking reads poll (see wait.rs); `fi_cq_signal` makes the current
+//!   or next `fi_cq_sread` return -FI_EAGAIN.
+//! - `prov_errno` is a positive libfabric error code (0 if none); its text
+//!   (`fi_cq_strerror`) is the core's `fi_strerror`.
+//! - `fi_cq_readerr` writes the `fi_cq_err_entry` layout of the
+//!   application's API version (1.0, 1.5, or 1.20 with `src_addr`).
+
+use std::collections::VecDeque;
+use std::ffi::CStr;
+use std::mem::{offset_of, size_of};
+use std::os::raw::{c_char, c_int, c_void};
+use std::ptr;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+
+use parking_lot::Mutex;
+
+use crate::core;
+use crate::domain::DomainInner;
+use crate::ffi::{self, ret};
+use crate::fid::{self, Children, Parent, ParentRef};
+use crate::guard::{ffi_guard, ffi_guard_or};
+use crate::progress::ProgressList;
+use crate::wait::{self, Backoff, Deadline};
+
+/// One successful operation, as the endpoint reports it.
+#[derive(Clone, Copy, Debug)]
+pub struct Completion {
+    pub op_context: *mut c_void,
+    /// FI_SEND/FI_RECV | FI_MSG/FI_TAGGED | FI_MULTI_RECV | ...
+    pub flags: u64,
+    pub len: usize,
+    pub buf: *mut c_void,
+    pub data: u64,
+    pub tag: u64,
+    /// For `fi_cq_readfrom`; FI_ADDR_NOTAVAIL when unknown.
+    pub src_addr: ffi::fi_addr_t,
+}
+
+// SAFETY: the pointers are the application's opaque values (its context
+// and buffer addresses); the CQ only hands them back, never dereferences
+// them, so moving them between threads is harmless.
+unsafe impl Send for Completion {}
+
+impl Completion {
+    /// A completion with no length, buffer, data, tag or source.
+    pub fn new(op_context: *mut c_void, flags: u64) -> Self {
+        Completion {
+            op_context,
+            flags,
+            len: 0,
+            buf: ptr::null_mut(),
+            data: 0,
+            tag: 0,
+            src_addr: ffi::FI_ADDR_NOTAVAIL,
+        }
+    }
+}
+
+/// One failed operation.
+#[derive(Clone, Debug)]
+pub struct CompletionError {
+    /// What is known about the operation (flags, context, buffer...).
+    pub completion: Completion,
+    /// Positive FI_E* code (FI_ETRUNC, FI_ECANCELED, ...).
+    pub err: i32,
+    /// Positive libfabric error code with more detail, or 0.
+    pub prov_errno: i32,
+    /// Bytes that did not fit (FI_ETRUNC).
+    pub olen: usize,
+    /// Provider-specific detail for `fi_cq_strerror`; empty for none.
+    pub err_data: Vec<u8>,
+}
+
+#[derive(Debug)]
+enum Entry {
+    Done(Completion),
+    Failed(Box<CompletionError>),
+}
+
+/// `struct fi_cq_err_entry` as of API 1.20 (the 1.17 headers lack
+/// `src_addr`). Older applications get a prefix of it.
+#[repr(C)]
+#[derive(Clone, Copy)]
+struct ErrEntry {
+    op_context: *mut c_void,
+    flags: u64,
+    len: usize,
+    buf: *mut c_void,
+    data: u64,
+    tag: u64,
+    olen: usize,
+    err: c_int,
+    prov_errno: c_int,
+    err_data: *mut c_void,
+    err_data_size: usize,
+    src_addr: ffi::fi_addr_t,
+}
+
+/// Size of the entry the application knows, by API version.
+const ERR_ENTRY_1_0: usize = offset_of!(ErrEntry, err_data_size);
+const ERR_ENTRY_1_5: usize = offset_of!(ErrEntry, src_addr);
+const ERR_ENTRY_1_20: usize = size_of::<ErrEntry>();
+const _: () = assert!(
+    offset_of!(ErrEntry, err_data_size) == offset_of!(ffi::fi_cq_err_entry, err_data_size)
+        && (size_of::<ffi::fi_cq_err_entry>() == ERR_ENTRY_1_5
+            || size_of::<ffi::fi_cq_err_entry>() == ERR_ENTRY_1_20)
+);
+
+const V1_5: u32 = ffi::fi_version(1, 5);
+const V1_20: u32 = ffi::fi_version(1, 20);
+
+fn err_entry_size(api: u32) -> usize {
+    if ffi::fi_version_lt(api, V1_5) {
+        ERR_ENTRY_1_0
+    } else if ffi::fi_version_lt(api, V1_20) {
+        ERR_ENTRY_1_5
+    } else {
+        ERR_ENTRY_1_20
+    }
+}
+
+/// Where `fi_cq_readerr`/`fi_eq_readerr` put error data: the application's
+/// buffer when it offers one (API >= 1.5, `err_data_size` > 0), otherwise
+/// `saved`, which the queue keeps until the next error read. Returns the
+/// (pointer, size) to report.
+///
+/// # Safety
+/// `user_buf` must be NULL or writable for `user_size` bytes.
+pub(crate) unsafe fn deliver_err_data(
+    api: u32,
+    user_buf: *mut c_void,
+    user_size: usize,
+    data: Vec<u8>,
+    saved: &mut Vec<u8>,
+) -> (*mut c_void, usize) {
+    if !ffi::fi_version_lt(api, V1_5) && user_size > 0 && !user_buf.is_null() {
+        let n = user_size.min(data.len());
+        // SAFETY: user_buf is writable for user_size >= n bytes (caller).
+        unsafe { ptr::copy_nonoverlapping(data.as_ptr(), user_buf as *mut u8, n) };
+        return (user_buf, n);
+    }
+    *saved = data;
+    if saved.is_empty() {
+        (ptr::null_mut(), 0)
+    } else {
+        (saved.as_mut_ptr() as *mut c_void, saved.len())
+    }
+}
+
+/// Text for a provider error code (`fi_cq_strerror`, `fi_eq_strerror`),
+/// copied into `buf` when the application gives one.
+///
+/// # Safety
+/// `buf` must be NULL or writable for `len` bytes.
+pub(crate) unsafe fn strerror(prov_errno: c_int, buf: *mut c_char, len: usize) -> *const c_char {
+    let core_text = core::get()
+        .and_then(|c| c.strerror)
+        // SAFETY: fi_strerror accepts any code and returns a static string.
+        .map(|f| unsafe { f(prov_errno.saturating_abs()) })
+        .filter(|p| !p.is_null());
+    let text = core_text.unwrap_or(c"unimem: provider error".as_ptr());
+    if buf.is_null() || len == 0 {
+        return text;
+    }
+    // SAFETY: text is a NUL-terminated static string.
+    let bytes = unsafe { CStr::from_ptr(text) }.to_bytes();
+    let n = bytes.len().min(len - 1);
+    // SAFETY: buf is writable for len > n bytes (caller); the regions are distinct.
+    unsafe {
+        ptr::copy_nonoverlapping(bytes.as_ptr(), buf as *mut u8, n);
+        *buf.add(n) = 0;
+    }
+    buf
+}
+
+/// The FIFO proper, without the libfabric object around it.
+#[derive(Debug, Default)]
+struct Queue {
+    entries: VecDeque<Entry>,
+    /// Error data handed out by the last `fi_cq_readerr` without a buffer.
+    saved_err_data: Vec<u8>,
+}
+
+impl Queue {
+    /// `fi_cq_read(from)`: successes up to the first error.
+    ///
+    /// # Safety
+    /// `buf` must be writable for `count` entries of `format`, `src_addr`
+    /// NULL or writable for `count` addresses.
+    unsafe fn read(
+        &mut self,
+        format: ffi::fi_cq_format,
+        buf: *mut c_void,
+        count: usize,
+        src_addr: *mut ffi::fi_addr_t,
+    ) -> isize {
+        match self.entries.front() {
+            None => return ret::EAGAIN as isize,
+            Some(Entry::Failed(_)) => return ret::EAVAIL as isize,
+            Some(Entry::Done(_)) => {}
+        }
+        let mut n = 0;
+        while n < count {
+            let Some(Entry::Done(c)) = self.entries.front() else {
+                break;
+            };
+            // SAFETY: n < count entries fit in buf and src_addr (caller).
+            unsafe {
+                put(format, buf, n, c);
+                if !src_addr.is_null() {
+                    src_addr.add(n).write_unaligned(c.src_addr);
+                }
+            }
+            self.entries.pop_front();
+            n += 1;
+        }
+        n as isize
+    }
+
+    /// `fi_cq_readerr`: the error at the head, in the layout of API `api`.
+    ///
+    /// # Safety
+    /// `user` must be a writable `fi_cq_err_entry` of API `api`.
+    unsafe fn read_err(&mut self, api: u32, user: *mut ErrEntry) -> isize {
+        if !matches!(self.entries.front(), Some(Entry::Failed(_))) {
+            return ret::EAGAIN as isize;
+        }
+        let Some(Entry::Failed(e)) = self.entries.pop_front() else {
+            unreachable!("head checked above")
+        };
+        let (user_data, user_size) = if ffi::fi_version_lt(api, V1_5) {
+            (ptr::null_mut(), 0)
+        } else {
+            // SAFETY: both fields exist in the >= 1.5 layout; user is readable (caller).
+            unsafe {
+                (
+                    ptr::addr_of!((*user).err_data).read_unaligned(),
+                    ptr::addr_of!((*user).err_data_size).read_unaligned(),
+                )
+            }
+        };
+        let e = *e;
+        let c = e.completion;
+        // SAFETY: user_data is the application's err_data buffer of user_size bytes.
+        let (err_data, err_data_size) = unsafe {
+            deliver_err_data(
+                api,
+                user_data,
+                user_size,
+                e.err_data,
+                &mut self.saved_err_data,
+            )
+        };
+        let out = ErrEntry {
+            op_context: c.op_context,
+            flags: c.flags,
+            len: c.len,
+            buf: c.buf,
+            data: c.data,
+            tag: c.tag,
+            olen: e.olen,
+            err: e.err,
+            prov_errno: e.prov_errno,
+            err_data,
+            err_data_size,
+            src_addr: c.src_addr,
+        };
+        // SAFETY: the application's entry holds err_entry_size(api) bytes (caller).
+        unsafe {
+            ptr::copy_nonoverlapping(
+                &out as *const ErrEntry as *const u8,
+                user as *mut u8,
+                err_entry_size(api),
+            )
+        };
+        1
+    }
+}
+
+/// Store completion `i` of an array in `format`.
+///
+/// # Safety
+/// `buf` must be writable for `i + 1` entries of `format`.
+unsafe fn put(format: ffi::fi_cq_format, buf: *mut c_void, i: usize, c: &Completion) {
+    // Unaligned writes: nothing obliges the application's buffer to be aligned.
+    // SAFETY: in bounds (caller).
+    unsafe {
+        match format {
+            ffi::FI_CQ_FORMAT_MSG => {
+                (buf as *mut ffi::fi_cq_msg_entry)
+                    .add(i)
+                    .write_unaligned(ffi::fi_cq_msg_entry {
+                        op_context: c.op_context,
+                        flags: c.flags,
+                        len: c.len,
+                    })
+            }
+            ffi::FI_CQ_FORMAT_DATA => {
+                (buf as *mut ffi::fi_cq_data_entry)
+                    .add(i)
+                    .write_unaligned(ffi::fi_cq_data_entry {
+                        op_context: c.op_context,
+                        flags: c.flags,
+                        len: c.len,
+                        buf: c.buf,
+                        data: c.data,
+                    })
+            }
+            ffi::FI_CQ_FORMAT_TAGGED => (buf as *mut ffi::fi_cq_tagged_entry)
+                .add(i)
+                .write_unaligned(ffi::fi_cq_tagged_entry {
+                    op_context: c.op_context,
+                    flags: c.flags,
+                    len: c.len,
+                    buf: c.buf,
+                    data: c.data,
+                    tag: c.tag,
+                }),
+            // FI_CQ_FORMAT_CONTEXT (UNSPEC was resolved at open).
+            _ => (buf as *mut ffi::fi_cq_entry)
+                .add(i)
+                .write_unaligned(ffi::fi_cq_entry {
+                    op_context: c.op_context,
+                }),
+        }
+    }
+}
+
+/// Our `struct fid_cq`.
+#[repr(C)]
+pub struct Cq {
+    /// Must stay first: applications hold a pointer to it.
+    fid: ffi::fid_cq,
+    inner: Arc<CqInner>,
+}
+
+/// State shared with the endpoints bound to the CQ.
+#[derive(Debug)]
+pub struct CqInner {
+    domain: ParentRef<DomainInner>,
+    /// Never FI_CQ_FORMAT_UNSPEC (resolved to CONTEXT at open).
+    format: ffi::fi_cq_format,
+    wait_obj: ffi::fi_wait_obj,
+    size: usize,
+    spin_yield: usize,
+    queue: Mutex<Queue>,
+    /// Set by `fi_cq_signal`, taken by the blocking read it wakes.
+    signaled: AtomicBool,
+    progress: ProgressList,
+    /// Endpoints bound to this CQ.
+    children: Children,
+}
+
+impl Parent for CqInner {
+    fn children(&self) -> &Children {
+        &self.children
+    }
+}
+
+impl CqInner {
+    /// Queue a successful completion.
+    pub fn write(&self, c: Completion) {
+        self.queue.lock().entries.push_back(Entry::Done(c));
+    }
+
+    /// Queue an error completion (read with `fi_cq_readerr`).
+    pub fn write_error(&self, e: CompletionError) {
+        self.queue
+            .lock()
+            .entries
+            .push_back(Entry::Failed(Box::new(e)));
+    }
+
+    /// The entry format the application reads (never UNSPEC).
+    pub fn format(&self) -> ffi::fi_cq_format {
+        self.format
+    }
+
+    /// The endpoints a read of this CQ progresses.
+    pub fn progress(&self) -> &ProgressList {
+        &self.progress
+    }
+
+    /// The size asked at open (or the configured default); not enforced.
+    pub fn size(&self) -> usize {
+        self.size
+    }
+
+    /// Entries (successes and errors) waiting to be read.
+    pub fn len(&self) -> usize {
+        self.queue.lock().entries.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.queue.lock().entries.is_empty()
+    }
+
+    /// The domain the CQ belongs to (endpoints must share it).
+    pub fn domain(&self) -> &DomainInner {
+        &self.domain
+    }
+
+    /// Wake the current or next blocking read (`fi_cq_signal`).
+    pub fn signal(&self) {
+        self.signaled.store(true, Ordering::Release);
+    }
+
+    /// `fi_cq_readfrom` after one progress pass.
+    ///
+    /// # Safety
+    /// As [`Queue::read`] for `self.format`.
+    unsafe fn read(&self, buf: *mut c_void, count: usize, src_addr: *mut ffi::fi_addr_t) -> isize {
+        self.progress.run();
+        // SAFETY: forwarded from the caller.
+        unsafe { self.queue.lock().read(self.format, buf, count, src_addr) }
+    }
+
+    /// `fi_cq_sreadfrom`: read, or wait up to `timeout` ms (< 0: forever)
+    /// for something to read, or for a signal.
+    ///
+    /// # Safety
+    /// As [`Queue::read`] for `self.format`.
+    unsafe fn sread(
+        &self,
+        buf: *mut c_void,
+        count: usize,
+        src_addr: *mut ffi::fi_addr_t,
+        timeout: c_int,
+    ) -> isize {
+        let deadline = Deadline::after_ms(timeout);
+        let mut backoff = Backoff::new(self.spin_yield);
+        loop {
+            // SAFETY: forwarded from the caller.
+            let n = unsafe { self.read(buf, count, src_addr) };
+            if n != ret::EAGAIN as isize
+                || self.signaled.swap(false, Ordering::AcqRel)
+                || deadline.expired()
+            {
+                return n;
+            }
+            backoff.snooze();
+        }
+    }
+}
+
+static CQ_FI_OPS: ffi::fi_ops = ffi::fi_ops {
+    size: size_of::<ffi::fi_ops>(),
+    close: Some(cq_close),
+    bind: Some(fid::no_bind),
+    control: Some(cq_control),
+    ops_open: Some(fid::no_ops_open),
+    tostr: Some(fid::no_tostr),
+    ops_set: Some(fid::no_ops_set),
+};
+
+static CQ_OPS: ffi::fi_ops_cq = ffi::fi_ops_cq {
+    size: size_of::<ffi::fi_ops_cq>(),
+    read: Some(cq_read),
+    readfrom: Some(cq_readfrom),
+    readerr: Some(cq_readerr),
+    sread: Some(cq_sread),
+    sreadfrom: Some(cq_sreadfrom),
+    signal: Some(cq_signal),
+    strerror: Some(cq_strerror),
+};
+
+/// Check a `fi_cq_attr`: the format to use, or the error code.
+fn check_attr(a: &ffi::fi_cq_attr) -> Result<ffi::fi_cq_format, c_int> {
+    let format = match a.format {
+        ffi::FI_CQ_FORMAT_UNSPEC => ffi::FI_CQ_FORMAT_CONTEXT,
+        f @ (ffi::FI_CQ_FORMAT_CONTEXT
+        | ffi::FI_CQ_FORMAT_MSG
+        | ffi::FI_CQ_FORMAT_DATA
+        | ffi::FI_CQ_FORMAT_TAGGED) => f,
+        other => {
+            tracing::warn!("fi_cq_open: unknown format {other}");
+            return Err(ret::EINVAL);
+        }
+    };
+    wait::check_polled(a.wait_obj).map_err(|r| {
+        tracing::warn!("fi_cq_open: wait object {}: {}", a.wait_obj, r.reason);
+        r.code
+    })?;
+    // The condition is only a hint (we return as soon as one entry is there).
+    if a.wait_obj != ffi::FI_WAIT_NONE
+        && a.wait_cond != ffi::FI_CQ_COND_NONE
+        && a.wait_cond != ffi::FI_CQ_COND_THRESHOLD
+    {
+        tracing::warn!("fi_cq_open: unknown wait condition {}", a.wait_cond);
+        return Err(ret::EINVAL);
+    }
+    let unknown = a.flags & !ffi::FI_AFFINITY;
+    if unknown != 0 {
+        tracing::warn!("fi_cq_open: unsupported flags {unknown:#x}");
+        return Err(ret::EINVAL);
+    }
+    if a.flags & ffi::FI_AFFINITY != 0 {
+        // A hint by definition; there are no interrupts to steer.
+        tracing::info!("fi_cq_open: FI_AFFINITY ignored (no interrupts)");
+    }
+    Ok(format)
+}
+
+/// `fi_cq_open` on one of our domains.
+///
+/// # Safety
+/// `attr` must be NULL or a valid `fi_cq_attr`; `cq` NULL or writable.
+pub unsafe fn open(
+    domain: &Arc<DomainInner>,
+    attr: *mut ffi::fi_cq_attr,
+    cq: *mut *mut ffi::fid_cq,
+    context: *mut c_void,
+) -> c_int {
+    if attr.is_null() || cq.is_null() {
+        tracing::warn!("fi_cq_open: NULL attr or cq pointer");
+        return ret::EINVAL;
+    }
+    // SAFETY: non-NULL attr is a valid fi_cq_attr (caller).
+    let a = unsafe { &*attr };
+    let format = match check_attr(a) {
+        Ok(f) => f,
+        Err(rc) => return rc,
+    };
+    let config = domain.config();
+    let size = if a.size == 0 { config.cq_size } else { a.size };
+    let obj = Box::new(Cq {
+        fid: ffi::fid_cq {
+            fid: ffi::fid {
+                fclass: ffi::FI_CLASS_CQ as usize,
+                context,
+                ops: fid::ops_ptr(&CQ_FI_OPS),
+            },
+            ops: fid::ops_ptr(&CQ_OPS),
+        },
+        inner: Arc::new(CqInner {
+            domain: ParentRef::new(domain),
+            format,
+            wait_obj: a.wait_obj,
+            size,
+            spin_yield: config.spin_yield,
+            queue: Mutex::new(Queue {
+                // Grows on demand: hundreds of CQs of the default size must stay cheap.
+                entries: VecDeque::with_capacity(size.min(64)),
+                saved_err_data: Vec::new(),
+            }),
+            signaled: AtomicBool::new(false),
+            progress: ProgressList::default(),
+            children: Children::default(),
+        }),
+    });
+    let obj = Box::into_raw(obj);
+    tracing::debug!("cq {obj:p} opened: format {format}, size {size}");
+    // SAFETY: cq is non-NULL (checked); Cq is repr(C) with the fid first.
+    unsafe { *cq = obj as *mut ffi::fid_cq };
+    ret::SUCCESS
+}
+
+/// Our CQ behind `fid`, or None (with a warning) if it is not one.
+///
+/// # Safety
+/// `fid` must be NULL or a live `struct fid`.
+unsafe fn cq_of<'a>(fid: *const ffi::fid, op: &str) -> Option<&'a Cq> {
+    // SAFETY: guaranteed by the caller; `ours` checks class and ops table.
+    let c = unsafe { fid::ours::<Cq>(fid, ffi::FI_CLASS_CQ as usize, &CQ_FI_OPS) };
+    if c.is_none() {
+        tracing::warn!("{op}: not a unimem completion queue");
+    }
+    // SAFETY: a recognised CQ stays alive until fi_close.
+    c.map(|p| unsafe { &*p })
+}
+
+/// The shared state of our CQ behind `fid` (e.g. given to `fi_ep_bind`),
+/// or None if `fid` is not one of our CQs.
+///
+/// # Safety
+/// `fid` must be NULL or a live `struct fid`.
+pub unsafe fn inner_of(fid: *const ffi::fid) -> Option<Arc<CqInner>> {
+    // SAFETY: guaranteed by the caller; `ours` checks class and ops table.
+    let c = unsafe { fid::ours::<Cq>(fid, ffi::FI_CLASS_CQ as usize, &CQ_FI_OPS) }?;
+    // SAFETY: a recognised CQ stays alive until fi_close.
+    Some(Arc::clone(unsafe { &(*c).inner }))
+}
+
+/// `fi_trywait` on `fid`: None if it is not our CQ; otherwise
+/// -FI_EAGAIN if there is something to read after a progress pass, else 0.
+///
+/// # Safety
+/// `fid` must be NULL or a live `struct fid`.
+pub unsafe fn trywait(fid: *const ffi::fid) -> Option<c_int> {
+    // SAFETY: guaranteed by the caller.
+    let inner = unsafe { inner_of(fid) }?;
+    inner.progress.run();
+    Some(if inner.is_empty() {
+        ret::SUCCESS
+    } else {
+        ret::EAGAIN
+    })
+}
+
+impl Cq {
+    pub fn inner(&self) -> &Arc<CqInner> {
+        &self.inner
+    }
+}
+
+unsafe extern "C" fn cq_close(fid: *mut ffi::fid) -> c_int {
+    ffi_guard("fi_close(cq)", || {
+        // SAFETY: fid comes from the application's fi_close.
+        let Some(cq) = (unsafe { cq_of(fid, "fi_close") }) else {
+            return ret::EINVAL;
+        };
+        if let Err(n) = fid::check_no_children(cq.inner.children()) {
+            tracing::warn!("fi_close(cq): still bound to {n} endpoint(s)");
+            return ret::EBUSY;
+        }
+        tracing::debug!("cq {fid:p} closed");
+        // SAFETY: from Box::into_raw in open(); dropping it releases the domain.
+        drop(unsafe { Box::from_raw(fid as *mut Cq) });
+        ret::SUCCESS
+    })
+}
+
+unsafe extern "C" fn cq_control(fid: *mut ffi::fid, command: c_int, arg: *mut c_void) -> c_int {
+    ffi_guard("fi_control(cq)", || {
+        // SAFETY: fid comes from the application.
+        let Some(cq) = (unsafe { cq_of(fid, "fi_control") }) else {
+            return ret::EINVAL;
+        };
+        // SAFETY: arg is what the command expects (application contract).
+        unsafe { wait::polled_control(cq.inner.wait_obj, command, arg) }.unwrap_or_else(|r| {
+            tracing::warn!("fi_control(cq, {command}): {}", r.reason);
+            r.code
+        })
+    })
+}
+
+/// Shared checks of the read entry points.
+///
+/// # Safety
+/// `cq` must be NULL or a live `struct fid_cq`.
+unsafe fn readable<'a>(
+    cq: *mut ffi::fid_cq,
+    buf: *mut c_void,
+    count: usize,
+    op: &str,
+) -> Result<&'a CqInner, isize> {
+    // SAFETY: fid_cq starts with its fid (caller).
+    let Some(c) = (unsafe { cq_of(cq as *const ffi::fid, op) }) else {
+        return Err(ret::EINVAL as isize);
+    };
+    if buf.is_null() && count > 0 {
+        tracing::warn!("{op}: NULL buffer for {count} entries");
+        return Err(ret::EINVAL as isize);
+    }
+    Ok(&c.inner)
+}
+
+unsafe extern "C" fn cq_read(cq: *mut ffi::fid_cq, buf: *mut c_void, count: usize) -> isize {
+    // SAFETY: same contract, no source addresses.
+    unsafe { cq_readfrom(cq, buf, count, ptr::null_mut()) }
+}
+
+unsafe extern "C" fn cq_readfrom(
+    cq: *mut ffi::fid_cq,
+    buf: *mut c_void,
+    count: usize,
+    src_addr: *mut ffi::fi_addr_t,
+) -> isize {
+    ffi_guard_or("fi_cq_read", ret::EOTHER as isize, || {
+        // SAFETY: cq comes from the application.
+        let inner = match unsafe { readable(cq, buf, count, "fi_cq_read") } {
+            Ok(i) => i,
+            Err(rc) => return rc,
+        };
+        // SAFETY: buf holds count entries of the CQ's format, src_addr count addresses (API contract).
+        unsafe { inner.read(buf, count, src_addr) }
+    })
+}
+
+unsafe extern "C" fn cq_sread(
+    cq: *mut ffi::fid_cq,
+    buf: *mut c_void,
+    count: usize,
+    cond: *const c_void,
+    timeout: c_int,
+) -> isize {
+    // SAFETY: same contract, no source addresses.
+    unsafe { cq_sreadfrom(cq, buf, count, ptr::null_mut(), cond, timeout) }
+}
+
+unsafe extern "C" fn cq_sreadfrom(
+    cq: *mut ffi::fid_cq,
+    buf: *mut c_void,
+    count: usize,
+    src_addr: *mut ffi::fi_addr_t,
+    _cond: *const c_void,
+    timeout: c_int,
+) -> isize {
+    ffi_guard_or("fi_cq_sread", ret::EOTHER as isize, || {
+        // SAFETY: cq comes from the application.
+        let inner = match unsafe { readable(cq, buf, count, "fi_cq_sread") } {
+            Ok(i) => i,
+            Err(rc) => return rc,
+        };
+        // SAFETY: as for fi_cq_readfrom.
+        unsafe { inner.sread(buf, count, src_addr, timeout) }
+    })
+}
+
+unsafe extern "C" fn cq_readerr(
+    cq: *mut ffi::fid_cq,
+    buf: *mut ffi::fi_cq_err_entry,
+    _flags: u64,
+) -> isize {
+    ffi_guard_or("fi_cq_readerr", ret::EOTHER as isize, || {
+        // SAFETY: cq comes from the application.
+        let Some(c) = (unsafe { cq_of(cq as *const ffi::fid, "fi_cq_readerr") }) else {
+            return ret::EINVAL as isize;
+        };
+        if buf.is_null() {
+            tracing::warn!("fi_cq_readerr: NULL entry");
+            return ret::EINVAL as isize;
+        }
+        let inner = &c.inner;
+        inner.progress.run();
+        let api = inner.domain.api_version;
+        // SAFETY: buf is an fi_cq_err_entry of the application's API version.
+        unsafe { inner.queue.lock().read_err(api, buf as *mut ErrEntry) }
+    })
+}
+
+unsafe extern "C" fn cq_signal(cq: *mut ffi::fid_cq) -> c_int {
+    ffi_guard("fi_cq_signal", || {
+        // SAFETY: cq comes from the application.
+        let Some(c) = (unsafe { cq_of(cq as *const ffi::fid, "fi_cq_signal") }) else {
+            return ret::EINVAL;
+        };
+        c.inner.signal();
+        ret::SUCCESS
+    })
+}
+
+unsafe extern "C" fn cq_strerror(
+    _cq: *mut ffi::fid_cq,
+    prov_errno: c_int,
+    _err_data: *const c_void,
+    buf: *mut c_char,
+    len: usize,
+) -> *const c_char {
+    ffi_guard_or("fi_cq_strerror", c"unimem: error".as_ptr(), || {
+        // SAFETY: buf is NULL or holds len bytes (API contract).
+        unsafe { strerror(prov_errno, buf, len) }
+    })
+}
+
+#[cfg(test)]
+pub(crate) mod tests {
+    use super::*;
+    use crate::fabric;
+    use std::time::{Duration, Instant};
+
+    fn done(ctx: usize, len: usize) -> Completion {
+        Completion {
+            len,
+            buf: (ctx * 100) as *mut c_void,
+            data: 7,
+            tag: 0xabc,
+            src_addr: ctx as u64,
+            ..Completion::new(ctx as *mut c_void, ffi::FI_RECV | ffi::FI_TAGGED)
+        }
+    }
+
+    fn failed(ctx: usize, err_data: &[u8]) -> Entry {
+        Entry::Failed(Box::new(CompletionError {
+            completion: done(ctx, 3),
+            err: ffi::FI_ETRUNC as i32,
+            prov_errno: ffi::FI_EIO,
+            olen: 9,
+            err_data: err_data.to_vec(),
+        }))
+    }
+
+    fn queue(entries: Vec<Entry>) -> Queue {
+        Queue {
+            entries: entries.into(),
+            saved_err_data: Vec::new(),
+        }
+    }
+
+    #[test]
+    fn formats_copy_the_right_fields() {
+        let mut q = queue(vec![Entry::Done(done(1, 10)), Entry::Done(done(2, 20))]);
+        let mut tagged = [ffi::fi_cq_tagged_entry::default(); 1];
+        let mut src = [0u64; 1];
+        // SAFETY: arrays sized for the requested counts.
+        let n = unsafe {
+            q.read(
+                ffi::FI_CQ_FORMAT_TAGGED,
+                tagged.as_mut_ptr() as *mut c_void,
+                1,
+                src.as_mut_ptr(),
+            )
+        };
+        assert_eq!(n, 1);
+        let t = tagged[0];
+        assert_eq!(
+            (t.op_context as usize, t.len, t.buf as usize, t.data, t.tag),
+            (1, 10, 100, 7, 0xabc)
+        );
+        assert_eq!(t.flags, ffi::FI_RECV | ffi::FI_TAGGED);
+        assert_eq!(src[0], 1);
+
+        let mut ctx = [ffi::fi_cq_entry::default(); 4];
+        // SAFETY: room for 4 entries.
+        let n = unsafe {
+            q.read(
+                ffi::FI_CQ_FORMAT_CONTEXT,
+                ctx.as_mut_ptr() as *mut c_void,
+                4,
+                ptr::null_mut(),
+            )
+        };
+        assert_eq!(n, 1);
+        assert_eq!(ctx[0].op_context as usize, 2);
+        assert!(ctx[1].op_context.is_null(), "nothing beyond what was read");
+        // SAFETY: empty queue, nothing written.
+        let n = unsafe {
+            q.read(
+                ffi::FI_CQ_FORMAT_CONTEXT,
+                ctx.as_mut_ptr() as *mut c_void,
+                4,
+                ptr::null_mut(),
+            )
+        };
+        assert_eq!(n, ret::EAGAIN as isize);
+
+        q.entries.push_back(Entry::Done(done(3, 30)));
+        q.entries.push_back(Entry::Done(done(4, 40)));
+        let mut msg = [ffi::fi_cq_msg_entry::default(); 1];
+        let mut data = [ffi::fi_cq_data_entry::default(); 1];
+        // SAFETY: one entry each.
+        unsafe {
+            assert_eq!(
+                q.read(
+                    ffi::FI_CQ_FORMAT_MSG,
+                    msg.as_mut_ptr() as *mut c_void,
+                    1,
+                    ptr::null_mut()
+                ),
+                1
+            );
+            assert_eq!(
+                q.read(
+                    ffi::FI_CQ_FORMAT_DATA,
+                    data.as_mut_ptr() as *mut c_void,
+                    1,
+                    ptr::null_mut()
+                ),
+                1
+            );
+        }
+        assert_eq!((msg[0].op_context as usize, msg[0].len), (3, 30));
+        assert_eq!(
+            (
+                data[0].op_context as usize,
+                data[0].buf as usize,
+                data[0].data
+            ),
+            (4, 400, 7)
+        );
+    }
+
+    #[test]
+    fn errors_are_delivered_in_order() {
+        let mut q = queue(vec![
+            Entry::Done(done(1, 1)),
+            failed(2, b"why"),
+            Entry::Done(done(3, 3)),
+        ]);
+        let mut ctx = [ffi::fi_cq_entry::default(); 3];
+        let mut read = |q: &mut Queue, count| {
+            // SAFETY: room for 3 entries.
+            unsafe {
+                q.read(
+                    ffi::FI_CQ_FORMAT_CONTEXT,
+                    ctx.as_mut_ptr() as *mut c_void,
+                    count,
+                    ptr::null_mut(),
+                )
+            }
+        };
+        assert_eq!(read(&mut q, 3), 1, "stops before the error");
+        assert_eq!(read(&mut q, 3), ret::EAVAIL as isize);
+        assert_eq!(read(&mut q, 0), ret::EAVAIL as isize);
+
+        let mut e = ErrEntry {
+            err_data: ptr::null_mut(),
+            err_data_size: 0,
+            // SAFETY: all-zero is a valid ErrEntry (pointers NULL).
+            ..unsafe { std::mem::zeroed() }
+        };
+        // SAFETY: e is a full 1.20 entry.
+        assert_eq!(unsafe { q.read_err(ffi::fi_version(1, 20), &mut e) }, 1);
+        assert_eq!(
+            (e.op_context as usize, e.err, e.olen),
+            (2, ffi::FI_ETRUNC as i32, 9)
+        );
+        assert_eq!((e.prov_errno, e.src_addr), (ffi::FI_EIO, 2));
+        // No buffer offered: provider-owned data.
+        assert_eq!(e.err_data_size, 3);
+        // SAFETY: the queue keeps the data until the next readerr.
+        let data = unsafe { std::slice::from_raw_parts(e.err_data as *const u8, 3) };
+        assert_eq!(data, b"why");
+        // SAFETY: as above.
+        assert_eq!(
+            unsafe { q.read_err(ffi::fi_version(1, 20), &mut e) },
+            ret::EAGAIN as isize
+        );
+        assert_eq!(read(&mut q, 3), 1);
+        assert_eq!(read(&mut q, 0), ret::EAGAIN as isize);
+    }
+
+    #[test]
+    fn readerr_respects_the_api_version_and_user_buffers() {
+        // API 1.17: src_addr beyond the application's struct stays untouched.
+        let mut q = queue(vec![failed(5, b"0123456789")]);
+        let mut user_buf = [0u8; 4];
+        // SAFETY: all-zero is a valid ErrEntry.
+        let mut e: ErrEntry = unsafe { std::mem::zeroed() };
+        e.src_addr = 0x5a5a;
+        e.err_data = user_buf.as_mut_ptr() as *mut c_void;
+        e.err_data_size = user_buf.len();
+        // SAFETY: e is larger than the 1.17 layout.
+        assert_eq!(unsafe { q.read_err(ffi::fi_version(1, 17), &mut e) }, 1);
+        assert_eq!(e.src_addr, 0x5a5a);
+        assert_eq!(e.err_data, user_buf.as_mut_ptr() as *mut c_void);
+        assert_eq!(e.err_data_size, 4);
+        assert_eq!(&user_buf, b"0123");
+
+        // API 1.4: 1.0 layout, err_data_size not even read or written.
+        let mut q = queue(vec![failed(6, b"xy")]);
+        // SAFETY: all-zero is a valid ErrEntry.
+        let mut e: ErrEntry = unsafe { std::mem::zeroed() };
+        e.err_data_size = 77;
+        // SAFETY: as above.
+        assert_eq!(unsafe { q.read_err(ffi::fi_version(1, 4), &mut e) }, 1);
+        assert_eq!(e.err_data_size, 77);
+        assert_eq!(e.err_data, q.saved_err_data.as_mut_ptr() as *mut c_void);
+        assert_eq!(err_entry_size(ffi::fi_version(1, 4)), 8 * 7 + 4 + 4 + 8);
+        assert_eq!(err_entry_size(ffi::fi_version(2, 0)), ERR_ENTRY_1_5 + 8);
+    }
+
+    #[test]
+    fn strerror_copies_and_truncates() {
+        let mut buf = [0x55 as c_char; 4];
+        // SAFETY: buf holds 4 bytes.
+        let p = unsafe { strerror(ffi::FI_EIO, buf.as_mut_ptr(), buf.len()) };
+        assert_eq!(p, buf.as_ptr());
+        assert_eq!(buf[3], 0);
+        // SAFETY: no buffer: a static string comes back.
+        let s = unsafe { CStr::from_ptr(strerror(ffi::FI_EIO, ptr::null_mut(), 0)) };
+        assert!(!s.to_bytes().is_empty());
+    }
+
+    /// A fabric + domain for object tests; closed by the caller.
+    pub(crate) fn fabric_domain() -> (*mut ffi::fid_fabric, *mut ffi::fid_domain) {
+        let mut fattr = ffi::fi_fabric_attr::default();
+        let mut dattr = ffi::fi_domain_attr::default();
+        let mut info = ffi::fi_info {
+            domain_attr: &mut dattr,
+            ..Default::default()
+        };
+        let mut fab: *mut ffi::fid_fabric = ptr::null_mut();
+        let mut dom: *mut ffi::fid_domain = ptr::null_mut();
+        // SAFETY: live locals; fab is then a fabric of ours.
+        unsafe {
+            assert_eq!(
+                fabric::open(&mut fattr, &mut fab, ptr::null_mut()),
+                ret::SUCCESS
+            );
+            (*fab).api_version = ffi::fi_version(1, 17);
+            let domain = (*(*fab).ops).domain.unwrap();
+            assert_eq!(domain(fab, &mut info, &mut dom, ptr::null_mut()), 0);
+        }
+        (fab, dom)
+    }
+
+    /// # Safety
+    /// `fid` must be a live object of ours.
+    pub(crate) unsafe fn close(fid: *mut ffi::fid) -> c_int {
+        // SAFETY: guaranteed by the caller.
+        unsafe { ((*(*fid).ops).close.unwrap())(fid) }
+    }
+
+    fn open_cq(
+        dom: *mut ffi::fid_domain,
+        attr: &mut ffi::fi_cq_attr,
+    ) -> Result<*mut ffi::fid_cq, c_int> {
+        let mut cq: *mut ffi::fid_cq = ptr::null_mut();
+        // SAFETY: dom is a live domain of ours; attr and cq are live locals.
+        let rc = unsafe { ((*(*dom).ops).cq_open.unwrap())(dom, attr, &mut cq, ptr::null_mut()) };
+        if rc == 0 {
+            Ok(cq)
+        } else {
+            Err(rc)
+        }
+    }
+
+    #[test]
+    fn open_checks_attributes() {
+        let (fab, dom) = fabric_domain();
+        let bad = [
+            (
+                ffi::fi_cq_attr {
+                    format: 99,
+                    ..Default::default()
+                },
+                ret::EINVAL,
+            ),
+            (
+                ffi::fi_cq_attr {
+                    wait_obj: ffi::FI_WAIT_FD,
+                    ..Default::default()
+                },
+                ret::ENOSYS,
+            ),
+            (
+                ffi::fi_cq_attr {
+                    wait_obj: ffi::FI_WAIT_SET,
+                    ..Default::default()
+                },
+                ret::ENOSYS,
+            ),
+            (
+                ffi::fi_cq_attr {
+                    wait_obj: 42,
+                    ..Default::default()
+                },
+                ret::EINVAL,
+            ),
+            (
+                ffi::fi_cq_attr {
+                    wait_obj: ffi::FI_WAIT_UNSPEC,
+                    wait_cond: 9,
+                    ..Default::default()
+                },
+                ret::EINVAL,
+            ),
+            (
+                ffi::fi_cq_attr {
+                    flags: ffi::FI_PEEK,
+                    ..Default::default()
+                },
+                ret::EINVAL,
+            ),
+        ];
+        for (mut attr, rc) in bad {
+            assert_eq!(open_cq(dom, &mut attr).err(), Some(rc));
+        }
+        // SAFETY: NULL attr is checked.
+        let rc = unsafe {
+            let mut cq = ptr::null_mut();
+            ((*(*dom).ops).cq_open.unwrap())(dom, ptr::null_mut(), &mut cq, ptr::null_mut())
+        };
+        assert_eq!(rc, ret::EINVAL);
+
+        let mut attr = ffi::fi_cq_attr {
+            flags: ffi::FI_AFFINITY,
+            wait_obj: ffi::FI_WAIT_UNSPEC,
+            ..Default::default()
+        };
+        let cq = open_cq(dom, &mut attr).unwrap();
+        // SAFETY: cq, dom and fab are live objects of ours.
+        unsafe {
+            let inner = inner_of(cq as *const ffi::fid).unwrap();
+            assert_eq!(inner.format(), ffi::FI_CQ_FORMAT_CONTEXT);
+            assert_eq!(inner.size(), crate::config::Config::defaults().cq_size);
+            assert!(inner_of(dom as *const ffi::fid).is_none());
+            drop(inner);
+            let mut obj = 0u32;
+            let control = (*(*cq).fid.ops).control.unwrap();
+            assert_eq!(
+                control(
+                    cq as *mut ffi::fid,
+                    ffi::FI_GETWAITOBJ as c_int,
+                    &mut obj as *mut u32 as *mut c_void
+                ),
+                0
+            );
+            assert_eq!(obj, ffi::FI_WAIT_YIELD);
+            assert_eq!(
+                control(
+                    cq as *mut ffi::fid,
+                    ffi::FI_GETWAIT as c_int,
+                    &mut obj as *mut u32 as *mut c_void
+                ),
+                ret::ENODATA
+            );
+            assert_eq!(close(dom as *mut ffi::fid), ret::EBUSY, "CQ still open");
+            assert_eq!(close(cq as *mut ffi::fid), 0);
+            assert_eq!(close(dom as *mut ffi::fid), 0);
+            assert_eq!(close(fab as *mut ffi::fid), 0);
+            assert_eq!(cq_close(ptr::null_mut()), ret::EINVAL);
+        }
+    }
+
+    #[test]
+    fn bound_endpoints_keep_the_cq_open_and_are_progressed() {
+        struct Ep(Arc<CqInner>, AtomicBool);
+        impl crate::progress::Progress for Ep {
+            fn progress(&self) {
+                if !self.1.swap(true, Ordering::AcqRel) {
+                    self.0
+                        .write(Completion::new(42 as *mut c_void, ffi::FI_SEND));
+                }
+            }
+        }
+        let (fab, dom) = fabric_domain();
+        let mut attr = ffi::fi_cq_attr {
+            format: ffi::FI_CQ_FORMAT_MSG,
+            ..Default::default()
+        };
+        let cq = open_cq(dom, &mut attr).unwrap();
+        // SAFETY: cq is a live CQ of ours.
+        let inner = unsafe { inner_of(cq as *const ffi::fid) }.unwrap();
+        let bound = ParentRef::new(&inner);
+        let ep: Arc<dyn crate::progress::Progress> =
+            Arc::new(Ep(Arc::clone(&inner), AtomicBool::new(false)));
+        inner.progress().add(&ep);
+        let mut msg = [ffi::fi_cq_msg_entry::default(); 2];
+        // SAFETY: live objects of ours; msg has room for 2 entries.
+        unsafe {
+            let ops = &*(*cq).ops;
+            assert_eq!(ops.size, size_of::<ffi::fi_ops_cq>());
+            assert_eq!(ops.read.unwrap()(cq, msg.as_mut_ptr() as *mut c_void, 2), 1);
+            assert_eq!(msg[0].op_context as usize, 42);
+            assert_eq!(msg[0].flags, ffi::FI_SEND);
+            assert_eq!(
+                ops.read.unwrap()(cq, msg.as_mut_ptr() as *mut c_void, 2),
+                ret::EAGAIN as isize
+            );
+            assert_eq!(
+                ops.read.unwrap()(cq, ptr::null_mut(), 2),
+                ret::EINVAL as isize
+            );
+            assert_eq!(close(cq as *mut ffi::fid), ret::EBUSY);
+            drop(bound);
+            drop(ep);
+            drop(inner);
+            assert_eq!(close(cq as *mut ffi::fid), 0);
+            assert_eq!(close(dom as *mut ffi::fid), 0);
+            assert_eq!(close(fab as *mut ffi::fid), 0);
+        }
+    }
+
+    #[test]
+    fn sread_times_out_wakes_on_signal_and_on_data() {
+        let (fab, dom) = fabric_domain();
+        let mut attr = ffi::fi_cq_attr {
+            wait_obj: ffi::FI_WAIT_UNSPEC,
+            ..Default::default()
+        };
+        let cq = open_cq(dom, &mut attr).unwrap();
+        let mut e = [ffi::fi_cq_entry::default(); 1];
+        let buf = e.as_mut_ptr() as *mut c_void;
+        // SAFETY: live objects of ours; e has room for 1 entry.
+        unsafe {
+            let ops = &*(*cq).ops;
+            let t = Instant::now();
+            assert_eq!(
+                ops.sread.unwrap()(cq, buf, 1, ptr::null(), 100),
+                ret::EAGAIN as isize
+            );
+            let waited = t.elapsed();
+            assert!(
+                waited >= Duration::from_millis(100) && waited < Duration::from_secs(2),
+                "{waited:?}"
+            );
+
+            assert_eq!(ops.signal.unwrap()(cq), 0);
+            let t = Instant::now();
+            assert_eq!(
+                ops.sread.unwrap()(cq, buf, 1, ptr::null(), -1),
+                ret::EAGAIN as isize
+            );
+            assert!(t.elapsed() < Duration::from_secs(1));
+
+            let inner = inner_of(cq as *const ffi::fid).unwrap();
+            let writer = std::thread::spawn(move || {
+                std::thread::sleep(Duration::from_millis(20));
+                inner.write(Completion::new(9 as *mut c_void, ffi::FI_RECV));
+            });
+            assert_eq!(ops.sread.unwrap()(cq, buf, 1, ptr::null(), 5000), 1);
+            assert_eq!(e[0].op_context as usize, 9);
+            writer.join().unwrap();
+
+            assert_eq!(close(cq as *mut ffi::fid), 0);
+            assert_eq!(close(dom as *mut ffi::fid), 0);
+            assert_eq!(close(fab as *mut ffi::fid), 0);
+        }
+    }
+}

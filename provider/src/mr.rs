@@ -1,0 +1,465 @@
+//! Memory regions (`fi_mr_reg`, `fi_mr_regv`, `fi_mr_regattr`).
+//!
+//! Registration is local only: without FI_RMA nobody can target a region,
+//! so an MR records its buffers, access and key, and its descriptor lets
+//! the endpoint recognise the region a transfer names ([`from_desc`]).
+//! Nothing is pinned or mapped here; the data path decides what to do
+//! with registered memory.
+//!
+//! Keys: with FI_MR_PROV_KEY (or FI_MR_BASIC, API < 1.5) in the domain's
+//! mr_mode we choose a process-unique key; otherwise the application's
+//! `requested_key` is reported as is. Uniqueness is not enforced, since no
+//! remote side ever resolves a key (revisit with FI_RMA, -FI_ENOKEY).
+
+use std::mem::size_of;
+use std::os::raw::{c_int, c_void};
+use std::ptr;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+use crate::domain::DomainInner;
+use crate::ffi::{self, ret};
+use crate::fid::{self, ParentRef};
+use crate::guard::ffi_guard;
+
+/// Access bits a registration may ask for.
+const ACCESS: u64 = ffi::FI_SEND
+    | ffi::FI_RECV
+    | ffi::FI_READ
+    | ffi::FI_WRITE
+    | ffi::FI_REMOTE_READ
+    | ffi::FI_REMOTE_WRITE;
+
+const V1_5: u32 = ffi::fi_version(1, 5);
+const V1_10: u32 = ffi::fi_version(1, 10);
+
+/// Next provider-chosen key (shared by all domains: unique per process).
+static NEXT_KEY: AtomicU64 = AtomicU64::new(1);
+
+/// Our `struct fid_mr`.
+#[repr(C)]
+pub struct Mr {
+    /// Must stay first: applications hold a pointer to it. Its `mem_desc`
+    /// is the address of this object.
+    fid: ffi::fid_mr,
+    inner: Arc<MrInner>,
+}
+
+/// What a registration recorded.
+#[derive(Debug)]
+pub struct MrInner {
+    domain: ParentRef<DomainInner>,
+    /// (address, length) of each registered buffer, in order.
+    ranges: Vec<(usize, usize)>,
+    access: u64,
+    offset: u64,
+    key: u64,
+}
+
+impl MrInner {
+    /// (address, length) of each registered buffer, in order.
+    pub fn ranges(&self) -> &[(usize, usize)] {
+        &self.ranges
+    }
+
+    /// Whether `[addr, addr + len)` lies inside one registered buffer.
+    pub fn contains(&self, addr: usize, len: usize) -> bool {
+        let Some(end) = addr.checked_add(len) else {
+            return false;
+        };
+        self.ranges
+            .iter()
+            .any(|&(base, size)| addr >= base && end <= base + size)
+    }
+
+    pub fn access(&self) -> u64 {
+        self.access
+    }
+
+    /// The `offset` given at registration (FI_MR_VIRT_ADDR-less RMA).
+    pub fn offset(&self) -> u64 {
+        self.offset
+    }
+
+    pub fn key(&self) -> u64 {
+        self.key
+    }
+
+    /// The domain the region belongs to.
+    pub fn domain(&self) -> &DomainInner {
+        &self.domain
+    }
+}
+
+static MR_FI_OPS: ffi::fi_ops = ffi::fi_ops {
+    size: size_of::<ffi::fi_ops>(),
+    close: Some(mr_close),
+    // fi_mr_bind/FI_ENABLE are for FI_MR_ENDPOINT, which we never require.
+    bind: Some(fid::no_bind),
+    control: Some(fid::no_control),
+    ops_open: Some(fid::no_ops_open),
+    tostr: Some(fid::no_tostr),
+    ops_set: Some(fid::no_ops_set),
+};
+
+/// One registration request, whichever call it came from.
+pub struct Request<'a> {
+    pub iov: &'a [ffi::iovec],
+    pub access: u64,
+    pub offset: u64,
+    pub requested_key: u64,
+    pub flags: u64,
+    pub context: *mut c_void,
+}
+
+/// Register `req` in `domain`; `op` names the call in warnings.
+///
+/// # Safety
+/// `mr` must be NULL or writable.
+pub unsafe fn register(
+    domain: &Arc<DomainInner>,
+    req: &Request<'_>,
+    mr: *mut *mut ffi::fid_mr,
+    op: &str,
+) -> c_int {
+    if mr.is_null() {
+        tracing::warn!("{op}: NULL mr pointer");
+        return ret::EINVAL;
+    }
+    let limit = domain.info.domain.mr_iov_limit;
+    if req.iov.is_empty() || req.iov.len() > limit {
+        tracing::warn!(
+            "{op}: {} buffers (1 to mr_iov_limit = {limit} allowed)",
+            req.iov.len()
+        );
+        return ret::EINVAL;
+    }
+    let mut ranges = Vec::with_capacity(req.iov.len());
+    for (i, v) in req.iov.iter().enumerate() {
+        let base = v.iov_base as usize;
+        if (base == 0 && v.iov_len > 0) || base.checked_add(v.iov_len).is_none() {
+            tracing::warn!(
+                "{op}: buffer {i} ({:p}, {} bytes) is invalid",
+                v.iov_base,
+                v.iov_len
+            );
+            return ret::EINVAL;
+        }
+        ranges.push((base, v.iov_len));
+    }
+    let unknown = req.access & !ACCESS;
+    if unknown != 0 {
+        tracing::warn!("{op}: unknown access bits {unknown:#x}");
+        return ret::EINVAL;
+    }
+    if req.flags != 0 {
+        tracing::warn!("{op}: unsupported flags {:#x}", req.flags);
+        return ret::EBADFLAGS;
+    }
+    let mode = domain.info.domain.mr_mode as u64;
+    let key = if mode & (ffi::FI_MR_PROV_KEY | u64::from(ffi::FI_MR_BASIC)) != 0 {
+        NEXT_KEY.fetch_add(1, Ordering::Relaxed)
+    } else {
+        req.requested_key
+    };
+    let obj = Box::into_raw(Box::new(Mr {
+        fid: ffi::fid_mr {
+            fid: ffi::fid {
+                fclass: ffi::FI_CLASS_MR as usize,
+                context: req.context,
+                ops: fid::ops_ptr(&MR_FI_OPS),
+            },
+            mem_desc: ptr::null_mut(),
+            key,
+        },
+        inner: Arc::new(MrInner {
+            domain: ParentRef::new(domain),
+            ranges,
+            access: req.access,
+            offset: req.offset,
+            key,
+        }),
+    }));
+    // SAFETY: obj is the live, unshared object just allocated; mr is writable (checked).
+    unsafe {
+        (*obj).fid.mem_desc = obj as *mut c_void;
+        *mr = obj as *mut ffi::fid_mr;
+    }
+    tracing::debug!(
+        "mr {obj:p} registered: key {key:#x}, access {:#x}",
+        req.access
+    );
+    ret::SUCCESS
+}
+
+/// `fi_mr_regattr`: the `fi_mr_attr` fields the application's API version
+/// defines, nothing beyond.
+///
+/// # Safety
+/// `attr` must be NULL or a valid `fi_mr_attr` of API `domain.api_version`;
+/// its `mr_iov` valid for `iov_count` entries; `mr` NULL or writable.
+pub unsafe fn register_attr(
+    domain: &Arc<DomainInner>,
+    attr: *const ffi::fi_mr_attr,
+    flags: u64,
+    mr: *mut *mut ffi::fid_mr,
+) -> c_int {
+    // SAFETY: non-NULL attr is valid (caller).
+    let Some(a) = (unsafe { attr.as_ref() }) else {
+        tracing::warn!("fi_mr_regattr: NULL attr");
+        return ret::EINVAL;
+    };
+    let api = domain.api_version;
+    if !ffi::fi_version_lt(api, V1_5) && a.auth_key_size != 0 {
+        tracing::warn!("fi_mr_regattr: authorization keys are not supported");
+        return ret::ENOSYS;
+    }
+    if !ffi::fi_version_lt(api, V1_10) && a.iface != ffi::FI_HMEM_SYSTEM {
+        tracing::warn!(
+            "fi_mr_regattr: device memory (iface {}) is not supported",
+            a.iface
+        );
+        return ret::ENOSYS;
+    }
+    // SAFETY: mr_iov holds iov_count entries (caller).
+    let Some(iov) = (unsafe { iov_slice(a.mr_iov, a.iov_count) }) else {
+        tracing::warn!("fi_mr_regattr: NULL mr_iov");
+        return ret::EINVAL;
+    };
+    let req = Request {
+        iov,
+        access: a.access,
+        offset: a.offset,
+        requested_key: a.requested_key,
+        flags,
+        context: a.context,
+    };
+    // SAFETY: mr as the caller promised.
+    unsafe { register(domain, &req, mr, "fi_mr_regattr") }
+}
+
+/// `iov[..count]`, or None for a NULL array with a count.
+///
+/// # Safety
+/// `iov` must be NULL or valid for `count` entries for `'a`.
+pub unsafe fn iov_slice<'a>(iov: *const ffi::iovec, count: usize) -> Option<&'a [ffi::iovec]> {
+    if count == 0 {
+        return Some(&[]);
+    }
+    // SAFETY: non-NULL iov holds count entries (caller).
+    (!iov.is_null()).then(|| unsafe { std::slice::from_raw_parts(iov, count) })
+}
+
+/// The region behind a descriptor from `fi_mr_desc` (as passed to a data
+/// transfer), or None for NULL or anything that is not one of our MRs.
+///
+/// # Safety
+/// `desc` must be NULL or a descriptor of a live MR (of any provider);
+/// the region must stay registered for `'a`.
+pub unsafe fn from_desc<'a>(desc: *mut c_void) -> Option<&'a MrInner> {
+    // SAFETY: a descriptor of ours is the address of our Mr (its fid first).
+    let m = unsafe {
+        fid::ours::<Mr>(
+            desc as *const ffi::fid,
+            ffi::FI_CLASS_MR as usize,
+            &MR_FI_OPS,
+        )
+    }?;
+    // SAFETY: the region is live for 'a (caller).
+    Some(unsafe { &*(*m).inner })
+}
+
+/// The shared state of our MR behind `fid`, or None if it is not one.
+///
+/// # Safety
+/// `fid` must be NULL or a live `struct fid`.
+pub unsafe fn inner_of(fid: *const ffi::fid) -> Option<Arc<MrInner>> {
+    // SAFETY: guaranteed by the caller; `ours` checks class and ops table.
+    let m = unsafe { fid::ours::<Mr>(fid, ffi::FI_CLASS_MR as usize, &MR_FI_OPS) }?;
+    // SAFETY: a recognised MR stays alive until fi_close.
+    Some(Arc::clone(unsafe { &(*m).inner }))
+}
+
+impl Mr {
+    pub fn inner(&self) -> &Arc<MrInner> {
+        &self.inner
+    }
+}
+
+unsafe extern "C" fn mr_close(fid: *mut ffi::fid) -> c_int {
+    ffi_guard("fi_close(mr)", || {
+        // SAFETY: fid comes from the application's fi_close; `ours` checks it.
+        if unsafe { fid::ours::<Mr>(fid, ffi::FI_CLASS_MR as usize, &MR_FI_OPS) }.is_none() {
+            tracing::warn!("fi_close: not a unimem memory region");
+            return ret::EINVAL;
+        }
+        tracing::debug!("mr {fid:p} closed");
+        // SAFETY: from Box::into_raw in register(); dropping it releases the domain.
+        drop(unsafe { Box::from_raw(fid as *mut Mr) });
+        ret::SUCCESS
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cq::tests::{close, fabric_domain};
+
+    /// # Safety
+    /// `dom` must be a live domain of ours.
+    unsafe fn reg(
+        dom: *mut ffi::fid_domain,
+        buf: &mut [u8],
+        access: u64,
+        key: u64,
+    ) -> Result<*mut ffi::fid_mr, c_int> {
+        let mut mr: *mut ffi::fid_mr = ptr::null_mut();
+        // SAFETY: dom is live (caller); buf and mr are live locals.
+        let rc = unsafe {
+            ((*(*dom).mr).reg.unwrap())(
+                dom as *mut ffi::fid,
+                buf.as_ptr() as *const c_void,
+                buf.len(),
+                access,
+                0,
+                key,
+                0,
+                &mut mr,
+                7 as *mut c_void,
+            )
+        };
+        if rc == 0 {
+            Ok(mr)
+        } else {
+            Err(rc)
+        }
+    }
+
+    #[test]
+    fn reg_desc_key_close() {
+        let (fab, dom) = fabric_domain();
+        let mut buf = vec![0u8; 4096];
+        // SAFETY: live objects of ours.
+        unsafe {
+            let mr = reg(dom, &mut buf, ffi::FI_SEND | ffi::FI_RECV, 0xc0de).unwrap();
+            assert_eq!((*mr).key, 0xc0de, "requested key kept (mr_mode 0)");
+            assert_eq!((*mr).fid.context as usize, 7);
+            let desc = (*mr).mem_desc;
+            let inner = from_desc(desc).unwrap();
+            assert_eq!(inner.ranges(), &[(buf.as_ptr() as usize, 4096)]);
+            assert!(inner.contains(buf.as_ptr() as usize + 100, 100));
+            assert!(!inner.contains(buf.as_ptr() as usize + 4000, 100));
+            assert!(!inner.contains(usize::MAX, 2));
+            assert_eq!(inner.access(), ffi::FI_SEND | ffi::FI_RECV);
+            assert!(from_desc(ptr::null_mut()).is_none());
+            assert!(from_desc(dom as *mut c_void).is_none());
+            assert!(inner_of(mr as *const ffi::fid).is_some());
+
+            assert_eq!(reg(dom, &mut buf, 1 << 62, 0).err(), Some(ret::EINVAL));
+            assert_eq!(close(dom as *mut ffi::fid), ret::EBUSY);
+            assert_eq!(close(mr as *mut ffi::fid), 0);
+            assert_eq!(mr_close(ptr::null_mut()), ret::EINVAL);
+            assert_eq!(close(dom as *mut ffi::fid), 0);
+            assert_eq!(close(fab as *mut ffi::fid), 0);
+        }
+    }
+
+    #[test]
+    fn regv_and_regattr_limits() {
+        let (fab, dom) = fabric_domain();
+        let mut buf = vec![0u8; 8192];
+        let iov: Vec<ffi::iovec> = (0..9)
+            .map(|i| ffi::iovec {
+                iov_base: buf[i * 512..].as_mut_ptr() as *mut c_void,
+                iov_len: 512,
+            })
+            .collect();
+        // SAFETY: live objects of ours; iov entries point into buf.
+        unsafe {
+            let ops = &*(*dom).mr;
+            let regv = ops.regv.unwrap();
+            let mut mr: *mut ffi::fid_mr = ptr::null_mut();
+            let d = dom as *mut ffi::fid;
+            assert_eq!(
+                regv(
+                    d,
+                    iov.as_ptr(),
+                    8,
+                    ffi::FI_SEND,
+                    0,
+                    1,
+                    0,
+                    &mut mr,
+                    ptr::null_mut()
+                ),
+                0
+            );
+            assert_eq!(from_desc((*mr).mem_desc).unwrap().ranges().len(), 8);
+            assert_eq!(close(mr as *mut ffi::fid), 0);
+            assert_eq!(
+                regv(
+                    d,
+                    iov.as_ptr(),
+                    9,
+                    ffi::FI_SEND,
+                    0,
+                    1,
+                    0,
+                    &mut mr,
+                    ptr::null_mut()
+                ),
+                ret::EINVAL,
+                "above mr_iov_limit"
+            );
+            assert_eq!(
+                regv(
+                    d,
+                    iov.as_ptr(),
+                    0,
+                    ffi::FI_SEND,
+                    0,
+                    1,
+                    0,
+                    &mut mr,
+                    ptr::null_mut()
+                ),
+                ret::EINVAL
+            );
+            assert_eq!(
+                regv(
+                    d,
+                    iov.as_ptr(),
+                    1,
+                    0,
+                    0,
+                    1,
+                    ffi::FI_RMA_EVENT,
+                    &mut mr,
+                    ptr::null_mut()
+                ),
+                ret::EBADFLAGS
+            );
+
+            let attr = ffi::fi_mr_attr {
+                mr_iov: iov.as_ptr(),
+                iov_count: 2,
+                access: ffi::FI_RECV,
+                requested_key: 5,
+                context: 3 as *mut c_void,
+                ..Default::default()
+            };
+            let regattr = ops.regattr.unwrap();
+            assert_eq!(regattr(d, &attr, 0, &mut mr), 0);
+            assert_eq!(((*mr).key, (*mr).fid.context as usize), (5, 3));
+            assert_eq!(close(mr as *mut ffi::fid), 0);
+            let cuda = ffi::fi_mr_attr {
+                iface: ffi::FI_HMEM_CUDA,
+                ..attr
+            };
+            assert_eq!(regattr(d, &cuda, 0, &mut mr), ret::ENOSYS);
+            assert_eq!(regattr(d, ptr::null(), 0, &mut mr), ret::EINVAL);
+            assert_eq!(close(dom as *mut ffi::fid), 0);
+            assert_eq!(close(fab as *mut ffi::fid), 0);
+        }
+    }
+}

@@ -1,0 +1,183 @@
+//! Blocking calls under manual progress (`fi_cq_sread`, `fi_cntr_wait`,
+//! `fi_eq_sread`), shared by cq.rs, cntr.rs and eq.rs.
+//!
+//! Nothing completes unless someone polls, so a CQ or counter waits by
+//! polling: progress, check, spin a little, then yield the CPU on every
+//! round (with more processes than cores a spinning waiter would otherwise
+//! hold the core its peer needs). There is no kernel object to sleep on,
+//! which decides the wait objects we accept:
+//!
+//! | wait_obj             | CQ, counter                 | EQ                  |
+//! |----------------------|-----------------------------|---------------------|
+//! | NONE, UNSPEC, YIELD  | yes (a progress/yield loop) | yes (condvar)       |
+//! | FD                   | -FI_ENOSYS (*)              | yes (eventfd)       |
+//! | SET, POLLFD          | -FI_ENOSYS (no wait sets)   | -FI_ENOSYS          |
+//! | MUTEX_COND           | -FI_ENOSYS                  | -FI_ENOSYS          |
+//!
+//! (*) nothing would make the fd readable while the application sleeps
+//! on it: completions only appear while it calls us. EQ events, by
+//! contrast, are produced only by calls into the provider (`fi_eq_write`,
+//! asynchronous AV inserts), so an EQ can keep an eventfd truthful.
+//!
+//! FI_WAIT_NONE forbids blocking reads in the API; we serve them anyway
+//! (the loop needs no wait object), which is friendlier than failing.
+
+use std::os::raw::c_int;
+use std::time::{Duration, Instant};
+
+use crate::ffi::{self, ret};
+
+/// Why a request is refused: the error code to return and the reason for
+/// the caller's warning (logged by the caller, under its own subsystem).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Refused {
+    pub code: c_int,
+    pub reason: &'static str,
+}
+
+/// Validate `wait_obj` for a CQ or counter.
+pub fn check_polled(wait_obj: ffi::fi_wait_obj) -> Result<(), Refused> {
+    match wait_obj {
+        ffi::FI_WAIT_NONE | ffi::FI_WAIT_UNSPEC | ffi::FI_WAIT_YIELD => Ok(()),
+        ffi::FI_WAIT_FD | ffi::FI_WAIT_POLLFD => Err(Refused {
+            code: ret::ENOSYS,
+            reason: "FI_WAIT_FD/POLLFD not supported: with manual progress nothing would \
+                     signal the fd; use FI_WAIT_UNSPEC or FI_WAIT_YIELD",
+        }),
+        ffi::FI_WAIT_SET | ffi::FI_WAIT_MUTEX_COND => Err(Refused {
+            code: ret::ENOSYS,
+            reason: "wait sets and FI_WAIT_MUTEX_COND are not supported",
+        }),
+        _ => Err(Refused {
+            code: ret::EINVAL,
+            reason: "unknown wait object",
+        }),
+    }
+}
+
+/// The wait object a polled CQ or counter reports for FI_GETWAITOBJ:
+/// what it really does when blocking.
+pub fn effective_polled(wait_obj: ffi::fi_wait_obj) -> ffi::fi_wait_obj {
+    match wait_obj {
+        ffi::FI_WAIT_NONE => ffi::FI_WAIT_NONE,
+        _ => ffi::FI_WAIT_YIELD,
+    }
+}
+
+/// End of a libfabric timeout in milliseconds (negative = never).
+#[derive(Clone, Copy, Debug)]
+pub struct Deadline(Option<Instant>);
+
+impl Deadline {
+    pub fn after_ms(timeout: c_int) -> Self {
+        Deadline(
+            u64::try_from(timeout)
+                .ok()
+                .map(|ms| Instant::now() + Duration::from_millis(ms)),
+        )
+    }
+
+    pub fn expired(&self) -> bool {
+        self.0.is_some_and(|end| Instant::now() >= end)
+    }
+
+    pub fn instant(&self) -> Option<Instant> {
+        self.0
+    }
+}
+
+/// Spin `spins` rounds, then yield the CPU on every further round.
+#[derive(Debug)]
+pub struct Backoff {
+    spins: usize,
+    round: usize,
+}
+
+impl Backoff {
+    /// `spins` comes from the `spin_yield` tunable.
+    pub fn new(spins: usize) -> Self {
+        Backoff { spins, round: 0 }
+    }
+
+    pub fn snooze(&mut self) {
+        if self.round < self.spins {
+            self.round += 1;
+            std::hint::spin_loop();
+        } else {
+            std::thread::yield_now();
+        }
+    }
+}
+
+/// `fi_control` of CQs and counters (FI_GETWAITOBJ, FI_GETWAIT).
+///
+/// # Safety
+/// `arg` must be NULL or valid for the command (`enum fi_wait_obj *` for
+/// FI_GETWAITOBJ).
+pub unsafe fn polled_control(
+    wait_obj: ffi::fi_wait_obj,
+    command: c_int,
+    arg: *mut std::ffi::c_void,
+) -> Result<c_int, Refused> {
+    match command as u32 {
+        ffi::FI_GETWAITOBJ => {
+            if arg.is_null() {
+                return Err(Refused {
+                    code: ret::EINVAL,
+                    reason: "NULL argument",
+                });
+            }
+            // SAFETY: FI_GETWAITOBJ's argument is an `enum fi_wait_obj *` (caller).
+            unsafe { *(arg as *mut ffi::fi_wait_obj) = effective_polled(wait_obj) };
+            Ok(ret::SUCCESS)
+        }
+        // No fd or mutex to hand out: see the module table.
+        ffi::FI_GETWAIT => Ok(ret::ENODATA),
+        _ => Err(Refused {
+            code: ret::ENOSYS,
+            reason: "command not supported",
+        }),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn wait_objects() {
+        for ok in [ffi::FI_WAIT_NONE, ffi::FI_WAIT_UNSPEC, ffi::FI_WAIT_YIELD] {
+            assert_eq!(check_polled(ok), Ok(()));
+        }
+        for no in [
+            ffi::FI_WAIT_FD,
+            ffi::FI_WAIT_SET,
+            ffi::FI_WAIT_MUTEX_COND,
+            ffi::FI_WAIT_POLLFD,
+        ] {
+            assert_eq!(check_polled(no).map_err(|r| r.code), Err(ret::ENOSYS));
+        }
+        assert_eq!(check_polled(99).map_err(|r| r.code), Err(ret::EINVAL));
+        assert_eq!(effective_polled(ffi::FI_WAIT_UNSPEC), ffi::FI_WAIT_YIELD);
+    }
+
+    #[test]
+    fn deadlines() {
+        assert!(!Deadline::after_ms(-1).expired());
+        assert!(Deadline::after_ms(-1).instant().is_none());
+        assert!(Deadline::after_ms(0).expired());
+        let d = Deadline::after_ms(20);
+        assert!(!d.expired());
+        std::thread::sleep(Duration::from_millis(25));
+        assert!(d.expired());
+    }
+
+    #[test]
+    fn backoff_spins_then_yields() {
+        let mut b = Backoff::new(2);
+        for _ in 0..5 {
+            b.snooze();
+        }
+        assert_eq!(b.round, 2);
+    }
+}
