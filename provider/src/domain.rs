@@ -18,7 +18,7 @@ use crate::fabric::FabricInner;
 use crate::ffi::{self, ret};
 use crate::fid::{self, Children, Parent, ParentRef};
 use crate::guard::ffi_guard;
-use crate::{av, cntr, core, cq, mr};
+use crate::{av, cntr, core, cq, ep, mr};
 
 /// Our `struct fid_domain`.
 #[repr(C)]
@@ -252,31 +252,29 @@ unsafe extern "C" fn domain_cq_open(
     unsafe { with_domain("fi_cq_open", domain, |d| cq::open(d, attr, cq, context)) }
 }
 
-/// A domain operation that arrives with a later module.
-fn not_yet(op: &'static str, module: &str) -> c_int {
-    ffi_guard(op, || {
-        tracing::info!("{op}: not implemented yet ({module})");
-        ret::ENOSYS
-    })
-}
-
 unsafe extern "C" fn domain_endpoint(
-    _domain: *mut ffi::fid_domain,
-    _info: *mut ffi::fi_info,
-    _ep: *mut *mut ffi::fid_ep,
-    _context: *mut c_void,
+    domain: *mut ffi::fid_domain,
+    info: *mut ffi::fi_info,
+    ep: *mut *mut ffi::fid_ep,
+    context: *mut c_void,
 ) -> c_int {
-    not_yet("fi_endpoint", "ep.rs")
+    // SAFETY: the arguments come from the application's fi_endpoint.
+    unsafe { with_domain("fi_endpoint", domain, |d| ep::open(d, info, ep, context)) }
 }
 
 unsafe extern "C" fn domain_endpoint2(
-    _domain: *mut ffi::fid_domain,
-    _info: *mut ffi::fi_info,
-    _ep: *mut *mut ffi::fid_ep,
-    _flags: u64,
-    _context: *mut c_void,
+    domain: *mut ffi::fid_domain,
+    info: *mut ffi::fi_info,
+    ep: *mut *mut ffi::fid_ep,
+    flags: u64,
+    context: *mut c_void,
 ) -> c_int {
-    not_yet("fi_endpoint2", "ep.rs")
+    if flags != 0 {
+        tracing::warn!("fi_endpoint2: flags {flags:#x} are not supported");
+        return ret::EBADFLAGS;
+    }
+    // SAFETY: the arguments come from the application's fi_endpoint2.
+    unsafe { with_domain("fi_endpoint2", domain, |d| ep::open(d, info, ep, context)) }
 }
 
 unsafe extern "C" fn domain_scalable_ep(
@@ -486,7 +484,7 @@ mod tests {
             let endpoint = (*(*dom).ops).endpoint.unwrap();
             assert_eq!(
                 endpoint(dom, ptr::null_mut(), ptr::null_mut(), ptr::null_mut()),
-                ret::ENOSYS
+                ret::EINVAL
             );
             assert_eq!(close(fab as *mut ffi::fid), ret::EBUSY);
             assert_eq!(close(dom as *mut ffi::fid), ret::SUCCESS);

@@ -13,6 +13,7 @@
 //! | `attr`    | the fi_info template and hint matching (pure Rust)          |
 //! | `fabric`  | `fi_fabric` object                                          |
 //! | `domain`  | `fi_domain` object                                          |
+//! | `ep`      | RDM endpoints: binding, options, the msg and tagged data path |
 //! | `eq`      | event queues (`fi_eq_open`), FI_WAIT_FD via eventfd         |
 //! | `cq`      | completion queues: formats, errors in order, blocking reads |
 //! | `cntr`    | completion counters                                         |
@@ -25,8 +26,6 @@
 //! | `core`    | core functions resolved with dlsym                          |
 //! | `guard`   | `catch_unwind` around every `extern "C"` entry point        |
 //! | `addr`    | endpoint address strings                                    |
-//!
-//! Still to come: ep.
 //! | `progress`| manual progress: endpoints run by CQ/counter reads          |
 //! | `proto`   | the messaging protocol, plain Rust over the hardware traits |
 //!
@@ -39,6 +38,7 @@ pub mod config;
 pub mod core;
 pub mod cq;
 pub mod domain;
+pub mod ep;
 pub mod eq;
 pub mod fabric;
 pub mod ffi;

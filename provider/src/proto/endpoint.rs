@@ -310,6 +310,11 @@ where
         self.events.pop_front()
     }
 
+    /// Receives posted and not yet matched.
+    pub fn posted_receives(&self) -> usize {
+        self.matcher.posted_len()
+    }
+
     /// Whether operations are still in flight (sends, transfers).
     pub fn busy(&self) -> bool {
         self.outstanding_sends > 0 || self.rx_xfers.ids().next().is_some()

@@ -1,0 +1,740 @@
+//! The endpoint object (`fi_endpoint`, `FI_EP_RDM`): the libfabric face of
+//! one [`proto::Endpoint`] over the emulated hardware.
+//!
+//! The protocol state sits behind one lock; every call that touches it
+//! (posting, `fi_cancel`, progress from a CQ or counter read) turns the
+//! protocol's finished operations into CQ entries and counter events before
+//! it lets go, honouring selective completion.
+
+mod data;
+mod unsupported;
+
+use std::mem::size_of;
+use std::os::raw::{c_int, c_void};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+
+use parking_lot::{Mutex, RwLock};
+use unimem_dma::{DmaRegion, RegionConfig, ShmDmaEngine};
+use unimem_mailbox::{JobId, MailboxAddr, Profile, ShmMailbox, ShmMailboxConfig};
+
+use crate::av::{self, AvInner};
+use crate::cntr::{self, CntrInner};
+use crate::config::Config;
+use crate::cq::{self, Completion, CompletionError, CqInner};
+use crate::domain::DomainInner;
+use crate::eq::{self, EqInner};
+use crate::ffi::{self, ret};
+use crate::fid::{self, ParentRef};
+use crate::guard::ffi_guard;
+use crate::progress::Progress;
+use crate::proto::{self, ErrorKind, Event, ProtoConfig};
+
+/// The protocol over the shared-memory emulation.
+pub type Core = proto::Endpoint<ShmMailbox, ShmDmaEngine>;
+
+/// Our `struct fid_ep`.
+#[repr(C)]
+pub struct Ep {
+    /// Must stay first: applications hold a pointer to it.
+    fid: ffi::fid_ep,
+    inner: Arc<EpInner>,
+}
+
+/// What the endpoint is bound to.
+#[derive(Default)]
+struct Bindings {
+    av: Option<ParentRef<AvInner>>,
+    tx_cq: Option<ParentRef<CqInner>>,
+    rx_cq: Option<ParentRef<CqInner>>,
+    /// FI_SELECTIVE_COMPLETION on the CQ binding: only operations flagged
+    /// FI_COMPLETION produce an entry.
+    tx_selective: bool,
+    rx_selective: bool,
+    send_cntr: Option<ParentRef<CntrInner>>,
+    recv_cntr: Option<ParentRef<CntrInner>>,
+    eq: Option<ParentRef<EqInner>>,
+}
+
+pub struct EpInner {
+    /// Held, not read: the domain cannot close while the endpoint is open.
+    _domain: ParentRef<DomainInner>,
+    caps: u64,
+    tx_op_flags: u64,
+    rx_op_flags: u64,
+    inject_size: usize,
+    iov_limit: usize,
+    rx_size: usize,
+    core: Mutex<Core>,
+    bindings: RwLock<Bindings>,
+    enabled: AtomicBool,
+}
+
+static EP_FI_OPS: ffi::fi_ops = ffi::fi_ops {
+    size: size_of::<ffi::fi_ops>(),
+    close: Some(ep_close),
+    bind: Some(ep_bind),
+    control: Some(ep_control),
+    ops_open: Some(fid::no_ops_open),
+    tostr: Some(fid::no_tostr),
+    ops_set: Some(fid::no_ops_set),
+};
+
+static EP_OPS: ffi::fi_ops_ep = ffi::fi_ops_ep {
+    size: size_of::<ffi::fi_ops_ep>(),
+    cancel: Some(ep_cancel),
+    getopt: Some(ep_getopt),
+    setopt: Some(ep_setopt),
+    tx_ctx: Some(ep_tx_ctx),
+    rx_ctx: Some(ep_rx_ctx),
+    rx_size_left: Some(ep_size_left),
+    tx_size_left: Some(ep_size_left),
+};
+
+static EP_CM_OPS: ffi::fi_ops_cm = ffi::fi_ops_cm {
+    size: size_of::<ffi::fi_ops_cm>(),
+    setname: Some(cm_setname),
+    getname: Some(cm_getname),
+    getpeer: Some(cm_getpeer),
+    connect: Some(cm_connect),
+    listen: Some(cm_listen),
+    accept: Some(cm_accept),
+    reject: Some(cm_reject),
+    shutdown: Some(cm_shutdown),
+    join: Some(cm_join),
+};
+
+/// Protocol tunables from the provider configuration.
+fn proto_config(cfg: &Config) -> ProtoConfig {
+    ProtoConfig {
+        eager_size: cfg.eager_size,
+        eager_credits: cfg.eager_credits,
+        segment_size: cfg.segment_size,
+        tx_size: cfg.tx_size,
+        regcache: unimem_regcache::Config {
+            max_entries: cfg.regcache_max_entries,
+            max_bytes: cfg.regcache_max_size,
+            enabled: cfg.regcache_enable,
+            ..unimem_regcache::Config::default()
+        },
+        ..ProtoConfig::default()
+    }
+}
+
+fn profile(cfg: &Config) -> Profile {
+    cfg.profile.parse().unwrap_or_default()
+}
+
+/// Opens the mailbox an endpoint created from `info` listens on: the
+/// service named by its `src_addr`, or a new address of its own. The
+/// default `src_addr` of `fi_getinfo` (a service named after this process)
+/// only says "here": such endpoints get an address of their own, so that a
+/// process may open many.
+fn open_mailbox(cfg: &Config, src: Option<MailboxAddr>) -> Result<ShmMailbox, c_int> {
+    let job = JobId::from_name(&cfg.job);
+    let config = ShmMailboxConfig {
+        job,
+        depth: cfg.mbx_depth,
+        profile: profile(cfg),
+    };
+    let placeholder = MailboxAddr::for_service(job, &format!("pid{}", std::process::id()));
+    let opened = match src {
+        Some(addr) if addr.is_service() && addr != placeholder => {
+            ShmMailbox::open_service(&config, &addr.index.to_string())
+        }
+        _ => ShmMailbox::open(&config),
+    };
+    opened.map_err(|e| match e {
+        unimem_mailbox::Error::Io(io) if io.kind() == std::io::ErrorKind::AlreadyExists => {
+            tracing::warn!("fi_endpoint: address {src:?} is already in use by a live process");
+            -(ffi::FI_EADDRINUSE as c_int)
+        }
+        e => {
+            tracing::warn!("fi_endpoint: cannot open a mailbox: {e}");
+            ret::ENOMEM
+        }
+    })
+}
+
+/// `fi_endpoint` on one of our domains.
+///
+/// # Safety
+/// `info` must be NULL or a valid `fi_info`; `ep` NULL or writable.
+pub unsafe fn open(
+    domain: &Arc<DomainInner>,
+    info: *mut ffi::fi_info,
+    ep: *mut *mut ffi::fid_ep,
+    context: *mut c_void,
+) -> c_int {
+    if info.is_null() || ep.is_null() {
+        tracing::warn!("fi_endpoint: NULL info or endpoint pointer");
+        return ret::EINVAL;
+    }
+    // SAFETY: non-NULL info is a valid fi_info from the application.
+    let info = unsafe { &*info };
+    // SAFETY: attribute pointers of a valid fi_info are NULL or valid.
+    let (ep_attr, tx_attr, rx_attr) = unsafe {
+        (
+            info.ep_attr.as_ref(),
+            info.tx_attr.as_ref(),
+            info.rx_attr.as_ref(),
+        )
+    };
+    if ep_attr.is_some_and(|a| a.type_ != ffi::FI_EP_RDM && a.type_ != ffi::FI_EP_UNSPEC) {
+        tracing::warn!("fi_endpoint: only FI_EP_RDM endpoints are supported");
+        return ret::EINVAL;
+    }
+    let src = if info.src_addr.is_null() || info.src_addrlen == 0 {
+        None
+    } else {
+        // SAFETY: src_addr holds src_addrlen bytes (libfabric contract).
+        let bytes =
+            unsafe { std::slice::from_raw_parts(info.src_addr as *const u8, info.src_addrlen) };
+        let text = bytes.split(|&b| b == 0).next().unwrap_or_default();
+        match crate::addr::parse(text) {
+            Some(addr) => Some(addr),
+            None => {
+                tracing::warn!("fi_endpoint: src_addr is not a unimem address");
+                return ret::EINVAL;
+            }
+        }
+    };
+    let cfg = domain.config();
+    let mailbox = match open_mailbox(cfg, src) {
+        Ok(mailbox) => mailbox,
+        Err(code) => return code,
+    };
+    let region = match DmaRegion::for_process(&RegionConfig {
+        job: JobId::from_name(&cfg.job),
+        segment_size: cfg.dma_segment_size,
+        max_size: cfg.dma_max_size,
+    }) {
+        Ok(region) => region,
+        Err(e) => {
+            tracing::warn!("fi_endpoint: no dmable memory: {e}");
+            return ret::ENOMEM;
+        }
+    };
+    let core = match Core::new(
+        mailbox,
+        ShmDmaEngine::new(region, profile(cfg)),
+        proto_config(cfg),
+    ) {
+        Ok(core) => core,
+        Err(e) => {
+            tracing::warn!("fi_endpoint: cannot set up the endpoint's buffers: {e}");
+            return ret::ENOMEM;
+        }
+    };
+    let resolved = &domain.info;
+    let obj = Box::new(Ep {
+        fid: ffi::fid_ep {
+            fid: ffi::fid {
+                fclass: ffi::FI_CLASS_EP as usize,
+                context,
+                ops: fid::ops_ptr(&EP_FI_OPS),
+            },
+            ops: fid::ops_ptr(&EP_OPS),
+            cm: fid::ops_ptr(&EP_CM_OPS),
+            msg: fid::ops_ptr(&data::MSG_OPS),
+            rma: fid::ops_ptr(&unsupported::RMA_OPS),
+            tagged: fid::ops_ptr(&data::TAGGED_OPS),
+            atomic: fid::ops_ptr(&unsupported::ATOMIC_OPS),
+            collective: fid::ops_ptr(&unsupported::COLLECTIVE_OPS),
+        },
+        inner: Arc::new(EpInner {
+            _domain: ParentRef::new(domain),
+            caps: if info.caps != 0 {
+                info.caps
+            } else {
+                resolved.caps
+            },
+            tx_op_flags: tx_attr.map_or(0, |a| a.op_flags),
+            rx_op_flags: rx_attr.map_or(0, |a| a.op_flags),
+            inject_size: cfg.eager_size,
+            iov_limit: resolved.tx.iov_limit.max(1),
+            rx_size: cfg.rx_size,
+            core: Mutex::new(core),
+            bindings: RwLock::new(Bindings::default()),
+            enabled: AtomicBool::new(false),
+        }),
+    });
+    tracing::info!(
+        "endpoint {:p} opened at {}",
+        &*obj,
+        obj.inner.core.lock().addr()
+    );
+    // SAFETY: ep is non-NULL (checked); Ep is repr(C) with the fid first.
+    unsafe { *ep = Box::into_raw(obj) as *mut ffi::fid_ep };
+    ret::SUCCESS
+}
+
+/// Our endpoint behind a fid pointer, or `None` (with a warning).
+///
+/// # Safety
+/// `fid` must be NULL or point to a live `struct fid`.
+unsafe fn ep_of<'a>(fid: *const ffi::fid, op: &str) -> Option<&'a Ep> {
+    // SAFETY: forwarded contract; a match is the first field of a live Ep.
+    let ep = unsafe { fid::ours::<Ep>(fid, ffi::FI_CLASS_EP as usize, &EP_FI_OPS) };
+    match ep {
+        // SAFETY: `ours` checked class and ops table: it is one of our Eps.
+        Some(ep) => Some(unsafe { &*ep }),
+        None => {
+            tracing::warn!("{op}: not a unimem endpoint");
+            None
+        }
+    }
+}
+
+impl Progress for EpInner {
+    fn progress(&self) {
+        let mut core = self.core.lock();
+        core.progress();
+        self.drain(&mut core);
+    }
+}
+
+fn kind_flag(tagged: bool) -> u64 {
+    if tagged {
+        ffi::FI_TAGGED
+    } else {
+        ffi::FI_MSG
+    }
+}
+
+impl EpInner {
+    /// Turns the protocol's finished operations into CQ entries and counter
+    /// events.
+    fn drain(&self, core: &mut Core) {
+        let bindings = self.bindings.read();
+        while let Some(event) = core.next_event() {
+            match event {
+                Event::Send {
+                    context,
+                    tagged,
+                    completion,
+                } => {
+                    if completion {
+                        if let Some(cq) = &bindings.tx_cq {
+                            cq.write(Completion::new(
+                                context as *mut c_void,
+                                ffi::FI_SEND | kind_flag(tagged),
+                            ));
+                        }
+                    }
+                    if let Some(cntr) = &bindings.send_cntr {
+                        cntr.inc();
+                    }
+                }
+                Event::Recv(done) => {
+                    let mut flags = ffi::FI_RECV | kind_flag(done.tagged);
+                    if done.data.is_some() {
+                        flags |= ffi::FI_REMOTE_CQ_DATA;
+                    }
+                    if done.multi_released {
+                        flags |= ffi::FI_MULTI_RECV;
+                    }
+                    if done.completion || done.multi_released {
+                        if let Some(cq) = &bindings.rx_cq {
+                            cq.write(Completion {
+                                op_context: done.context as *mut c_void,
+                                flags,
+                                len: done.len,
+                                buf: done.buf as *mut c_void,
+                                data: done.data.unwrap_or(0),
+                                tag: done.tag,
+                                src_addr: source_fi_addr(&bindings, &done.src),
+                            });
+                        }
+                    }
+                    if let Some(cntr) = &bindings.recv_cntr {
+                        cntr.inc();
+                    }
+                }
+                Event::Error(e) => {
+                    let (cq, cntr, direction) = if e.send {
+                        (&bindings.tx_cq, &bindings.send_cntr, ffi::FI_SEND)
+                    } else {
+                        (&bindings.rx_cq, &bindings.recv_cntr, ffi::FI_RECV)
+                    };
+                    let mut flags = direction | kind_flag(e.tagged);
+                    if e.multi_released {
+                        flags |= ffi::FI_MULTI_RECV;
+                    }
+                    if e.data.is_some() {
+                        flags |= ffi::FI_REMOTE_CQ_DATA;
+                    }
+                    let err = match e.kind {
+                        ErrorKind::Truncated => ffi::FI_ETRUNC as i32,
+                        ErrorKind::Canceled => ffi::FI_ECANCELED,
+                        ErrorKind::PeerUnreachable => ffi::FI_EHOSTUNREACH,
+                        ErrorKind::NoMessage => ffi::FI_ENOMSG,
+                    };
+                    if let Some(cq) = cq {
+                        cq.write_error(CompletionError {
+                            completion: Completion {
+                                op_context: e.context as *mut c_void,
+                                flags,
+                                len: e.len,
+                                buf: e.buf as *mut c_void,
+                                data: e.data.unwrap_or(0),
+                                tag: e.tag,
+                                src_addr: e.src.map_or(ffi::FI_ADDR_NOTAVAIL, |src| {
+                                    source_fi_addr(&bindings, &src)
+                                }),
+                            },
+                            err,
+                            prov_errno: err,
+                            olen: e.olen,
+                            err_data: Vec::new(),
+                        });
+                    }
+                    if let Some(cntr) = cntr {
+                        cntr.inc_err();
+                    }
+                }
+            }
+        }
+    }
+}
+
+fn source_fi_addr(bindings: &Bindings, src: &MailboxAddr) -> ffi::fi_addr_t {
+    bindings
+        .av
+        .as_ref()
+        .and_then(|av| av.reverse_lookup(src))
+        .unwrap_or(ffi::FI_ADDR_NOTAVAIL)
+}
+
+// --- fi_ops -------------------------------------------------------------------------
+
+unsafe extern "C" fn ep_close(fid: *mut ffi::fid) -> c_int {
+    ffi_guard("fi_close(ep)", || {
+        // SAFETY: libfabric hands us a fid the application got from us.
+        let Some(ep) = (unsafe { ep_of(fid, "fi_close(ep)") }) else {
+            return ret::EINVAL;
+        };
+        let me: Arc<dyn Progress> = ep.inner.clone();
+        let bindings = std::mem::take(&mut *ep.inner.bindings.write());
+        for cq in [&bindings.tx_cq, &bindings.rx_cq].into_iter().flatten() {
+            cq.progress().remove(&me);
+        }
+        for cntr in [&bindings.send_cntr, &bindings.recv_cntr]
+            .into_iter()
+            .flatten()
+        {
+            cntr.progress().remove(&me);
+        }
+        drop(bindings);
+        tracing::info!("endpoint {:p} closed", ep);
+        // SAFETY: the fid is the first field of a Box<Ep> we leaked in open;
+        // the application gives up its pointer with fi_close.
+        drop(unsafe { Box::from_raw(fid as *mut Ep) });
+        ret::SUCCESS
+    })
+}
+
+unsafe extern "C" fn ep_bind(fid: *mut ffi::fid, bfid: *mut ffi::fid, flags: u64) -> c_int {
+    ffi_guard("fi_ep_bind", || {
+        // SAFETY: libfabric hands us a fid the application got from us.
+        let Some(ep) = (unsafe { ep_of(fid, "fi_ep_bind") }) else {
+            return ret::EINVAL;
+        };
+        // SAFETY: bfid is NULL or a live fid (libfabric contract).
+        let Some(class) = (unsafe { bfid.as_ref() }).map(|f| f.fclass as u32) else {
+            tracing::warn!("fi_ep_bind: NULL object");
+            return ret::EINVAL;
+        };
+        let inner = &ep.inner;
+        if inner.enabled.load(Ordering::Acquire) {
+            tracing::warn!("fi_ep_bind: the endpoint is already enabled");
+            return -(ffi::FI_EOPBADSTATE as c_int);
+        }
+        let me: Arc<dyn Progress> = inner.clone();
+        let mut b = inner.bindings.write();
+        match class {
+            ffi::FI_CLASS_AV => {
+                // SAFETY: bfid is a live fid of class AV.
+                let Some(av) = (unsafe { av::inner_of(bfid) }) else {
+                    return ret::EINVAL;
+                };
+                if b.av.is_some() {
+                    tracing::warn!("fi_ep_bind: an AV is already bound");
+                    return ret::EINVAL;
+                }
+                b.av = Some(ParentRef::new(&av));
+            }
+            ffi::FI_CLASS_CQ => {
+                // SAFETY: bfid is a live fid of class CQ.
+                let Some(cq) = (unsafe { cq::inner_of(bfid) }) else {
+                    return ret::EINVAL;
+                };
+                let known = ffi::FI_TRANSMIT | ffi::FI_RECV | ffi::FI_SELECTIVE_COMPLETION;
+                if flags & !known != 0 || flags & (ffi::FI_TRANSMIT | ffi::FI_RECV) == 0 {
+                    tracing::warn!("fi_ep_bind: CQ flags {flags:#x} are not FI_TRANSMIT/FI_RECV[/FI_SELECTIVE_COMPLETION]");
+                    return ret::EBADFLAGS;
+                }
+                let selective = flags & ffi::FI_SELECTIVE_COMPLETION != 0;
+                if flags & ffi::FI_TRANSMIT != 0 {
+                    b.tx_cq = Some(ParentRef::new(&cq));
+                    b.tx_selective = selective;
+                }
+                if flags & ffi::FI_RECV != 0 {
+                    b.rx_cq = Some(ParentRef::new(&cq));
+                    b.rx_selective = selective;
+                }
+                cq.progress().add(&me);
+            }
+            ffi::FI_CLASS_CNTR => {
+                // SAFETY: bfid is a live fid of class CNTR.
+                let Some(cntr) = (unsafe { cntr::inner_of(bfid) }) else {
+                    return ret::EINVAL;
+                };
+                if flags & ffi::FI_SEND != 0 {
+                    b.send_cntr = Some(ParentRef::new(&cntr));
+                }
+                if flags & ffi::FI_RECV != 0 {
+                    b.recv_cntr = Some(ParentRef::new(&cntr));
+                }
+                // RMA counters (FI_READ/FI_WRITE...) never count: no RMA.
+                cntr.progress().add(&me);
+            }
+            ffi::FI_CLASS_EQ => {
+                // SAFETY: bfid is a live fid of class EQ.
+                let Some(eq) = (unsafe { eq::inner_of(bfid) }) else {
+                    return ret::EINVAL;
+                };
+                b.eq = Some(ParentRef::new(&eq));
+            }
+            other => {
+                tracing::warn!("fi_ep_bind: cannot bind an object of class {other}");
+                return ret::EINVAL;
+            }
+        }
+        ret::SUCCESS
+    })
+}
+
+unsafe extern "C" fn ep_control(fid: *mut ffi::fid, command: c_int, _arg: *mut c_void) -> c_int {
+    ffi_guard("fi_control(ep)", || {
+        // SAFETY: libfabric hands us a fid the application got from us.
+        let Some(ep) = (unsafe { ep_of(fid, "fi_control(ep)") }) else {
+            return ret::EINVAL;
+        };
+        match command as u32 {
+            ffi::FI_ENABLE => {
+                let b = ep.inner.bindings.read();
+                if b.av.is_none() {
+                    tracing::warn!("fi_enable: no AV bound to the endpoint");
+                    return -(ffi::FI_ENOAV as c_int);
+                }
+                if b.tx_cq.is_none()
+                    && b.rx_cq.is_none()
+                    && b.send_cntr.is_none()
+                    && b.recv_cntr.is_none()
+                {
+                    tracing::warn!("fi_enable: no CQ or counter bound to the endpoint");
+                    return -(ffi::FI_ENOCQ as c_int);
+                }
+                ep.inner.enabled.store(true, Ordering::Release);
+                ret::SUCCESS
+            }
+            other => {
+                tracing::info!("fi_control(ep): command {other} is not supported");
+                ret::ENOSYS
+            }
+        }
+    })
+}
+
+// --- fi_ops_ep --------------------------------------------------------------------
+
+unsafe extern "C" fn ep_cancel(fid: *mut ffi::fid, context: *mut c_void) -> isize {
+    ffi_guard("fi_cancel", || {
+        // SAFETY: libfabric hands us a fid the application got from us.
+        let Some(ep) = (unsafe { ep_of(fid, "fi_cancel") }) else {
+            return ret::EINVAL;
+        };
+        let mut core = ep.inner.core.lock();
+        let found = core.cancel(context as usize);
+        ep.inner.drain(&mut core);
+        if found {
+            ret::SUCCESS
+        } else {
+            -(ffi::FI_ENOENT as c_int)
+        }
+    }) as isize
+}
+
+unsafe extern "C" fn ep_getopt(
+    fid: *mut ffi::fid,
+    level: c_int,
+    optname: c_int,
+    optval: *mut c_void,
+    optlen: *mut usize,
+) -> c_int {
+    ffi_guard("fi_getopt", || {
+        // SAFETY: libfabric hands us a fid the application got from us.
+        let Some(ep) = (unsafe { ep_of(fid, "fi_getopt") }) else {
+            return ret::EINVAL;
+        };
+        if level as u32 != ffi::FI_OPT_ENDPOINT || optname as u32 != ffi::FI_OPT_MIN_MULTI_RECV {
+            return -(ffi::FI_ENOPROTOOPT as c_int);
+        }
+        if optval.is_null() || optlen.is_null() {
+            return ret::EINVAL;
+        }
+        // SAFETY: optlen is non-NULL and points to the caller's size.
+        if unsafe { *optlen } < size_of::<usize>() {
+            return ret::ETOOSMALL;
+        }
+        let min = ep.inner.core.lock().min_multi_recv();
+        // SAFETY: optval holds at least size_of::<usize>() bytes (checked).
+        unsafe {
+            (optval as *mut usize).write_unaligned(min);
+            *optlen = size_of::<usize>();
+        }
+        ret::SUCCESS
+    })
+}
+
+unsafe extern "C" fn ep_setopt(
+    fid: *mut ffi::fid,
+    level: c_int,
+    optname: c_int,
+    optval: *const c_void,
+    optlen: usize,
+) -> c_int {
+    ffi_guard("fi_setopt", || {
+        // SAFETY: libfabric hands us a fid the application got from us.
+        let Some(ep) = (unsafe { ep_of(fid, "fi_setopt") }) else {
+            return ret::EINVAL;
+        };
+        if level as u32 != ffi::FI_OPT_ENDPOINT || optname as u32 != ffi::FI_OPT_MIN_MULTI_RECV {
+            tracing::info!("fi_setopt: option {level}/{optname} is not supported");
+            return -(ffi::FI_ENOPROTOOPT as c_int);
+        }
+        if optval.is_null() || optlen != size_of::<usize>() {
+            tracing::warn!("fi_setopt(FI_OPT_MIN_MULTI_RECV): the value must be a size_t");
+            return ret::EINVAL;
+        }
+        // SAFETY: optval points to a size_t (checked length).
+        let min = unsafe { (optval as *const usize).read_unaligned() };
+        ep.inner.core.lock().set_min_multi_recv(min);
+        ret::SUCCESS
+    })
+}
+
+unsafe extern "C" fn ep_tx_ctx(
+    _sep: *mut ffi::fid_ep,
+    _index: c_int,
+    _attr: *mut ffi::fi_tx_attr,
+    _tx: *mut *mut ffi::fid_ep,
+    _context: *mut c_void,
+) -> c_int {
+    ret::ENOSYS
+}
+
+unsafe extern "C" fn ep_rx_ctx(
+    _sep: *mut ffi::fid_ep,
+    _index: c_int,
+    _attr: *mut ffi::fi_rx_attr,
+    _rx: *mut *mut ffi::fid_ep,
+    _context: *mut c_void,
+) -> c_int {
+    ret::ENOSYS
+}
+
+unsafe extern "C" fn ep_size_left(_ep: *mut ffi::fid_ep) -> isize {
+    ret::ENOSYS as isize
+}
+
+// --- fi_ops_cm ----------------------------------------------------------------------
+
+unsafe extern "C" fn cm_getname(
+    fid: *mut ffi::fid,
+    addr: *mut c_void,
+    addrlen: *mut usize,
+) -> c_int {
+    ffi_guard("fi_getname", || {
+        // SAFETY: libfabric hands us a fid the application got from us.
+        let Some(ep) = (unsafe { ep_of(fid, "fi_getname") }) else {
+            return ret::EINVAL;
+        };
+        if addrlen.is_null() {
+            return ret::EINVAL;
+        }
+        let name = ep.inner.core.lock().addr().to_string();
+        let needed = name.len() + 1;
+        // SAFETY: addrlen is non-NULL and holds the buffer's size.
+        let room = unsafe { *addrlen };
+        // SAFETY: as above; the caller learns the size it needs.
+        unsafe { *addrlen = needed };
+        if addr.is_null() || room < needed {
+            return ret::ETOOSMALL;
+        }
+        // SAFETY: addr holds `room >= needed` bytes.
+        unsafe {
+            std::ptr::copy_nonoverlapping(name.as_ptr(), addr as *mut u8, name.len());
+            *(addr as *mut u8).add(name.len()) = 0;
+        }
+        ret::SUCCESS
+    })
+}
+
+unsafe extern "C" fn cm_setname(_fid: *mut ffi::fid, _addr: *mut c_void, _addrlen: usize) -> c_int {
+    tracing::info!("fi_setname: an endpoint's address is fixed when it is opened (use src_addr)");
+    ret::ENOSYS
+}
+
+unsafe extern "C" fn cm_getpeer(
+    _ep: *mut ffi::fid_ep,
+    _addr: *mut c_void,
+    _addrlen: *mut usize,
+) -> c_int {
+    ret::ENOSYS
+}
+
+unsafe extern "C" fn cm_listen(_pep: *mut ffi::fid_pep) -> c_int {
+    ret::ENOSYS
+}
+
+unsafe extern "C" fn cm_connect(
+    _ep: *mut ffi::fid_ep,
+    _addr: *const c_void,
+    _param: *const c_void,
+    _paramlen: usize,
+) -> c_int {
+    ret::ENOSYS
+}
+
+unsafe extern "C" fn cm_accept(
+    _ep: *mut ffi::fid_ep,
+    _param: *const c_void,
+    _paramlen: usize,
+) -> c_int {
+    ret::ENOSYS
+}
+
+unsafe extern "C" fn cm_reject(
+    _pep: *mut ffi::fid_pep,
+    _handle: ffi::fid_t,
+    _param: *const c_void,
+    _paramlen: usize,
+) -> c_int {
+    ret::ENOSYS
+}
+
+unsafe extern "C" fn cm_shutdown(_ep: *mut ffi::fid_ep, _flags: u64) -> c_int {
+    ret::ENOSYS
+}
+
+unsafe extern "C" fn cm_join(
+    _ep: *mut ffi::fid_ep,
+    _addr: *const c_void,
+    _flags: u64,
+    _mc: *mut *mut ffi::fid_mc,
+    _context: *mut c_void,
+) -> c_int {
+    ret::ENOSYS
+}
