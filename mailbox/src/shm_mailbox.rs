@@ -427,7 +427,6 @@ impl Mailbox for ShmMailbox {
                 Ordering::Relaxed,
             ) {
                 Ok(_) => {
-                    advance_tail(tail, pos);
                     let visible_at = match ring.header().latency_ns.load(Ordering::Relaxed) {
                         0 => 0,
                         latency => monotonic_ns() + latency,
@@ -440,6 +439,10 @@ impl Mailbox for ShmMailbox {
                         *slot.message.get() = *message;
                     }
                     slot.state.store(state(pos, FULL, 0), Ordering::Release);
+                    // The tail only guides other senders (one finding this
+                    // slot taken moves it on): publishing first takes a
+                    // locked instruction off the receiver's critical path.
+                    advance_tail(tail, pos);
                     return Ok(());
                 }
                 Err(seen) => state_pos(seen),

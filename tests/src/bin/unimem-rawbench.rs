@@ -99,7 +99,7 @@ fn ns(v: f64) -> String {
 }
 
 fn gbps(v: f64) -> String {
-    format!("{:.2} GB/s", v / 1e9)
+    format!("{:.3} GB/s", v / 1e9)
 }
 
 fn size_name(bytes: usize) -> String {
