@@ -308,7 +308,10 @@ fn map(fd: libc::c_int, offset: usize, len: usize, populate: bool) -> io::Result
 }
 
 /// What [`owner_state`] found out about an object.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
 enum OwnerState {
+    /// Owned by this live process.
+    Mine,
     Alive,
     Dead,
     /// Never initialised, and too old for its creator to still be at it.
@@ -328,82 +331,96 @@ fn owner_state(name: &str) -> OwnerState {
         let now = unsafe { libc::time(std::ptr::null_mut()) };
         now - st.st_mtime < UNINITIALISED_GRACE_SECS
     };
+    let not_initialised = if young {
+        OwnerState::Unknown
+    } else {
+        OwnerState::Abandoned
+    };
     if (st.st_size as usize) < std::mem::size_of::<ObjectHeader>() {
-        return if young {
-            OwnerState::Unknown
-        } else {
-            OwnerState::Abandoned
-        };
+        return not_initialised;
     }
-    let Ok(base) = map(fd.0, 0, HEADER_SIZE.min(st.st_size as usize), false) else {
+    let len = HEADER_SIZE.min(st.st_size as usize);
+    let Ok(base) = map(fd.0, 0, len, false) else {
         return OwnerState::Unknown;
     };
     // SAFETY: the mapping covers an ObjectHeader; atomics are valid for any bits.
     let header = unsafe { &*(base.as_ptr() as *const ObjectHeader) };
     let pid = header.owner_pid();
     let start = header.owner_start.load(Ordering::Relaxed);
-    let state = if pid != 0 {
-        if header.is_closed() || !process_alive(pid, start) {
-            OwnerState::Dead
-        } else {
-            OwnerState::Alive
-        }
-    } else if young {
-        OwnerState::Unknown
+    let state = if pid == 0 {
+        not_initialised
+    } else if header.is_closed() || !process_alive(pid, start) {
+        OwnerState::Dead
+    } else if pid == std::process::id() {
+        OwnerState::Mine
     } else {
-        OwnerState::Abandoned
+        OwnerState::Alive
     };
     // SAFETY: unmapping the header mapping made just above.
-    unsafe { libc::munmap(base.as_ptr().cast(), HEADER_SIZE.min(st.st_size as usize)) };
+    unsafe { libc::munmap(base.as_ptr().cast(), len) };
     state
+}
+
+fn unlink(name: &str) -> bool {
+    let Ok(cname) = c_name(name) else {
+        return false;
+    };
+    // SAFETY: cname is a valid C string.
+    unsafe { libc::shm_unlink(cname.as_ptr()) == 0 }
 }
 
 /// Unlinks object `name` if its owner is dead. Returns whether it did.
 fn reclaim_if_dead(name: &str) -> bool {
     match owner_state(name) {
         OwnerState::Dead | OwnerState::Abandoned => {
-            let Ok(cname) = c_name(name) else {
-                return false;
-            };
-            // SAFETY: cname is a valid C string.
-            let unlinked = unsafe { libc::shm_unlink(cname.as_ptr()) } == 0;
+            let unlinked = unlink(name);
             if unlinked {
                 tracing::info!(object = name, "reclaimed shared object of a dead process");
             }
             unlinked
         }
-        OwnerState::Alive | OwnerState::Unknown => false,
+        OwnerState::Mine | OwnerState::Alive | OwnerState::Unknown => false,
     }
+}
+
+/// This user's object names in `/dev/shm`, whatever the job.
+fn user_objects() -> Vec<String> {
+    let prefix = user_prefix();
+    let Ok(dir) = std::fs::read_dir(SHM_DIR) else {
+        return Vec::new();
+    };
+    dir.filter_map(Result::ok)
+        .filter_map(|entry| entry.file_name().into_string().ok())
+        .filter(|name| name.starts_with(&prefix))
+        .collect()
 }
 
 /// Removes every object of this user whose owner process is dead, in every
 /// job. Returns how many were removed. Cheap enough to run at start-up.
 pub fn reclaim_dead_objects() -> usize {
-    let prefix = user_prefix();
-    let Ok(dir) = std::fs::read_dir(SHM_DIR) else {
-        return 0;
-    };
-    dir.filter_map(Result::ok)
-        .filter_map(|entry| entry.file_name().into_string().ok())
-        .filter(|name| name.starts_with(&prefix))
+    user_objects()
+        .iter()
         .filter(|name| reclaim_if_dead(name))
+        .count()
+}
+
+/// Unlinks every object this process owns, for a process that exits
+/// without closing them (an application that never calls `fi_close`).
+/// Mappings stay valid until exit; peers see the objects gone.
+pub fn remove_own_objects() -> usize {
+    user_objects()
+        .iter()
+        .filter(|name| owner_state(name) == OwnerState::Mine && unlink(name))
         .count()
 }
 
 /// Names of this user's objects in `job` currently in `/dev/shm` (for tests
 /// and diagnostics).
 pub fn list_objects(job: Option<JobId>) -> Vec<String> {
-    let prefix = match job {
-        Some(job) => object_name(job, ""),
-        None => user_prefix(),
-    };
-    let Ok(dir) = std::fs::read_dir(SHM_DIR) else {
-        return Vec::new();
-    };
-    let mut names: Vec<String> = dir
-        .filter_map(Result::ok)
-        .filter_map(|entry| entry.file_name().into_string().ok())
-        .filter(|name| name.starts_with(&prefix))
+    let prefix = job.map(|job| object_name(job, ""));
+    let mut names: Vec<String> = user_objects()
+        .into_iter()
+        .filter(|name| prefix.as_ref().is_none_or(|p| name.starts_with(p)))
         .collect();
     names.sort();
     names

@@ -27,6 +27,7 @@
 //! | `guard`   | `catch_unwind` around every `extern "C"` entry point        |
 //! | `addr`    | endpoint address strings                                    |
 //! | `progress`| manual progress: endpoints run by CQ/counter reads          |
+//! | `shutdown`| removes our /dev/shm objects when the process exits         |
 //! | `proto`   | the messaging protocol, plain Rust over the hardware traits |
 //!
 
@@ -50,6 +51,7 @@ pub mod mr;
 pub mod progress;
 pub mod proto;
 pub mod prov;
+mod shutdown;
 pub mod wait;
 
 pub use prov::fi_prov_ini;

@@ -165,6 +165,16 @@ fn dead_mailbox_owner_is_reported_quickly_and_reclaimed() {
     assert!(list_objects(Some(job)).is_empty());
 }
 
+#[test]
+fn a_process_removes_its_own_objects_when_it_exits_without_closing() {
+    let job_name = format!("exit-hook-{}", std::process::id());
+    let mut child = Peer::spawn(NODE, &[&job_name, "exit-uncleanly"]);
+    // A mailbox, a region directory and one segment.
+    assert_eq!(child.expect("removed"), "3");
+    assert!(child.wait_success());
+    assert!(list_objects(Some(JobId::from_name(&job_name))).is_empty());
+}
+
 // --- DMA --------------------------------------------------------------------
 
 fn engine() -> ShmDmaEngine {

@@ -9,6 +9,9 @@
 //!   prints `resumed <more>`.
 //! - `mailbox <depth>`: opens a mailbox, prints `addr <addr>`, then idles
 //!   until stdin closes or says `exit`.
+//! - `exit-uncleanly`: opens a mailbox and a dmable buffer, removes its own
+//!   objects as an exit hook would, prints `removed <n>` and exits without
+//!   closing anything.
 //! - `dma-owner <len>`: allocates a dmable buffer filled with pattern 0,
 //!   prints `buffer <node> <addr> <len>`, then serves `hash <off> <len>`
 //!   (prints `hash <fnv>`), `check <off> <len> <seed>` (prints `ok` or
@@ -33,6 +36,7 @@ fn main() -> ExitCode {
         ("fill", [dest, more]) => fill(job, dest, more.parse().unwrap()),
         ("mailbox", [depth]) => mailbox(job, depth.parse().unwrap()),
         ("dma-owner", [len]) => dma_owner(job, len.parse().unwrap()),
+        ("exit-uncleanly", []) => exit_uncleanly(job),
         _ => Err(format!("unknown role or arguments: {role} {rest:?}")),
     };
     match result {
@@ -125,6 +129,22 @@ fn mailbox(job: JobId, depth: usize) -> Result<(), String> {
         }
     }
     Ok(())
+}
+
+fn exit_uncleanly(job: JobId) -> Result<(), String> {
+    let mbx = open_mailbox(job, 8)?;
+    let region = DmaRegion::for_process(&RegionConfig {
+        job,
+        segment_size: 1 << 20,
+        max_size: 1 << 20,
+    })
+    .map_err(|e| e.to_string())?;
+    let buf = region.alloc(4096).map_err(|e| e.to_string())?;
+    let removed = unimem_mailbox::shm::remove_own_objects();
+    println!("removed {removed}");
+    // Exit with everything still open: no destructor runs.
+    std::mem::forget((mbx, buf, region));
+    std::process::exit(0);
 }
 
 fn dma_owner(job: JobId, len: usize) -> Result<(), String> {
