@@ -26,6 +26,8 @@ const UNINITIALISED_GRACE_SECS: i64 = 30;
 pub struct ObjectHeader {
     /// [`MAGIC`] once the object is fully initialised (stored last, Release).
     magic: AtomicU64,
+    /// Stored after `owner_start` (Release): whoever sees the pid sees the
+    /// start time that goes with it.
     owner_pid: AtomicU32,
     /// Set by the owner when it closes the object: peers treat it as dead.
     closed: AtomicU32,
@@ -36,7 +38,7 @@ pub struct ObjectHeader {
 
 impl ObjectHeader {
     pub fn owner_pid(&self) -> u32 {
-        self.owner_pid.load(Ordering::Relaxed)
+        self.owner_pid.load(Ordering::Acquire)
     }
 
     /// Whether the owner closed the object or died.
@@ -134,11 +136,13 @@ impl SharedObject {
         };
         let pid = std::process::id();
         let header = object.header();
-        header.owner_pid.store(pid, Ordering::Relaxed);
+        header.size.store(len as u64, Ordering::Relaxed);
         header
             .owner_start
             .store(process_start_time(pid).unwrap_or(0), Ordering::Relaxed);
-        header.size.store(len as u64, Ordering::Relaxed);
+        // Last: another process's reclaim pass that reads a pid must also
+        // read its start time, or it would take a live owner for dead.
+        header.owner_pid.store(pid, Ordering::Release);
         Ok(object)
     }
 
