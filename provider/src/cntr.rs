@@ -12,6 +12,8 @@ use std::os::raw::{c_int, c_void};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
+use parking_lot::Mutex;
+
 use crate::domain::DomainInner;
 use crate::ffi::{self, ret};
 use crate::fid::{self, Children, Parent, ParentRef};
@@ -39,6 +41,9 @@ pub struct CntrInner {
     spin_yield: usize,
     count: AtomicU64,
     errors: AtomicU64,
+    /// (count, errors) as `fi_poll` last saw them, or as the application
+    /// last set or added to them: `fi_poll` reports changes since then.
+    checkpoint: Mutex<(u64, u64)>,
     progress: ProgressList,
     /// Endpoints bound to this counter.
     children: Children,
@@ -79,6 +84,25 @@ impl CntrInner {
     /// Current error count, without progress.
     pub fn errors(&self) -> u64 {
         self.errors.load(Ordering::Acquire)
+    }
+
+    /// `fi_poll`: progress, then whether either count changed since the
+    /// checkpoint, which moves on.
+    pub fn poll_changed(&self) -> bool {
+        self.progress.run();
+        let now = (self.value(), self.errors());
+        let mut seen = self.checkpoint.lock();
+        std::mem::replace(&mut *seen, now) != now
+    }
+
+    /// The application changed the success count itself: not an event.
+    fn checkpoint_count(&self) {
+        self.checkpoint.lock().0 = self.value();
+    }
+
+    /// Same for the error count.
+    fn checkpoint_errors(&self) {
+        self.checkpoint.lock().1 = self.errors();
     }
 
     /// `fi_cntr_wait`.
@@ -181,6 +205,7 @@ pub unsafe fn open(
             spin_yield: domain.config().spin_yield,
             count: AtomicU64::new(0),
             errors: AtomicU64::new(0),
+            checkpoint: Mutex::new((0, 0)),
             progress: ProgressList::default(),
             children: Children::default(),
         }),
@@ -243,7 +268,7 @@ unsafe extern "C" fn cntr_close(fid: *mut ffi::fid) -> c_int {
             return ret::EINVAL;
         };
         if let Err(n) = fid::check_no_children(c.children()) {
-            tracing::warn!("fi_close(cntr): still bound to {n} endpoint(s)");
+            tracing::warn!("fi_close(cntr): still bound to {n} endpoint(s) or poll set(s)");
             return ret::EBUSY;
         }
         tracing::debug!("cntr {fid:p} closed");
@@ -318,6 +343,7 @@ unsafe extern "C" fn cntr_add(cntr: *mut ffi::fid_cntr, value: u64) -> c_int {
     unsafe {
         with_cntr("fi_cntr_add", cntr, |c| {
             c.count.fetch_add(value, Ordering::AcqRel);
+            c.checkpoint_count();
             ret::SUCCESS
         })
     }
@@ -328,6 +354,7 @@ unsafe extern "C" fn cntr_adderr(cntr: *mut ffi::fid_cntr, value: u64) -> c_int 
     unsafe {
         with_cntr("fi_cntr_adderr", cntr, |c| {
             c.errors.fetch_add(value, Ordering::AcqRel);
+            c.checkpoint_errors();
             ret::SUCCESS
         })
     }
@@ -338,6 +365,7 @@ unsafe extern "C" fn cntr_set(cntr: *mut ffi::fid_cntr, value: u64) -> c_int {
     unsafe {
         with_cntr("fi_cntr_set", cntr, |c| {
             c.count.store(value, Ordering::Release);
+            c.checkpoint_count();
             ret::SUCCESS
         })
     }
@@ -348,6 +376,7 @@ unsafe extern "C" fn cntr_seterr(cntr: *mut ffi::fid_cntr, value: u64) -> c_int 
     unsafe {
         with_cntr("fi_cntr_seterr", cntr, |c| {
             c.errors.store(value, Ordering::Release);
+            c.checkpoint_errors();
             ret::SUCCESS
         })
     }

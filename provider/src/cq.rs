@@ -411,6 +411,12 @@ impl CqInner {
         self.queue.lock().entries.is_empty()
     }
 
+    /// `fi_poll`: progress, then whether there is anything to read.
+    pub fn poll_ready(&self) -> bool {
+        self.progress.run();
+        !self.is_empty()
+    }
+
     /// The domain the CQ belongs to (endpoints must share it).
     pub fn domain(&self) -> &DomainInner {
         &self.domain
@@ -626,7 +632,7 @@ unsafe extern "C" fn cq_close(fid: *mut ffi::fid) -> c_int {
             return ret::EINVAL;
         };
         if let Err(n) = fid::check_no_children(cq.inner.children()) {
-            tracing::warn!("fi_close(cq): still bound to {n} endpoint(s)");
+            tracing::warn!("fi_close(cq): still bound to {n} endpoint(s) or poll set(s)");
             return ret::EBUSY;
         }
         tracing::debug!("cq {fid:p} closed");

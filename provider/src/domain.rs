@@ -2,7 +2,7 @@
 //! It validates the info it is opened with, records the resolved
 //! attributes (threading, progress, sizes...) for the objects that hang
 //! off it, and hands their construction to their modules (av.rs, cq.rs,
-//! cntr.rs, mr.rs; endpoints: ep.rs). An EQ may be bound to it
+//! cntr.rs, mr.rs, poll.rs; endpoints: ep/). An EQ may be bound to it
 //! (`fi_domain_bind`) for domain-level events.
 
 use std::mem::size_of;
@@ -18,7 +18,7 @@ use crate::fabric::FabricInner;
 use crate::ffi::{self, ret};
 use crate::fid::{self, Children, Parent, ParentRef};
 use crate::guard::ffi_guard;
-use crate::{av, cntr, core, cq, ep, mr};
+use crate::{av, cntr, core, cq, ep, mr, poll};
 
 /// Our `struct fid_domain`.
 #[repr(C)]
@@ -302,12 +302,12 @@ unsafe extern "C" fn domain_cntr_open(
 }
 
 unsafe extern "C" fn domain_poll_open(
-    _domain: *mut ffi::fid_domain,
-    _attr: *mut ffi::fi_poll_attr,
-    _pollset: *mut *mut ffi::fid_poll,
+    domain: *mut ffi::fid_domain,
+    attr: *mut ffi::fi_poll_attr,
+    pollset: *mut *mut ffi::fid_poll,
 ) -> c_int {
-    // Poll sets are deprecated in 2.x.
-    ffi_guard("fi_poll_open", || ret::ENOSYS)
+    // SAFETY: the arguments come from the application's fi_poll_open.
+    unsafe { with_domain("fi_poll_open", domain, |d| poll::open(d, attr, pollset)) }
 }
 
 unsafe extern "C" fn domain_stx_ctx(

@@ -19,6 +19,7 @@
 //! | `cntr`    | completion counters                                         |
 //! | `av`      | address vectors: FI_ADDR_STR ↔ table index                  |
 //! | `mr`      | memory registration (local) and descriptors                 |
+//! | `poll`    | poll sets (`fi_poll_open`): CQs and counters polled together |
 //! | `wait`    | blocking reads under manual progress, accepted wait objects |
 //! | `fid`     | shared object plumbing: identity, refcounts, ENOSYS stubs   |
 //! | `config`  | tunables: table, fi_info.conf, FI_UNIMEM_* parameters       |
@@ -48,6 +49,7 @@ pub mod getinfo;
 pub mod guard;
 pub mod log;
 pub mod mr;
+pub mod poll;
 pub mod progress;
 pub mod proto;
 pub mod prov;
