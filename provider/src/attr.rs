@@ -16,9 +16,13 @@
 //! - progress: manual only (no provider threads). AUTO in hints → no match;
 //!   UNSPEC/MANUAL (and 2.x FI_PROGRESS_CONTROL_UNIFIED) → reported as asked.
 //! - resource management: always FI_RM_ENABLED (we never drop: -FI_EAGAIN).
-//! - av_type: FI_AV_TABLE by default; FI_AV_MAP is accepted too and reported
-//!   as asked (like tcp's util AV: table indices are valid map addresses, and
-//!   2.x deprecates MAP in favour of TABLE semantics).
+//! - av_type: TABLE and MAP are both accepted and reported as asked (like
+//!   tcp's util AV: table indices are valid map addresses, and 2.x
+//!   deprecates MAP in favour of TABLE semantics). Nothing asked →
+//!   FI_AV_UNSPEC ("either"), as shm, tcp and rxm report; `fi_av_open`
+//!   then picks TABLE. Reporting TABLE unasked would make fabtests assume
+//!   the AV holds a single peer at index 0 (fi_rdm_multi_client's server
+//!   answers each new client at fi_addr 0).
 //! - mr_mode: messaging needs no registration, so nothing is required: we
 //!   advertise only the legacy FI_MR_BASIC|FI_MR_SCALABLE bits (as shm/tcp
 //!   do), which prov/util's rules turn into mr_mode 0 for API >= 1.5 and
@@ -331,7 +335,7 @@ pub fn template(cfg: &Config) -> Info {
             control_progress: FI_PROGRESS_MANUAL,
             data_progress: FI_PROGRESS_MANUAL,
             resource_mgmt: FI_RM_ENABLED,
-            av_type: FI_AV_TABLE,
+            av_type: FI_AV_UNSPEC,
             mr_mode: MR_MODE,
             mr_key_size: MR_KEY_SIZE,
             cq_data_size: CQ_DATA_SIZE,
@@ -1315,8 +1319,9 @@ mod tests {
         }
         assert_eq!(
             tailor(API, &ours(), Some(&c_hints(no_edit))).domain.av_type,
-            FI_AV_TABLE
+            FI_AV_UNSPEC
         );
+        assert_eq!(tailor(API, &ours(), None).domain.av_type, FI_AV_UNSPEC);
     }
 
     #[test]

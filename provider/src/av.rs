@@ -296,7 +296,7 @@ static AV_OPS: ffi::fi_ops_av = ffi::fi_ops_av {
 };
 
 /// `fi_av_open` on one of our domains; an FI_AV_UNSPEC type is replaced in
-/// `attr` by the domain's.
+/// `attr` by the domain's, or by FI_AV_TABLE if that too is unspecified.
 ///
 /// # Safety
 /// `attr` must be NULL or a valid `fi_av_attr`; `av` NULL or writable.
@@ -313,7 +313,10 @@ pub unsafe fn open(
     // SAFETY: non-NULL attr is a valid fi_av_attr (caller).
     let a = unsafe { &mut *attr };
     let av_type = match a.type_ {
-        ffi::FI_AV_UNSPEC => domain.info.domain.av_type,
+        ffi::FI_AV_UNSPEC => match domain.info.domain.av_type {
+            ffi::FI_AV_MAP => ffi::FI_AV_MAP,
+            _ => ffi::FI_AV_TABLE,
+        },
         t @ (ffi::FI_AV_TABLE | ffi::FI_AV_MAP) => t,
         other => {
             tracing::warn!("fi_av_open: unknown AV type {other}");

@@ -9,7 +9,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 
 use crate::ffi::{self, ret};
 use crate::guard::{ffi_guard, ffi_guard_or};
-use crate::{config, core, fabric, getinfo, log};
+use crate::{config, core, ep, fabric, getinfo, log};
 
 /// Provider name (fi_info -p unimem, FI_PROVIDER=unimem, FI_UNIMEM_* params).
 pub const NAME: &str = "unimem";
@@ -171,6 +171,7 @@ unsafe extern "C" fn cleanup_entry() {
         // dlclose us: stop calling into it and drop cached state so that a
         // re-load starts fresh.
         tracing::debug!("cleanup");
+        ep::release_process_region();
         log::shutdown();
         config::reset();
         core::forget();

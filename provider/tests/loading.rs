@@ -229,7 +229,7 @@ fn fi_info_lists_the_rdm_endpoint() {
         "control_progress: FI_PROGRESS_MANUAL",
         "data_progress: FI_PROGRESS_MANUAL",
         "resource_mgmt: FI_RM_ENABLED",
-        "av_type: FI_AV_TABLE",
+        "av_type: FI_AV_UNSPEC",
         "msg_order: [ FI_ORDER_SAS ]",
         "mem_tag_format: 0xaaaaaaaaaaaaaaaa",
         "max_msg_size: 1073741824",

@@ -20,7 +20,7 @@ use unimem_mailbox::{Error as MailboxError, Mailbox, Message};
 use unimem_regcache::RegCache;
 
 use super::iov::{gather, scatter, total_len};
-use super::matching::{Iov, Matcher, MultiDone, Placement, PostedRecv, Unexpected};
+use super::matching::{Cancelled, Iov, Matcher, MultiDone, Placement, PostedRecv, Unexpected};
 use super::pool::{Chunk, ChunkPool};
 use super::wire::{inline_capacity, InlineBytes, MatchInfo, Wire, NODE_LEN};
 use super::{ErrorKind, Event, OpError, PostError, ProtoConfig, RecvDone, WireNode};
@@ -111,7 +111,7 @@ enum DataItem {
     /// An encoded inline message; `op` completes when it leaves.
     Inline {
         message: Message,
-        op: Option<usize>,
+        op: usize,
     },
     Eager {
         op: usize,
@@ -153,7 +153,6 @@ struct TxOp {
     info: MatchInfo,
     len: usize,
     completion: bool,
-    inject: bool,
     kind: TxKind,
 }
 
@@ -454,10 +453,9 @@ where
         let queued: Vec<DataItem> = state.data.drain(..).collect();
         for item in queued {
             match item {
-                DataItem::Inline { op: None, .. } => {}
-                DataItem::Inline { op: Some(op), .. }
-                | DataItem::Eager { op }
-                | DataItem::Rts { op } => self.fail_send(op),
+                DataItem::Inline { op, .. } | DataItem::Eager { op } | DataItem::Rts { op } => {
+                    self.fail_send(op)
+                }
             }
         }
         let rendezvous: Vec<usize> = self
@@ -483,6 +481,8 @@ where
             .collect();
         for id in receives {
             let xfer = self.rx_xfers.remove(id).expect("listed above");
+            // Its slot may be reused: it must not keep a place in the queue.
+            self.deferred_grants.retain(|&d| d != id);
             self.release_staged(&xfer);
             self.complete_recv_error(
                 xfer.placement,
@@ -566,7 +566,6 @@ where
             info: req.info,
             len,
             completion: req.completion && !req.inject,
-            inject: req.inject,
             kind,
         });
         self.outstanding_sends += 1;
@@ -599,13 +598,12 @@ where
             let route = state.route.as_ref().expect("live peers have a route");
             match self.mbx.send(route, &message) {
                 Ok(()) => {
-                    if !req.inject {
-                        self.events.push_back(Event::Send {
-                            context: req.context,
-                            tagged: req.info.tag.is_some(),
-                            completion: req.completion,
-                        });
-                    }
+                    // An inject still counts (send counters), without a CQ entry.
+                    self.events.push_back(Event::Send {
+                        context: req.context,
+                        tagged: req.info.tag.is_some(),
+                        completion: req.completion && !req.inject,
+                    });
                     return Ok(());
                 }
                 Err(MailboxError::Busy) => {}
@@ -616,17 +614,15 @@ where
             }
         }
         // Behind earlier data, or the mailbox is full: queue it, in order.
-        let op = (!req.inject).then(|| {
-            self.outstanding_sends += 1;
-            self.tx_ops.insert(TxOp {
-                peer,
-                context: req.context,
-                info: req.info,
-                len,
-                completion: req.completion,
-                inject: false,
-                kind: TxKind::Inline,
-            })
+        // Injects too get an op: they complete (and count) when they leave.
+        self.outstanding_sends += 1;
+        let op = self.tx_ops.insert(TxOp {
+            peer,
+            context: req.context,
+            info: req.info,
+            len,
+            completion: req.completion && !req.inject,
+            kind: TxKind::Inline,
         });
         self.peers[peer]
             .data
@@ -643,13 +639,13 @@ where
         if let TxKind::Eager { chunk, .. } = tx.kind {
             self.bounce.put(chunk);
         }
-        if !tx.inject {
-            self.events.push_back(Event::Send {
-                context: tx.context,
-                tagged: tx.info.tag.is_some(),
-                completion: tx.completion,
-            });
-        }
+        // Injects report too (`completion` is false for them): counters
+        // count every send, CQs only those asking for an entry.
+        self.events.push_back(Event::Send {
+            context: tx.context,
+            tagged: tx.info.tag.is_some(),
+            completion: tx.completion,
+        });
     }
 
     /// Sends what `peer`'s queues hold, as far as the mailbox and credits
@@ -676,7 +672,7 @@ where
         self.reap_dma();
         while let Some(item) = self.peers[peer].data.front() {
             let (message, op, piggyback) = match *item {
-                DataItem::Inline { message, op } => (message, op, 0),
+                DataItem::Inline { message, op } => (message, Some(op), 0),
                 DataItem::Eager { op } => {
                     let tx = self.tx_ops.slots[op].as_ref().expect("queued op exists");
                     let (info, len) = (tx.info, tx.len);
@@ -864,7 +860,8 @@ where
 
     fn retry_deferred(&mut self) {
         while let Some(&id) = self.deferred_grants.front() {
-            if !self.grant_next(id) {
+            // It may have been granted up to its window since it queued.
+            if self.wants_grant(id) && !self.grant_next(id) {
                 break;
             }
             self.deferred_grants.pop_front();
@@ -1176,7 +1173,12 @@ where
 
     /// `fi_cancel` of a posted receive. Returns whether one was found.
     pub fn cancel(&mut self, context: usize) -> bool {
-        let Some((tagged, recv)) = self.matcher.cancel(context) else {
+        let Some(Cancelled {
+            tagged,
+            recv,
+            released,
+        }) = self.matcher.cancel(context)
+        else {
             return false;
         };
         self.events.push_back(Event::Error(OpError {
@@ -1190,7 +1192,7 @@ where
             tag: recv.tag,
             data: None,
             src: None,
-            multi_released: recv.multi_recv,
+            multi_released: released,
         }));
         true
     }
@@ -1233,21 +1235,25 @@ where
         self.continue_granting(id);
     }
 
-    /// Grants segments of transfer `id` up to its window.
-    fn continue_granting(&mut self, id: usize) {
+    /// Whether transfer `id` exists and may be granted another segment:
+    /// some are left and its window is not full.
+    fn wants_grant(&self, id: usize) -> bool {
         let window = self.cfg.rendezvous_window.max(1) as u32;
-        loop {
-            let Some(xfer) = self.rx_xfers.get_mut(id) else {
-                return;
-            };
-            if xfer.next_grant >= xfer.segments || xfer.next_grant - xfer.done >= window {
-                return;
-            }
-            if !self.deferred_grants.is_empty() && self.deferred_grants.front() != Some(&id) {
-                self.deferred_grants.push_back(id);
-                return;
-            }
-            if !self.grant_next(id) {
+        self.rx_xfers
+            .slots
+            .get(id)
+            .and_then(Option::as_ref)
+            .is_some_and(|x| x.next_grant < x.segments && x.next_grant - x.done < window)
+    }
+
+    /// Grants segments of transfer `id` up to its window. Transfers waiting
+    /// for staging buffers are served in turn: while some wait, `id` queues
+    /// behind them (once: a queued transfer is granted up to its window
+    /// when its turn comes).
+    fn continue_granting(&mut self, id: usize) {
+        while self.wants_grant(id) {
+            let queued = !self.deferred_grants.is_empty();
+            if (queued && self.deferred_grants.front() != Some(&id)) || !self.grant_next(id) {
                 if !self.deferred_grants.contains(&id) {
                     self.deferred_grants.push_back(id);
                 }
@@ -1256,7 +1262,8 @@ where
         }
     }
 
-    /// Grants the next segment of `id`; false if no staging buffer is free.
+    /// Grants the next segment of `id` (which [`Self::wants_grant`]); false
+    /// if no staging buffer is free.
     fn grant_next(&mut self, id: usize) -> bool {
         let segment_size = self.cfg.segment_size;
         let Some(xfer) = self.rx_xfers.get_mut(id) else {
@@ -1318,6 +1325,7 @@ where
 
     fn finish_rx(&mut self, id: usize) {
         let xfer = self.rx_xfers.remove(id).expect("transfer exists");
+        self.deferred_grants.retain(|&d| d != id);
         self.queue_control(
             xfer.peer,
             Wire::Fin {

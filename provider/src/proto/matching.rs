@@ -75,6 +75,16 @@ struct MultiState {
     retired: bool,
 }
 
+/// A receive `fi_cancel` removed.
+#[derive(Debug)]
+pub struct Cancelled<A> {
+    pub tagged: bool,
+    pub recv: PostedRecv<A>,
+    /// A multi-receive buffer released by the cancel itself (no piece of it
+    /// in flight): its cancel entry carries FI_MULTI_RECV.
+    pub released: bool,
+}
+
 /// What a finished piece of a multi-receive buffer means for its buffer.
 #[derive(Debug, PartialEq, Eq)]
 pub enum MultiDone {
@@ -332,21 +342,30 @@ impl<A: Copy + Eq, B> Matcher<A, B> {
         lane.unexpected.remove(index)
     }
 
-    /// `fi_cancel`: removes the posted receive with this context; says
-    /// whether it was tagged.
-    pub fn cancel(&mut self, context: usize) -> Option<(bool, PostedRecv<A>)> {
+    /// `fi_cancel`: removes the posted receive with this context.
+    pub fn cancel(&mut self, context: usize) -> Option<Cancelled<A>> {
         for tagged in [false, true] {
             let lane = self.lane(tagged);
             if let Some(index) = lane.posted.iter().position(|r| r.context == context) {
-                let recv = lane.posted.remove(index);
-                // A cancelled multi-receive buffer is released now; pieces
-                // already handed out still complete on their own.
+                let recv = lane.posted.remove(index)?;
+                // A cancelled multi-receive buffer is released now, unless
+                // pieces handed out are still in flight: then the last of
+                // them releases it (the provider touches it until then).
+                // (A retired buffer of the same context is an earlier one.)
+                let in_use = self
+                    .multi
+                    .iter()
+                    .any(|m| m.context == context && !m.retired && m.outstanding > 0);
                 self.multi
                     .retain(|m| m.context != context || m.outstanding > 0);
                 for m in self.multi.iter_mut().filter(|m| m.context == context) {
                     m.retired = true;
                 }
-                return recv.map(|r| (tagged, r));
+                return Some(Cancelled {
+                    tagged,
+                    released: recv.multi_recv && !in_use,
+                    recv,
+                });
             }
         }
         None
@@ -470,9 +489,9 @@ mod tests {
     fn cancel_removes_posted() {
         let mut m = M::new(0);
         m.post(true, recv(1, None, 5, 0));
-        let (was_tagged, recv) = m.cancel(1).unwrap();
-        assert!(was_tagged);
-        assert_eq!(recv.context, 1);
+        let cancelled = m.cancel(1).unwrap();
+        assert!(cancelled.tagged && !cancelled.released);
+        assert_eq!(cancelled.recv.context, 1);
         assert!(m.cancel(1).is_none());
         assert!(m.match_arrival(&1, &tagged(5), 1).is_none());
     }
@@ -509,6 +528,19 @@ mod tests {
         assert_eq!(m.multi_piece_done(id), MultiDone::InUse);
         assert_eq!(m.multi_piece_done(id), MultiDone::InUse);
         assert_eq!(m.multi_piece_done(id), MultiDone::Released);
+    }
+
+    #[test]
+    fn cancelling_a_multi_recv_buffer_in_use_releases_it_with_its_last_piece() {
+        let mut m = M::new(10);
+        m.post(false, multi(1, 1000));
+        let p = m.match_arrival(&1, &MatchInfo::default(), 100).unwrap();
+        let cancelled = m.cancel(1).unwrap();
+        assert!(!cancelled.released, "a piece is still in flight");
+        assert_eq!(m.multi_piece_done(p.multi.unwrap()), MultiDone::Released);
+        // Nothing in flight: the cancel itself releases it.
+        m.post(false, multi(2, 1000));
+        assert!(m.cancel(2).unwrap().released);
     }
 
     #[test]

@@ -74,9 +74,12 @@ impl Default for ProtoConfig {
 /// What a finished operation reports.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Event<A> {
+    /// A send finished: every send reports one, injects included, so that
+    /// send counters count them all.
     Send {
         context: usize,
         tagged: bool,
+        /// Whether it asked for a CQ entry (never for an inject).
         completion: bool,
     },
     Recv(RecvDone<A>),

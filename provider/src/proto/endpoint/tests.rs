@@ -440,8 +440,12 @@ fn sends_to_oneself() {
     }
 }
 
+/// An inject reports a send event without a CQ entry (`completion` false),
+/// so that send counters count it (fabtests' fi_rdm_cntr_pingpong waits for
+/// the tx counter to include its injects), and rejects what exceeds the
+/// inject size.
 #[test]
-fn inject_completes_without_an_event_and_rejects_large() {
+fn inject_counts_without_a_completion_and_rejects_large() {
     let mut a = endpoint();
     let mut b = endpoint();
     let data = pattern(500, 1);
@@ -466,8 +470,145 @@ fn inject_completes_without_an_event_and_rejects_large() {
     post(&mut b, false, recv_spec(&mut buf, 1, None, 0, 0));
     collect(&mut [&mut a, &mut b], 1, 1);
     assert!(buf == data);
+    let sent = collect(&mut [&mut a, &mut b], 0, 1);
+    assert!(
+        matches!(
+            sent[0],
+            Event::Send {
+                completion: false,
+                ..
+            }
+        ),
+        "{sent:?}"
+    );
     for _ in 0..10 {
         a.progress();
     }
     assert!(a.next_event().is_none());
+}
+
+/// Injects of every path (inline sent at once, inline queued behind a
+/// full mailbox, eager) each report exactly one send event, in order, with
+/// no CQ entry.
+#[test]
+fn every_inject_is_counted_once() {
+    let mut a = endpoint();
+    let mut b = endpoint_with(4, config());
+    let small = pattern(8, 2);
+    let medium = pattern(500, 3);
+    let n = 12;
+    for i in 0..n {
+        let data = if i % 3 == 2 { &medium } else { &small };
+        let req = SendReq {
+            dest: b.addr(),
+            iov: vec![(data.as_ptr() as usize, data.len())],
+            info: MatchInfo::default(),
+            context: 0,
+            completion: true,
+            inject: true,
+        };
+        // SAFETY: data is live during the call; inject copies it.
+        unsafe { a.send(req) }.unwrap();
+    }
+    let mut bufs = vec![vec![0u8; 500]; n];
+    for (i, buf) in bufs.iter_mut().enumerate() {
+        post(&mut b, false, recv_spec(buf, i, None, 0, 0));
+    }
+    collect(&mut [&mut a, &mut b], 1, n);
+    let sent = collect(&mut [&mut a, &mut b], 0, n);
+    assert!(sent.iter().all(|e| matches!(
+        e,
+        Event::Send {
+            completion: false,
+            ..
+        }
+    )));
+    for _ in 0..10 {
+        a.progress();
+        b.progress();
+    }
+    assert!(a.next_event().is_none());
+    assert!(!a.busy());
+}
+
+/// Several rendezvous receives into ordinary (non-dmable) memory compete
+/// for few staging buffers: transfers wait their turn for a grant without
+/// being granted twice or past their end, and every message arrives whole.
+#[test]
+fn concurrent_rendezvous_share_few_staging_buffers() {
+    let mut a = endpoint();
+    let mut b = endpoint();
+    let len = 3 * SEGMENT + 5;
+    let messages: Vec<Vec<u8>> = (0..6).map(|i| pattern(len, i as u8)).collect();
+    let mut bufs: Vec<Vec<u8>> = messages.iter().map(|_| vec![0u8; len]).collect();
+    for (i, buf) in bufs.iter_mut().enumerate() {
+        post(&mut b, true, recv_spec(buf, 10 + i, None, i as u64, 0));
+    }
+    for (i, m) in messages.iter().enumerate() {
+        send(&mut a, b.addr(), m, Some(i as u64), i).unwrap();
+    }
+    let got = collect(&mut [&mut a, &mut b], 1, messages.len());
+    let mut contexts: Vec<usize> = got.iter().map(|e| recv_done(e).context).collect();
+    contexts.sort_unstable();
+    assert_eq!(contexts, (10..16).collect::<Vec<_>>());
+    for (buf, m) in bufs.iter().zip(&messages) {
+        assert!(buf == m);
+    }
+    collect(&mut [&mut a, &mut b], 0, messages.len());
+    for _ in 0..10 {
+        a.progress();
+        b.progress();
+    }
+    assert!(!a.busy() && !b.busy());
+    assert!(b.deferred_grants.is_empty());
+    assert_eq!(b.rx_staging.available(), 3);
+}
+
+/// `fi_cancel` of a multi-receive buffer while a rendezvous piece is being
+/// transferred into it: the cancel entry does not release the buffer; the
+/// piece completes, whole, and releases it (FI_MULTI_RECV exactly once,
+/// with the last completion that touches the buffer).
+#[test]
+fn cancel_of_a_multi_recv_buffer_in_use_releases_it_after_the_piece() {
+    let mut a = endpoint();
+    let mut b = endpoint();
+    b.set_min_multi_recv(64);
+    let mut buf = vec![0u8; 8 * SEGMENT];
+    let spec = PostedRecv {
+        multi_recv: true,
+        ..recv_spec(&mut buf, 80, None, 0, 0)
+    };
+    post(&mut b, false, spec);
+    let data = pattern(3 * SEGMENT + 5, 6);
+    send(&mut a, b.addr(), &data, None, 1).unwrap();
+    // The receiver matches the request and grants; the sender does not run.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !b.busy() {
+        assert!(Instant::now() < deadline, "no transfer started");
+        b.progress();
+    }
+    assert!(b.cancel(80));
+    let cancelled = b.next_event().unwrap();
+    assert!(
+        matches!(
+            cancelled,
+            Event::Error(OpError {
+                kind: ErrorKind::Canceled,
+                multi_released: false,
+                ..
+            })
+        ),
+        "{cancelled:?}"
+    );
+    let got = collect(&mut [&mut a, &mut b], 1, 1);
+    let done = recv_done(&got[0]);
+    assert_eq!((done.context, done.len), (80, data.len()));
+    assert!(done.multi_released, "the piece releases the buffer");
+    assert!(buf[..data.len()] == data[..]);
+    collect(&mut [&mut a, &mut b], 0, 1);
+    for _ in 0..10 {
+        a.progress();
+        b.progress();
+    }
+    assert!(b.next_event().is_none());
 }
