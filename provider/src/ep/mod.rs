@@ -109,7 +109,10 @@ fn proto_config(cfg: &Config) -> ProtoConfig {
     ProtoConfig {
         eager_size: cfg.eager_size,
         eager_credits: cfg.eager_credits,
+        bounce_buffers: cfg.bounce_buffers,
         segment_size: cfg.segment_size,
+        rendezvous_window: cfg.rendezvous_window,
+        staging_segments: cfg.staging_segments,
         tx_size: cfg.tx_size,
         regcache: unimem_regcache::Config {
             max_entries: cfg.regcache_max_entries,

@@ -127,6 +127,8 @@ struct Peer<R, N> {
     tx: Option<TxRing>,
     rx: Option<RxRing>,
     hello_sent: bool,
+    /// Its hello arrived: we know its node, and whether it has a ring for us.
+    hello_received: bool,
     control: VecDeque<Message>,
     data: VecDeque<DataItem>,
     /// In the endpoint's list of peers with queued work.
@@ -143,8 +145,15 @@ enum EagerState {
 
 enum TxKind {
     Inline,
-    Eager { chunk: Chunk, state: EagerState },
-    Rendezvous { iov: Vec<Iov> },
+    Eager {
+        chunk: Chunk,
+        state: EagerState,
+    },
+    /// `bounce` holds the data of an eager send that had to go this way.
+    Rendezvous {
+        iov: Vec<Iov>,
+        bounce: Option<Chunk>,
+    },
 }
 
 struct TxOp {
@@ -354,6 +363,7 @@ where
             tx: None,
             rx: None,
             hello_sent: false,
+            hello_received: false,
             control: VecDeque::new(),
             data: VecDeque::new(),
             active: false,
@@ -372,28 +382,32 @@ where
         if self.peers[peer].hello_sent {
             return;
         }
-        let slots = self.cfg.eager_credits.clamp(1, u8::MAX as usize);
-        let memory = match self.dma.alloc(self.slot_size * slots) {
-            Ok(memory) => memory,
+        let slots = self.cfg.eager_credits.min(u8::MAX as usize);
+        // Without a ring (none configured, or no memory for one) the hello
+        // still goes out, offering no slots: the peer needs our node for
+        // rendezvous, and learns to send its eager messages that way.
+        let rx = match self.dma.alloc(self.slot_size * slots) {
+            _ if slots == 0 => None,
+            Ok(memory) => Some(RxRing {
+                memory,
+                slot_size: self.slot_size,
+                slots,
+                next: 0,
+                owed: 0,
+            }),
             Err(e) => {
-                tracing::warn!("no dmable memory for a peer's eager ring: {e}; it will send inline and by rendezvous only");
-                return;
+                tracing::warn!("no dmable memory for a peer's eager ring: {e}; its eager messages will come by rendezvous");
+                None
             }
         };
         let hello = Wire::Hello {
             node: self.dma.local_node().to_wire(),
-            ring: memory.remote_addr(),
+            ring: rx.as_ref().map_or(0, |rx| rx.memory.remote_addr()),
             slot_shift: self.slot_size.trailing_zeros() as u8,
-            slots: slots as u16,
+            slots: rx.as_ref().map_or(0, |rx| rx.slots as u16),
         };
         let state = &mut self.peers[peer];
-        state.rx = Some(RxRing {
-            memory,
-            slot_size: self.slot_size,
-            slots,
-            next: 0,
-            owed: 0,
-        });
+        state.rx = rx;
         state.hello_sent = true;
         self.queue_control(peer, hello.encode());
     }
@@ -421,6 +435,7 @@ where
         let node = D::Node::from_wire(node);
         let slot_size = 1usize.checked_shl(u32::from(slot_shift)).unwrap_or(0);
         self.peers[peer].node = Some(node);
+        self.peers[peer].hello_received = true;
         if self.peers[peer].tx.is_none() && slot_size > 0 && slots > 0 {
             match self.dma.register(node, ring, slot_size * slots as usize) {
                 Ok(reg) => {
@@ -433,7 +448,9 @@ where
                         credits: slots as usize,
                     })
                 }
-                Err(e) => tracing::warn!(%node, "cannot register a peer's eager ring: {e}"),
+                Err(e) => {
+                    tracing::warn!(%node, "cannot register a peer's eager ring: {e}; eager messages to it go by rendezvous")
+                }
             }
         }
         self.send_hello(peer);
@@ -499,13 +516,23 @@ where
         }
     }
 
+    /// Gives back the bounce buffer a finished send held, if any.
+    fn release_bounce(&mut self, kind: &TxKind) {
+        match *kind {
+            TxKind::Eager { chunk, .. }
+            | TxKind::Rendezvous {
+                bounce: Some(chunk),
+                ..
+            } => self.bounce.put(chunk),
+            _ => {}
+        }
+    }
+
     fn fail_send(&mut self, op: usize) {
         let Some(tx) = self.tx_ops.remove(op) else {
             return;
         };
-        if let TxKind::Eager { chunk, .. } = tx.kind {
-            self.bounce.put(chunk);
-        }
+        self.release_bounce(&tx.kind);
         self.outstanding_sends -= 1;
         self.events.push_back(Event::Error(OpError {
             context: tx.context,
@@ -557,6 +584,7 @@ where
         } else {
             TxKind::Rendezvous {
                 iov: req.iov.clone(),
+                bounce: None,
             }
         };
         let rendezvous = matches!(kind, TxKind::Rendezvous { .. });
@@ -636,9 +664,7 @@ where
             return;
         };
         self.outstanding_sends -= 1;
-        if let TxKind::Eager { chunk, .. } = tx.kind {
-            self.bounce.put(chunk);
-        }
+        self.release_bounce(&tx.kind);
         // Injects report too (`completion` is false for them): counters
         // count every send, CQs only those asking for an entry.
         self.events.push_back(Event::Send {
@@ -732,6 +758,9 @@ where
     fn start_eager_dma(&mut self, peer: PeerIdx) {
         let state = &mut self.peers[peer];
         let Some(ring) = state.tx.as_mut() else {
+            if state.hello_received {
+                self.eager_by_rendezvous(peer);
+            }
             return;
         };
         for item in &state.data {
@@ -768,6 +797,26 @@ where
                     break;
                 }
             }
+        }
+    }
+
+    /// A peer that offers no eager ring (it had no dmable memory for one, or
+    /// we could not register it) gets queued eager messages by rendezvous,
+    /// from the bounce buffers they were copied into.
+    fn eager_by_rendezvous(&mut self, peer: PeerIdx) {
+        for item in self.peers[peer].data.iter_mut() {
+            let DataItem::Eager { op } = *item else {
+                continue;
+            };
+            let tx = self.tx_ops.slots[op].as_mut().expect("queued op exists");
+            let TxKind::Eager { chunk, .. } = tx.kind else {
+                continue;
+            };
+            tx.kind = TxKind::Rendezvous {
+                iov: vec![(self.bounce.addr(chunk) as usize, tx.len)],
+                bounce: Some(chunk),
+            };
+            *item = DataItem::Rts { op };
         }
     }
 
@@ -1355,7 +1404,7 @@ where
             tracing::warn!(op = grant.op, "grant for an unknown send");
             return true;
         };
-        let TxKind::Rendezvous { iov } = &tx.kind else {
+        let TxKind::Rendezvous { iov, .. } = &tx.kind else {
             tracing::warn!(op = grant.op, "grant for a send that is not a rendezvous");
             return true;
         };

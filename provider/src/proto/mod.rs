@@ -35,7 +35,8 @@ use wire::NODE_LEN;
 pub struct ProtoConfig {
     /// Largest message sent eagerly; also the size of one eager slot.
     pub eager_size: usize,
-    /// Eager slots (credits) a receiver sets aside per sender.
+    /// Eager slots (credits) a receiver sets aside per sender; 0 sets none
+    /// aside, and senders' eager messages come by rendezvous.
     pub eager_credits: usize,
     /// Bounce buffers for eager sends from non-dmable memory.
     pub bounce_buffers: usize,

@@ -612,3 +612,53 @@ fn cancel_of_a_multi_recv_buffer_in_use_releases_it_after_the_piece() {
     }
     assert!(b.next_event().is_none());
 }
+
+#[test]
+fn eager_messages_go_by_rendezvous_to_a_receiver_without_a_ring() {
+    let mut a = endpoint();
+    let mut b = endpoint_with(
+        64,
+        ProtoConfig {
+            eager_credits: 0,
+            ..config()
+        },
+    );
+    for (i, len) in [inline_capacity(false, false) + 1, 500, EAGER]
+        .into_iter()
+        .enumerate()
+    {
+        let data = pattern(len, i as u8);
+        let mut buf = vec![0u8; len];
+        post(&mut b, false, recv_spec(&mut buf, i, None, 0, 0));
+        send(&mut a, b.addr(), &data, None, i).unwrap();
+        let got = collect(&mut [&mut a, &mut b], 1, 1);
+        assert_eq!(recv_done(&got[0]).len, len);
+        assert!(buf == data, "{len} bytes");
+        collect(&mut [&mut a, &mut b], 0, 1);
+    }
+    // An inject of eager size too: its bounce buffer carries the rendezvous.
+    let data = pattern(EAGER, 7);
+    let req = SendReq {
+        dest: b.addr(),
+        iov: vec![(data.as_ptr() as usize, data.len())],
+        info: MatchInfo::default(),
+        context: 0,
+        completion: true,
+        inject: true,
+    };
+    // SAFETY: data is live during the call; inject copies it.
+    unsafe { a.send(req) }.unwrap();
+    drop(data);
+    let mut buf = vec![0u8; EAGER];
+    post(&mut b, false, recv_spec(&mut buf, 9, None, 0, 0));
+    collect(&mut [&mut a, &mut b], 1, 1);
+    assert!(buf == pattern(EAGER, 7));
+    // The receiver's FIN hands the bounce buffer back.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while a.bounce.available() < config().bounce_buffers {
+        assert!(Instant::now() < deadline, "the bounce buffer never came back");
+        a.progress();
+        b.progress();
+    }
+    assert!(!a.busy());
+}
