@@ -1,5 +1,14 @@
 //! Shared pieces of the multi-process tests and raw benchmarks: message
 //! stamping with checksums, byte patterns, process pinning and spawning.
+//!
+//! The fabric tests (`tests/fabric_*.rs`), which run the provider through
+//! the real libfabric core in `fabric-peer` processes, use three modules:
+//! [`fabric`] (a thin wrapper over libfabric's calls), [`payload`] (message
+//! contents and checks) and [`cluster`] (the children, driven from a test).
+
+pub mod cluster;
+pub mod fabric;
+pub mod payload;
 
 use std::io::{BufRead, BufReader, Write};
 use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};

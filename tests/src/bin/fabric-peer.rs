@@ -1,0 +1,953 @@
+//! `fabric-peer`: one libfabric application on the unimem provider, driven
+//! over stdin/stdout by the fabric tests (`tests/tests/fabric_*.rs`, through
+//! `unimem_tests::cluster`). The provider is loaded by the real libfabric
+//! core from `FI_PROVIDER_PATH`; everything else comes from the environment.
+//!
+//! At start it opens, through `fi_getinfo` (hints: `FI_MSG | FI_TAGGED |
+//! FI_SOURCE | FI_DIRECTED_RECV | FI_MULTI_RECV`, `FI_EP_RDM`, provider
+//! `unimem`), a fabric, a domain, an `FI_AV_TABLE` AV, a CQ of the tagged
+//! format and an endpoint bound to both, enables it and prints
+//! `addr <fi_getname>`.
+//!
+//! Then it runs one command per input line. A command answers with data
+//! lines (completions, as `unimem_tests::cluster::Completion`), then
+//! `ok [result]` or `fail <why>`. Between commands it keeps reading the CQ
+//! (manual progress: peers may need it) and queues what completes, for
+//! `wait`. End of input closes every object (each `fi_close` must succeed),
+//! prints `closed` and exits.
+//!
+//! | command | does |
+//! |---|---|
+//! | `insert <addr>` | `fi_av_insert`; `ok <fi_addr>` |
+//! | `send <dest> <len> <seed> <ctx> [tag=T] [data=D]` | posts `len` bytes of pattern `seed` (`fi_send`/`fi_senddata`/`fi_tsend`/`fi_tsenddata`), retrying `-FI_EAGAIN` while progressing |
+//! | `recv <src\|any> <len> <ctx> [tag=T [ignore=I]]` | posts a receive (`fi_recv`/`fi_trecv`) into a fresh buffer followed by guard bytes |
+//! | `try-recv <src\|any> <len> <ctx> [tag=T [ignore=I]]` | one raw receive call; `ok <rc>` |
+//! | `multi-recv <src\|any> <len> <ctx>` | `fi_recvmsg(FI_MULTI_RECV)` |
+//! | `min-multi <n>` | `fi_setopt(FI_OPT_MIN_MULTI_RECV)`; `ok <fi_getopt's value>` |
+//! | `cancel <ctx>` | `fi_cancel`; `ok <rc>` |
+//! | `progress` | reads the CQ a few times |
+//! | `wait [sends=N] [recvs=N] [errors=N] [within=ms]` | prints that many queued completions of each kind, waiting for them (at most `ms`, default `$FABRIC_PEER_WAIT`); an error completion nobody waits for fails it |
+//! | `quiet <ms>` | progresses for `ms`; fails if anything completes |
+//! | `try-send <dest> <len> [buf=N] [ctx=C] [tag=T] [data=D] [inject]` | one raw send or inject call, from a buffer of `N` bytes (default `len`); `ok <rc>` |
+//! | `limits` | `ok inject=<inject_size> max=<max_msg_size>` of the endpoint's `fi_info` |
+//! | `getinfo [caps=a\|b] [ep=msg\|rdm\|dgram]` | `fi_getinfo` with those hints; `ok <rc>` |
+//! | `close-domain` | `fi_close` on the domain, which is still in use; `ok <rc>` |
+//! | `disabled-ep` | opens a second endpoint, posts on it before binding and bound but not enabled, closes it; `ok send=.. recv=.. ...` |
+//! | `traffic rank=R [to=a,b] [from=N] count=C lens=l,m [tagged] [window=W] [within=ms]` | sends `C` stamped messages to each `to` (retrying `-FI_EAGAIN` while progressing) while receiving `C` from each of `N` senders, checking contents and per-sender order; `ok sent=.. received=.. eagain=..` |
+//!
+//! Numbers are decimal or `0x` hexadecimal; `ctx` numbers name operations
+//! in completions. A watchdog ends the process after
+//! `$FABRIC_PEER_WATCHDOG` seconds (default 150); a command waits at most
+//! `$FABRIC_PEER_WAIT` seconds (default 30).
+
+use std::collections::{HashMap, HashSet, VecDeque};
+use std::sync::mpsc::{self, Receiver, RecvTimeoutError, TryRecvError};
+use std::time::{Duration, Instant};
+
+use unimem_fi::ffi;
+use unimem_tests::cluster::{parse_num, Completion, Kind};
+use unimem_tests::fabric::{
+    self, rc, Api, Av, Cq, CqEntry, CqError, Domain, Ep, Fabric, Hints, Info, Match, Object,
+    FI_ADDR_NOTAVAIL, FI_ADDR_UNSPEC,
+};
+use unimem_tests::payload;
+
+/// Bytes after every receive buffer that must stay untouched.
+const GUARD: usize = 64;
+const GUARD_BYTE: u8 = 0xa5;
+/// Context bits of the `traffic` command's operations.
+const TRAFFIC_SEND: u64 = 1 << 62;
+const TRAFFIC_RECV: u64 = 1 << 61;
+
+type CmdResult = Result<String, String>;
+
+fn env_secs(name: &str, default: u64) -> Duration {
+    let secs = std::env::var(name)
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(default);
+    Duration::from_secs(secs)
+}
+
+/// The libfabric objects of the process, in closing order.
+struct Objects {
+    ep: Ep,
+    cq: Cq,
+    av: Av,
+    /// `None` only while `close-domain` tries to close it.
+    domain: Option<Domain>,
+    fabric: Fabric,
+    info: Info,
+}
+
+impl Objects {
+    fn open(api: &'static Api) -> Result<Objects, String> {
+        let step =
+            |what: &str, code: i32| format!("{what}: {code} ({})", api.strerror(code as isize));
+        let info = Info::get(api, &Hints::default()).map_err(|c| step("fi_getinfo", c))?;
+        if info.prov_name() != "unimem" {
+            return Err(format!("fi_getinfo gave provider {}", info.prov_name()));
+        }
+        let fabric = Fabric::open(&info).map_err(|c| step("fi_fabric", c))?;
+        let domain = fabric.domain(&info).map_err(|c| step("fi_domain", c))?;
+        let av = domain.av().map_err(|c| step("fi_av_open", c))?;
+        let cq = domain.cq().map_err(|c| step("fi_cq_open", c))?;
+        let ep = domain.endpoint(&info).map_err(|c| step("fi_endpoint", c))?;
+        ep.bind(&av, 0).map_err(|c| step("fi_ep_bind(av)", c))?;
+        ep.bind(&cq, ffi::FI_TRANSMIT | ffi::FI_RECV)
+            .map_err(|c| step("fi_ep_bind(cq)", c))?;
+        ep.enable().map_err(|c| step("fi_enable", c))?;
+        Ok(Objects {
+            ep,
+            cq,
+            av,
+            domain: Some(domain),
+            fabric,
+            info,
+        })
+    }
+
+    /// Closes everything, children first; each close must succeed.
+    fn close(self) -> Result<(), String> {
+        let Objects {
+            ep,
+            cq,
+            av,
+            domain,
+            fabric,
+            info,
+        } = self;
+        let closed =
+            |what: &str, r: Result<(), i32>| r.map_err(|c| format!("fi_close({what}): {c}"));
+        closed("ep", ep.close().map_err(|e| e.1))?;
+        closed("cq", cq.close().map_err(|e| e.1))?;
+        closed("av", av.close().map_err(|e| e.1))?;
+        if let Some(domain) = domain {
+            closed("domain", domain.close().map_err(|e| e.1))?;
+        }
+        closed("fabric", fabric.close().map_err(|e| e.1))?;
+        drop(info);
+        Ok(())
+    }
+}
+
+/// A posted receive buffer: `len` bytes for the provider, then the guard.
+struct RecvBuf {
+    mem: Vec<u8>,
+    len: usize,
+    multi: bool,
+}
+
+/// What the `traffic` command hears from the CQ.
+enum TrafficEvent {
+    Sent,
+    Received(CqEntry),
+    Failed(CqError),
+}
+
+struct Peer {
+    api: &'static Api,
+    obj: Objects,
+    recv_bufs: HashMap<u64, RecvBuf>,
+    /// Multi-receive buffers after their release, by context.
+    released: Vec<(u64, RecvBuf)>,
+    send_bufs: HashMap<u64, Vec<u8>>,
+    sends: VecDeque<Completion>,
+    recvs: VecDeque<Completion>,
+    errors: VecDeque<Completion>,
+    traffic: Vec<TrafficEvent>,
+    wait_limit: Duration,
+}
+
+/// A command line: positional words and `key=value` options.
+struct Args<'a> {
+    pos: Vec<&'a str>,
+    opts: HashMap<&'a str, &'a str>,
+}
+
+impl<'a> Args<'a> {
+    fn parse(words: impl Iterator<Item = &'a str>) -> Args<'a> {
+        let mut args = Args {
+            pos: Vec::new(),
+            opts: HashMap::new(),
+        };
+        for w in words {
+            match w.split_once('=') {
+                Some((k, v)) => {
+                    args.opts.insert(k, v);
+                }
+                None => args.pos.push(w),
+            }
+        }
+        args
+    }
+
+    fn num(&self, i: usize) -> Result<u64, String> {
+        let word = self.pos.get(i).ok_or(format!("argument {i} missing"))?;
+        parse_num(word).ok_or(format!("bad number '{word}'"))
+    }
+
+    fn addr(&self, i: usize) -> Result<u64, String> {
+        match self.pos.get(i) {
+            Some(&"any") => Ok(FI_ADDR_UNSPEC),
+            _ => self.num(i),
+        }
+    }
+
+    fn opt(&self, key: &str) -> Result<Option<u64>, String> {
+        self.opts
+            .get(key)
+            .map(|v| parse_num(v).ok_or(format!("bad number {key}={v}")))
+            .transpose()
+    }
+
+    fn flag(&self, word: &str) -> bool {
+        self.pos.contains(&word)
+    }
+
+    fn list(&self, key: &str) -> Result<Vec<u64>, String> {
+        match self.opts.get(key) {
+            None => Ok(Vec::new()),
+            Some(v) => v
+                .split(',')
+                .map(|x| parse_num(x).ok_or(format!("bad number in {key}={v}")))
+                .collect(),
+        }
+    }
+
+    fn matching(&self) -> Result<Match, String> {
+        Ok(Match {
+            tag: self.opt("tag")?,
+            data: self.opt("data")?,
+        })
+    }
+}
+
+impl Peer {
+    fn rc_text(&self, code: isize) -> String {
+        format!("{code} ({})", self.api.strerror(code))
+    }
+
+    // --- Completions ------------------------------------------------------
+
+    /// Reads everything the CQ has (which also progresses the endpoint).
+    /// Returns whether anything completed.
+    fn poll(&mut self) -> bool {
+        let mut any = false;
+        for _ in 0..16 {
+            let mut entries = Vec::new();
+            match self.obj.cq.read_from(&mut entries) {
+                Ok(0) => break,
+                Ok(_) => {
+                    any = true;
+                    entries.into_iter().for_each(|e| self.on_entry(e));
+                }
+                Err(n) if n == rc::EAVAIL as isize => match self.obj.cq.read_err() {
+                    Ok(e) => {
+                        any = true;
+                        self.on_error(e);
+                    }
+                    Err(n) => fatal(&format!("fi_cq_readerr: {}", self.rc_text(n))),
+                },
+                Err(n) => fatal(&format!("fi_cq_readfrom: {}", self.rc_text(n))),
+            }
+        }
+        any
+    }
+
+    fn on_entry(&mut self, e: CqEntry) {
+        let ctx = e.context as u64;
+        if e.flags & ffi::FI_SEND != 0 {
+            self.send_bufs.remove(&ctx);
+            if ctx & TRAFFIC_SEND != 0 {
+                self.traffic.push(TrafficEvent::Sent);
+            } else {
+                self.sends
+                    .push_back(Completion::new(Kind::Send, ctx, e.flags));
+            }
+        } else if ctx & TRAFFIC_RECV != 0 {
+            self.traffic.push(TrafficEvent::Received(e));
+        } else {
+            let mut c = self.received(Kind::Recv, ctx, e.flags, e.buf, e.len);
+            (c.tag, c.data, c.src) = (e.tag, e.data, e.src);
+            self.recvs.push_back(c);
+        }
+    }
+
+    fn on_error(&mut self, e: CqError) {
+        let ctx = e.context as u64;
+        if ctx & (TRAFFIC_SEND | TRAFFIC_RECV) != 0 {
+            self.traffic.push(TrafficEvent::Failed(e));
+            return;
+        }
+        let mut c = if e.flags & ffi::FI_SEND != 0 {
+            self.send_bufs.remove(&ctx);
+            Completion::new(Kind::Error, ctx, e.flags)
+        } else {
+            self.received(Kind::Error, ctx, e.flags, e.buf, e.len)
+        };
+        (c.tag, c.data, c.err, c.olen) = (e.tag, e.data, e.err, e.olen);
+        self.errors.push_back(c);
+    }
+
+    /// A completion for data that landed in the buffer posted as `ctx`:
+    /// where, its checksum, the guard. A buffer is freed with its
+    /// completion; a released multi-receive buffer is kept until the end
+    /// (`released`), so that a piece reported after its release is still
+    /// seen, and written to memory that is still ours.
+    fn received(&mut self, kind: Kind, ctx: u64, flags: u64, buf: usize, len: usize) -> Completion {
+        let mut c = Completion::new(kind, ctx, flags);
+        c.len = len;
+        let rb = match self.recv_bufs.get(&ctx) {
+            Some(rb) => rb,
+            None => match self.released.iter().rev().find(|(c, _)| *c == ctx) {
+                Some((_, rb)) => rb,
+                None => {
+                    eprintln!("fabric-peer: completion for unknown receive {ctx}");
+                    c.guard = false;
+                    return c;
+                }
+            },
+        };
+        c.off = buf.wrapping_sub(rb.mem.as_ptr() as usize);
+        let in_bounds = c.off.checked_add(len).is_some_and(|end| end <= rb.len);
+        c.guard = in_bounds && rb.mem[rb.len..].iter().all(|&b| b == GUARD_BYTE);
+        c.sum = if in_bounds {
+            payload::checksum(&rb.mem[c.off..c.off + len])
+        } else {
+            0
+        };
+        let multi = rb.multi;
+        if !multi {
+            self.recv_bufs.remove(&ctx);
+        } else if flags & ffi::FI_MULTI_RECV != 0 {
+            if let Some(rb) = self.recv_bufs.remove(&ctx) {
+                self.released.push((ctx, rb));
+            }
+        }
+        c
+    }
+
+    // --- Posting ----------------------------------------------------------
+
+    /// Repeats `post` while it says -FI_EAGAIN, progressing in between.
+    fn retry(&mut self, what: &str, mut post: impl FnMut(&Ep) -> isize) -> Result<(), String> {
+        let deadline = Instant::now() + self.wait_limit;
+        loop {
+            match post(&self.obj.ep) {
+                0 => return Ok(()),
+                n if n == rc::EAGAIN as isize && Instant::now() < deadline => {
+                    if !self.poll() {
+                        std::thread::yield_now();
+                    }
+                }
+                n => return Err(format!("{what}: {}", self.rc_text(n))),
+            }
+        }
+    }
+
+    fn send(&mut self, a: &Args) -> CmdResult {
+        let (dest, len, seed, ctx) = (a.num(0)?, a.num(1)? as usize, a.num(2)?, a.num(3)?);
+        let m = a.matching()?;
+        let buf = payload::pattern(seed, len);
+        let ptr = buf.as_ptr();
+        // The heap block does not move with the Vec: it stays valid while
+        // the map holds it, until the completion.
+        self.send_bufs.insert(ctx, buf);
+        // SAFETY: `len` bytes at ptr, kept in send_bufs until completion.
+        let posted = self.retry("send", |ep| unsafe {
+            ep.send(ptr, len, dest, m, ctx as usize)
+        });
+        if posted.is_err() {
+            self.send_bufs.remove(&ctx);
+        }
+        posted.map(|()| String::new())
+    }
+
+    /// Posts a receive; with `once`, makes one call and returns its code
+    /// instead of retrying.
+    fn post_recv(&mut self, a: &Args, multi: bool, once: bool) -> CmdResult {
+        let (src, len, ctx) = (a.addr(0)?, a.num(1)? as usize, a.num(2)?);
+        let tag = match a.opt("tag")? {
+            Some(tag) => Some((tag, a.opt("ignore")?.unwrap_or(0))),
+            None => None,
+        };
+        let mut mem = vec![GUARD_BYTE; len + GUARD];
+        let ptr = mem.as_mut_ptr();
+        if self
+            .recv_bufs
+            .insert(ctx, RecvBuf { mem, len, multi })
+            .is_some()
+        {
+            return Err(format!("receive {ctx} is already posted"));
+        }
+        let post = |ep: &Ep| {
+            // SAFETY: `len` writable bytes at ptr, kept in recv_bufs until
+            // the completion that releases them.
+            unsafe {
+                if multi {
+                    ep.recv_multi(ptr, len, src, ctx as usize)
+                } else {
+                    ep.recv(ptr, len, src, tag, ctx as usize)
+                }
+            }
+        };
+        if once {
+            let code = post(&self.obj.ep);
+            if code != 0 {
+                self.recv_bufs.remove(&ctx);
+            }
+            return Ok(code.to_string());
+        }
+        let posted = self.retry("recv", post);
+        if posted.is_err() {
+            self.recv_bufs.remove(&ctx);
+        }
+        posted.map(|()| String::new())
+    }
+
+    /// One raw send or inject, for the bad-input checks.
+    fn try_send(&mut self, a: &Args) -> CmdResult {
+        let (dest, len) = (a.num(0)?, a.num(1)? as usize);
+        let buf_len = a.opt("buf")?.map_or(len, |n| n as usize);
+        let ctx = a.opt("ctx")?.unwrap_or(999_999);
+        let m = a.matching()?;
+        let buf = payload::pattern(7, buf_len);
+        let inject = a.flag("inject");
+        // SAFETY: when len > buf_len the provider must refuse the call
+        // without reading (that is what is being checked); otherwise buf
+        // holds len bytes, kept until the completion below.
+        let code = unsafe {
+            if inject {
+                self.obj.ep.inject(buf.as_ptr(), len, dest, m)
+            } else {
+                self.obj.ep.send(buf.as_ptr(), len, dest, m, ctx as usize)
+            }
+        };
+        if code == 0 && !inject {
+            self.send_bufs.insert(ctx, buf);
+        }
+        Ok(code.to_string())
+    }
+
+    // --- Waiting ----------------------------------------------------------
+
+    fn wait(&mut self, a: &Args) -> CmdResult {
+        let want = |k| a.opt(k).map(|n| n.unwrap_or(0) as usize);
+        let (sends, recvs, errors) = (want("sends")?, want("recvs")?, want("errors")?);
+        let limit = a
+            .opt("within")?
+            .map_or(self.wait_limit, Duration::from_millis);
+        let deadline = Instant::now() + limit;
+        while self.sends.len() < sends || self.recvs.len() < recvs || self.errors.len() < errors {
+            if errors == 0 {
+                if let Some(e) = self.errors.front() {
+                    return Err(format!("unexpected error completion: {e}"));
+                }
+            }
+            if Instant::now() > deadline {
+                return Err(format!(
+                    "timed out with {} send, {} receive and {} error completions",
+                    self.sends.len(),
+                    self.recvs.len(),
+                    self.errors.len()
+                ));
+            }
+            if !self.poll() {
+                std::thread::yield_now();
+            }
+        }
+        for c in self.sends.drain(..sends) {
+            println!("{c}");
+        }
+        for c in self.recvs.drain(..recvs) {
+            println!("{c}");
+        }
+        for c in self.errors.drain(..errors) {
+            println!("{c}");
+        }
+        Ok(String::new())
+    }
+
+    fn quiet(&mut self, a: &Args) -> CmdResult {
+        let until = Instant::now() + Duration::from_millis(a.num(0)?);
+        let before = [self.sends.len(), self.recvs.len(), self.errors.len()];
+        while Instant::now() < until {
+            if !self.poll() {
+                std::thread::yield_now();
+            }
+        }
+        let queues = [&self.sends, &self.recvs, &self.errors];
+        let new: Vec<String> = queues
+            .iter()
+            .zip(before)
+            .flat_map(|(q, n)| q.iter().skip(n).map(ToString::to_string))
+            .collect();
+        if new.is_empty() {
+            Ok(String::new())
+        } else {
+            Err(format!("unexpected completions: {new:?}"))
+        }
+    }
+
+    // --- Bad input --------------------------------------------------------
+
+    fn getinfo(&mut self, a: &Args) -> CmdResult {
+        let mut hints = Hints::default();
+        if let Some(caps) = a.opts.get("caps") {
+            hints.caps = caps.split('|').map(cap_bit).sum::<Result<u64, _>>()?;
+        }
+        if let Some(ep) = a.opts.get("ep") {
+            hints.ep_type = match *ep {
+                "msg" => ffi::FI_EP_MSG,
+                "rdm" => ffi::FI_EP_RDM,
+                "dgram" => ffi::FI_EP_DGRAM,
+                other => return Err(format!("unknown endpoint type {other}")),
+            };
+        }
+        Ok(match Info::get(self.api, &hints) {
+            Ok(_) => "0".into(),
+            Err(code) => code.to_string(),
+        })
+    }
+
+    fn close_domain(&mut self) -> CmdResult {
+        let domain = self.obj.domain.take().expect("domain open");
+        match domain.close() {
+            Ok(()) => fatal("fi_close(domain) succeeded while its endpoint is open"),
+            Err((domain, code)) => {
+                self.obj.domain = Some(domain);
+                Ok(code.to_string())
+            }
+        }
+    }
+
+    fn disabled_ep(&mut self) -> CmdResult {
+        let domain = self.obj.domain.as_ref().expect("domain open");
+        let ep = domain
+            .endpoint(&self.obj.info)
+            .map_err(|c| format!("fi_endpoint: {c}"))?;
+        // Leaked: should the provider wrongly accept a receive, the buffer
+        // must outlive the endpoint.
+        let buf: &'static mut [u8] = Box::leak(vec![0u8; 64].into_boxed_slice());
+        let ptr = buf.as_mut_ptr();
+        let tag = Match {
+            tag: Some(1),
+            data: None,
+        };
+        // SAFETY: 64 bytes at ptr, alive forever.
+        let unbound = unsafe { ep.send(ptr, 8, 0, Match::default(), 1) };
+        ep.bind(&self.obj.av, 0)
+            .map_err(|c| format!("bind av: {c}"))?;
+        ep.bind(&self.obj.cq, ffi::FI_TRANSMIT | ffi::FI_RECV)
+            .map_err(|c| format!("bind cq: {c}"))?;
+        // SAFETY: as above.
+        let results = unsafe {
+            [
+                ("unbound", unbound),
+                ("send", ep.send(ptr, 8, 0, Match::default(), 2)),
+                ("tsend", ep.send(ptr, 8, 0, tag, 3)),
+                ("inject", ep.inject(ptr, 8, 0, Match::default())),
+                ("recv", ep.recv(ptr, 64, FI_ADDR_UNSPEC, None, 4)),
+                ("trecv", ep.recv(ptr, 64, FI_ADDR_UNSPEC, Some((1, 0)), 5)),
+            ]
+        };
+        ep.close()
+            .map_err(|(_, c)| format!("fi_close(second ep): {c}"))?;
+        Ok(results
+            .iter()
+            .map(|(k, v)| format!("{k}={v}"))
+            .collect::<Vec<_>>()
+            .join(" "))
+    }
+
+    // --- Traffic ----------------------------------------------------------
+
+    fn traffic(&mut self, a: &Args) -> CmdResult {
+        let spec = Traffic {
+            rank: a.opt("rank")?.ok_or("rank= missing")? as u32,
+            to: a.list("to")?,
+            from: a.opt("from")?.unwrap_or(0),
+            count: a.opt("count")?.ok_or("count= missing")?,
+            lens: a.list("lens")?.into_iter().map(|l| l as usize).collect(),
+            tagged: a.flag("tagged"),
+            window: a.opt("window")?.unwrap_or(256) as usize,
+            within: a
+                .opt("within")?
+                .map_or(self.wait_limit, Duration::from_millis),
+        };
+        if spec.lens.is_empty() || spec.lens.iter().any(|&l| l < payload::STAMP_LEN) {
+            return Err(format!("lens= must list sizes >= {}", payload::STAMP_LEN));
+        }
+        spec.run(self)
+    }
+}
+
+fn cap_bit(name: &str) -> Result<u64, String> {
+    Ok(match name {
+        "msg" => ffi::FI_MSG,
+        "tagged" => ffi::FI_TAGGED,
+        "rma" => ffi::FI_RMA,
+        "atomic" => ffi::FI_ATOMIC,
+        "source" => ffi::FI_SOURCE,
+        "directed" => ffi::FI_DIRECTED_RECV,
+        "multi" => ffi::FI_MULTI_RECV,
+        other => return Err(format!("unknown capability {other}")),
+    })
+}
+
+/// The `traffic` command: stamped messages to and from many peers at once.
+struct Traffic {
+    rank: u32,
+    to: Vec<u64>,
+    from: u64,
+    count: u64,
+    lens: Vec<usize>,
+    tagged: bool,
+    window: usize,
+    /// How long it may take.
+    within: Duration,
+}
+
+fn tag_of(rank: u32, seq: u64) -> u64 {
+    (u64::from(rank) << 48) | seq
+}
+
+/// The receiving half of `traffic`: a window of receive buffers, reposted
+/// as they complete, and what each sender's messages looked like.
+struct Receiving {
+    /// Buffers, and the number of the post each is in (posts are numbered
+    /// in order).
+    slots: Vec<(Vec<u8>, u64)>,
+    posts: u64,
+    /// Per sender: its source address, and (sequence, post number) of each
+    /// message in completion order.
+    heard: HashMap<u32, (u64, Vec<(u64, u64)>)>,
+    /// Completion order must be send order too (no rendezvous message
+    /// can overtake: all fit the eager size).
+    strict: bool,
+}
+
+impl Traffic {
+    fn len_of(&self, seq: u64) -> usize {
+        self.lens[(seq % self.lens.len() as u64) as usize]
+    }
+
+    fn run(&self, peer: &mut Peer) -> CmdResult {
+        let expected = self.from * self.count;
+        let max_len = *self.lens.iter().max().expect("lens checked");
+        let mut rx = Receiving {
+            slots: vec![(vec![0; max_len], 0); self.window.min(expected as usize)],
+            posts: 0,
+            heard: HashMap::new(),
+            strict: max_len <= peer.obj.info.inject_size(),
+        };
+        for slot in 0..rx.slots.len() {
+            self.post_recv(peer, &mut rx, slot)?;
+        }
+        let mut next_send = vec![0u64; self.to.len()];
+        let total_sends = self.to.len() as u64 * self.count;
+        let (mut sent, mut received, mut refused) = (0u64, 0u64, 0u64);
+        let deadline = Instant::now() + self.within;
+        while received < expected || sent < total_sends {
+            let mut busy = self.post_sends(peer, &mut next_send, &mut refused)?;
+            busy |= peer.poll();
+            for event in std::mem::take(&mut peer.traffic) {
+                match event {
+                    TrafficEvent::Sent => sent += 1,
+                    TrafficEvent::Failed(e) => return Err(format!("traffic error entry: {e:?}")),
+                    TrafficEvent::Received(e) => {
+                        let slot = (e.context as u64 & !TRAFFIC_RECV) as usize;
+                        self.check(&e, &mut rx, slot)?;
+                        received += 1;
+                        if rx.posts < expected {
+                            self.post_recv(peer, &mut rx, slot)?;
+                        }
+                    }
+                }
+            }
+            if Instant::now() > deadline {
+                return Err(format!(
+                    "timed out: sent {sent} of {total_sends} (posted {next_send:?}), \
+                     received {received} of {expected}"
+                ));
+            }
+            if !busy {
+                std::thread::yield_now();
+            }
+        }
+        self.check_order(&rx)?;
+        Ok(format!("sent={sent} received={received} eagain={refused}"))
+    }
+
+    fn post_recv(&self, peer: &mut Peer, rx: &mut Receiving, slot: usize) -> Result<(), String> {
+        let tag = self.tagged.then_some((0, u64::MAX));
+        let (buf, post) = &mut rx.slots[slot];
+        *post = rx.posts;
+        rx.posts += 1;
+        let (ptr, len) = (buf.as_mut_ptr(), buf.len());
+        // SAFETY: the slot buffers live until the command ends, after every
+        // receive completed, and a slot is reposted only after completing.
+        peer.retry("traffic recv", |ep| unsafe {
+            ep.recv(ptr, len, FI_ADDR_UNSPEC, tag, TRAFFIC_RECV as usize | slot)
+        })
+    }
+
+    /// Posts sends round-robin until every destination is done or the
+    /// provider says -FI_EAGAIN (counted in `refused`). Returns whether it
+    /// posted any.
+    fn post_sends(
+        &self,
+        peer: &mut Peer,
+        next: &mut [u64],
+        refused: &mut u64,
+    ) -> Result<bool, String> {
+        let mut posted = false;
+        loop {
+            let mut round = false;
+            for (d, &dest) in self.to.iter().enumerate() {
+                let seq = next[d];
+                if seq == self.count {
+                    continue;
+                }
+                let mut buf = vec![0u8; self.len_of(seq)];
+                payload::stamp(&mut buf, self.rank, seq);
+                let ctx = TRAFFIC_SEND | (d as u64) << 40 | seq;
+                let m = Match {
+                    tag: self.tagged.then(|| tag_of(self.rank, seq)),
+                    data: None,
+                };
+                // SAFETY: the buffer is kept in send_bufs until completion.
+                let code = unsafe {
+                    peer.obj
+                        .ep
+                        .send(buf.as_ptr(), buf.len(), dest, m, ctx as usize)
+                };
+                match code {
+                    0 => {
+                        peer.send_bufs.insert(ctx, buf);
+                        next[d] += 1;
+                        round = true;
+                    }
+                    n if n == rc::EAGAIN as isize => {
+                        *refused += 1;
+                        return Ok(posted);
+                    }
+                    n => return Err(format!("traffic send: {}", peer.rc_text(n))),
+                }
+            }
+            if !round {
+                return Ok(posted);
+            }
+            posted = true;
+        }
+    }
+
+    /// Checks one received message: contents, length, tag, source.
+    fn check(&self, e: &CqEntry, rx: &mut Receiving, slot: usize) -> Result<(), String> {
+        let (buf, post) = &rx.slots[slot];
+        let data = buf
+            .get(..e.len)
+            .ok_or("completion longer than the buffer")?;
+        let (rank, seq) =
+            payload::unstamp(data).ok_or_else(|| format!("corrupt message: {e:?}"))?;
+        let what = format!("message {seq} from {rank}");
+        if e.len != self.len_of(seq) {
+            return Err(format!(
+                "{what}: {} bytes, sent {}",
+                e.len,
+                self.len_of(seq)
+            ));
+        }
+        if self.tagged && (e.tag != tag_of(rank, seq) || e.flags & ffi::FI_TAGGED == 0) {
+            return Err(format!("{what}: tag {:#x}", e.tag));
+        }
+        if e.src == FI_ADDR_NOTAVAIL {
+            return Err(format!("{what}: no source"));
+        }
+        let (src, seen) = rx.heard.entry(rank).or_insert((e.src, Vec::new()));
+        if e.src != *src {
+            return Err(format!("{what}: source {} after {src}", e.src));
+        }
+        if rx.strict && seen.last().map_or(0, |&(s, _)| s + 1) != seq {
+            return Err(format!("{what} completed after {:?}", seen.last()));
+        }
+        seen.push((seq, *post));
+        Ok(())
+    }
+
+    /// Every sender's messages all arrived, once each, and took the
+    /// receives in the order they were posted (FI_ORDER_SAS).
+    fn check_order(&self, rx: &Receiving) -> Result<(), String> {
+        let sources: HashSet<u64> = rx.heard.values().map(|h| h.0).collect();
+        if rx.heard.len() as u64 != self.from || sources.len() != rx.heard.len() {
+            return Err(format!(
+                "heard {} senders from {} sources, expected {}",
+                rx.heard.len(),
+                sources.len(),
+                self.from
+            ));
+        }
+        for (rank, (_, seen)) in &rx.heard {
+            let mut seen = seen.clone();
+            seen.sort_unstable();
+            for (i, w) in seen.iter().enumerate() {
+                if w.0 != i as u64 {
+                    return Err(format!("from {rank}: message {} where {i} was due", w.0));
+                }
+            }
+            if let Some(w) = seen.windows(2).find(|w| w[0].1 > w[1].1) {
+                return Err(format!(
+                    "from {rank}: message {} matched post {}, message {} the earlier post {}",
+                    w[0].0, w[0].1, w[1].0, w[1].1
+                ));
+            }
+        }
+        Ok(())
+    }
+}
+
+fn fatal(why: &str) -> ! {
+    println!("fail {why}");
+    eprintln!("fabric-peer: {why}");
+    std::process::exit(2)
+}
+
+impl Peer {
+    fn run(&mut self, line: &str) -> CmdResult {
+        let mut words = line.split_whitespace();
+        let Some(command) = words.next() else {
+            return Ok(String::new());
+        };
+        let a = Args::parse(words);
+        match command {
+            "insert" => {
+                let addr = a.pos.first().ok_or("address missing")?;
+                self.obj
+                    .av
+                    .insert(addr)
+                    .map(|f| f.to_string())
+                    .map_err(|c| format!("fi_av_insert: {c}"))
+            }
+            "send" => self.send(&a),
+            "recv" => self.post_recv(&a, false, false),
+            "try-recv" => self.post_recv(&a, false, true),
+            "multi-recv" => self.post_recv(&a, true, false),
+            "min-multi" => {
+                let min = a.num(0)? as usize;
+                self.obj
+                    .ep
+                    .set_min_multi_recv(min)
+                    .map_err(|c| format!("fi_setopt: {c}"))?;
+                let got = self
+                    .obj
+                    .ep
+                    .min_multi_recv()
+                    .map_err(|c| format!("fi_getopt: {c}"))?;
+                Ok(got.to_string())
+            }
+            "cancel" => Ok(self.obj.ep.cancel(a.num(0)? as usize).to_string()),
+            "progress" => {
+                for _ in 0..4 {
+                    self.poll();
+                }
+                Ok(String::new())
+            }
+            "wait" => self.wait(&a),
+            "quiet" => self.quiet(&a),
+            "try-send" => self.try_send(&a),
+            "limits" => Ok(format!(
+                "inject={} max={}",
+                self.obj.info.inject_size(),
+                self.obj.info.max_msg_size()
+            )),
+            "getinfo" => self.getinfo(&a),
+            "close-domain" => self.close_domain(),
+            "disabled-ep" => self.disabled_ep(),
+            "traffic" => self.traffic(&a),
+            other => Err(format!("unknown command '{other}'")),
+        }
+    }
+}
+
+/// Lines of stdin, read by a thread so that the main loop can progress.
+fn stdin_lines() -> Receiver<String> {
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        for line in std::io::stdin().lines() {
+            let Ok(line) = line else { break };
+            if tx.send(line).is_err() {
+                break;
+            }
+        }
+    });
+    rx
+}
+
+fn main() {
+    let name = std::env::args()
+        .nth(1)
+        .unwrap_or_else(|| "fabric-peer".into());
+    let watchdog = env_secs("FABRIC_PEER_WATCHDOG", 150);
+    let who = name.clone();
+    std::thread::spawn(move || {
+        std::thread::sleep(watchdog);
+        eprintln!("{who}: watchdog: still running after {watchdog:?}; exiting");
+        std::process::exit(124);
+    });
+    let api = fabric::api().unwrap_or_else(|e| fatal(&e));
+    let obj = Objects::open(api).unwrap_or_else(|e| fatal(&e));
+    let addr = obj
+        .ep
+        .name()
+        .unwrap_or_else(|c| fatal(&format!("fi_getname: {c}")));
+    println!("addr {addr}");
+    let mut peer = Peer {
+        api,
+        obj,
+        recv_bufs: HashMap::new(),
+        released: Vec::new(),
+        send_bufs: HashMap::new(),
+        sends: VecDeque::new(),
+        recvs: VecDeque::new(),
+        errors: VecDeque::new(),
+        traffic: Vec::new(),
+        wait_limit: env_secs("FABRIC_PEER_WAIT", 30),
+    };
+    let commands = stdin_lines();
+    loop {
+        let line = match commands.try_recv() {
+            Ok(line) => line,
+            Err(TryRecvError::Disconnected) => break,
+            Err(TryRecvError::Empty) => {
+                // Idle: keep the endpoint progressing for the others.
+                if peer.poll() {
+                    continue;
+                }
+                match commands.recv_timeout(Duration::from_millis(1)) {
+                    Ok(line) => line,
+                    Err(RecvTimeoutError::Timeout) => continue,
+                    Err(RecvTimeoutError::Disconnected) => break,
+                }
+            }
+        };
+        match peer.run(&line) {
+            Ok(result) if result.is_empty() => println!("ok"),
+            Ok(result) => println!("ok {result}"),
+            Err(why) => println!("fail {why}"),
+        }
+    }
+    let Peer {
+        obj,
+        recv_bufs,
+        released,
+        send_bufs,
+        ..
+    } = peer;
+    // Close first: the provider may still hold the buffers.
+    if let Err(why) = obj.close() {
+        fatal(&why);
+    }
+    drop((recv_bufs, released, send_bufs));
+    println!("closed");
+}

@@ -1,0 +1,233 @@
+//! Messages of every size through the real libfabric core and the unimem
+//! provider, between separate `fabric-peer` processes: every protocol limit
+//! (inline, eager, rendezvous segment) minus one, equal and plus one, for
+//! each way of sending (untagged, tagged, with CQ data, both), receives
+//! posted before or after the data arrived, sends to oneself, 64 MiB, and
+//! the `paper` timing profile. Every message is checked byte for byte (by
+//! checksum of a seeded pattern), with its length, tag, CQ data, flags and
+//! source, and the guard bytes past each receive buffer.
+
+use unimem_tests::cluster::{Cluster, Msg, Order, EAGER, SEGMENT};
+
+fn cluster(test: &str) -> Cluster {
+    Cluster::new(env!("CARGO_BIN_EXE_fabric-peer"), test)
+}
+
+/// A way of sending, and the most it carries inside one 192-bit mailbox
+/// message (24 bytes, 2 of header; a tag and CQ data take 8 bytes each).
+#[derive(Clone, Copy, Debug)]
+struct Way {
+    tagged: bool,
+    data: bool,
+    inline: usize,
+}
+
+const UNTAGGED: Way = Way {
+    tagged: false,
+    data: false,
+    inline: 22,
+};
+const TAGGED: Way = Way {
+    tagged: true,
+    data: false,
+    inline: 14,
+};
+const DATA: Way = Way {
+    tagged: false,
+    data: true,
+    inline: 14,
+};
+const TAGGED_DATA: Way = Way {
+    tagged: true,
+    data: true,
+    inline: 6,
+};
+const WAYS: [Way; 4] = [UNTAGGED, TAGGED, DATA, TAGGED_DATA];
+
+/// Sizes around every limit of `way`: 0, 1, inline, eager and segment
+/// limits -1/=/+1, and multiples of the segment (up to past the grant
+/// window of 4 segments).
+fn limit_sizes(way: Way) -> Vec<usize> {
+    let mut sizes = vec![0, 1];
+    for limit in [way.inline, EAGER, SEGMENT] {
+        sizes.extend([limit - 1, limit, limit + 1]);
+    }
+    sizes.extend([2 * SEGMENT, 3 * SEGMENT, 5 * SEGMENT + 3]);
+    sizes
+}
+
+/// Messages of `sizes`, sent the way `way` says, with distinct seeds, tags
+/// and CQ data derived from `id`.
+fn messages(way: Way, sizes: &[usize], id: u64) -> Vec<Msg> {
+    sizes
+        .iter()
+        .enumerate()
+        .map(|(i, &len)| {
+            let n = (id << 16) + i as u64;
+            let mut msg = Msg::new(len, n);
+            if way.tagged {
+                msg = msg.tag(0x7a90_0000_0000 + n);
+            }
+            if way.data {
+                msg = msg.data(0xda7a_0000_0000_0000 + n);
+            }
+            msg
+        })
+        .collect()
+}
+
+fn all_ways(sizes: impl Fn(Way) -> Vec<usize>) -> Vec<Msg> {
+    WAYS.iter()
+        .enumerate()
+        .flat_map(|(id, &way)| messages(way, &sizes(way), id as u64))
+        .collect()
+}
+
+#[test]
+fn every_size_limit_every_way_receives_posted_first() {
+    let mut c = cluster("limits-posted");
+    c.spawn(2).connect_all();
+    let msgs = all_ways(limit_sizes);
+    c.transfer(0, 1, &msgs, Order::Posted);
+    // And back, over the connection the other side set up.
+    c.transfer(
+        1,
+        0,
+        &messages(TAGGED_DATA, &limit_sizes(TAGGED_DATA), 9),
+        Order::Posted,
+    );
+    c.finish();
+}
+
+/// An inline message travels inside the mailbox message: its send
+/// completes while the receiver makes no progress at all (it is stopped).
+/// One byte more goes eagerly, which needs the receiver's eager ring, so
+/// it cannot complete before the receiver runs. This pins each way's inline
+/// limit exactly.
+#[test]
+fn inline_limits_need_no_receiver() {
+    let mut c = cluster("inline");
+    c.spawn(1 + WAYS.len()).connect_all();
+    let mut sent = Vec::new();
+    for (k, &way) in WAYS.iter().enumerate() {
+        let rx = k + 1; // a receiver that never heard from p0 yet
+        c.pause(rx);
+        let msgs = messages(way, &[way.inline, way.inline + 1], k as u64);
+        c.cmd(0, msgs[0].send_cmd(rx as u64, 1));
+        let done = c.cmd(0, "wait sends=1").completions();
+        assert_eq!(done[0].ctx, 1, "{way:?}: inline send completes alone");
+        c.cmd(0, msgs[1].send_cmd(rx as u64, 2));
+        c.cmd(0, "quiet 50"); // fails on any completion
+        sent.push(msgs);
+    }
+    for (k, msgs) in sent.iter().enumerate() {
+        let rx = k + 1;
+        c.resume(rx);
+        for (i, msg) in msgs.iter().enumerate() {
+            let tag = msg.m.tag.map_or(String::new(), |t| format!(" tag={t:#x}"));
+            c.cmd(rx, format!("recv 0 {} {i}{tag}", msg.len));
+        }
+        let got = c.cmd(rx, "wait recvs=2").completions();
+        for done in &got {
+            msgs[done.ctx as usize].check_recv(done, 0);
+        }
+        c.cmd(0, "wait sends=1");
+    }
+    c.finish();
+}
+
+/// More rendezvous transfers at once than the receiver has staging buffers
+/// for (it has 8 of one segment each, and a transfer is granted up to 4
+/// segments ahead): grants must wait for free buffers, and resume in
+/// order, without ever granting past the end of a message.
+#[test]
+fn concurrent_rendezvous_transfers() {
+    let mut c = cluster("rendezvous");
+    c.spawn(2).connect_all();
+    let sizes = [
+        5 * SEGMENT + 3,
+        3 * SEGMENT,
+        2 * SEGMENT + 1,
+        6 * SEGMENT - 1,
+    ];
+    let msgs = messages(UNTAGGED, &sizes.repeat(3), 1);
+    c.transfer(0, 1, &msgs, Order::Posted);
+    c.transfer(0, 1, &msgs, Order::Unexpected);
+    c.finish();
+}
+
+#[test]
+fn unexpected_messages_of_every_size() {
+    let mut c = cluster("limits-unexpected");
+    c.spawn(2).connect_all();
+    // Up to the eager limit the sends complete before any receive is
+    // posted (Transfer checks it); larger ones wait for their receive.
+    c.transfer(0, 1, &all_ways(limit_sizes), Order::Unexpected);
+    c.finish();
+}
+
+#[test]
+fn sixty_four_mebibytes() {
+    let mut c = cluster("64mib");
+    c.spawn(2).connect_all();
+    let big = 64 << 20;
+    c.transfer(0, 1, &[Msg::new(big, 1)], Order::Posted);
+    let tagged = Msg::new(big + 1, 2).tag(0x64).data(0xd);
+    c.transfer(1, 0, &[tagged], Order::Unexpected);
+    c.finish();
+}
+
+#[test]
+fn sends_to_oneself() {
+    let mut c = cluster("self");
+    c.spawn(1).connect_all();
+    let sizes = |way: Way| {
+        vec![
+            0,
+            way.inline,
+            way.inline + 1,
+            EAGER,
+            EAGER + 1,
+            3 * SEGMENT + 1,
+        ]
+    };
+    c.transfer(0, 0, &all_ways(sizes), Order::Posted);
+    c.transfer(
+        0,
+        0,
+        &messages(TAGGED, &sizes(TAGGED), 7),
+        Order::Unexpected,
+    );
+    c.finish();
+}
+
+#[test]
+fn paper_timing_profile() {
+    let mut c = cluster("paper");
+    // Debug logging shows the configuration the provider took.
+    c.env("FI_UNIMEM_PROFILE", "paper")
+        .env("FI_LOG_LEVEL", "debug")
+        .spawn(2)
+        .connect_all();
+    let sizes = |way: Way| {
+        vec![
+            0,
+            way.inline,
+            way.inline + 1,
+            EAGER,
+            EAGER + 1,
+            SEGMENT + 1,
+            4 * SEGMENT,
+        ]
+    };
+    c.transfer(0, 1, &all_ways(sizes), Order::Posted);
+    c.transfer(
+        1,
+        0,
+        &messages(UNTAGGED, &sizes(UNTAGGED), 5),
+        Order::Unexpected,
+    );
+    for stderr in c.finish() {
+        assert!(stderr.contains("<debug> profile = paper"), "{stderr}");
+    }
+}
