@@ -656,7 +656,10 @@ fn eager_messages_go_by_rendezvous_to_a_receiver_without_a_ring() {
     // The receiver's FIN hands the bounce buffer back.
     let deadline = Instant::now() + Duration::from_secs(10);
     while a.bounce.available() < config().bounce_buffers {
-        assert!(Instant::now() < deadline, "the bounce buffer never came back");
+        assert!(
+            Instant::now() < deadline,
+            "the bounce buffer never came back"
+        );
         a.progress();
         b.progress();
     }
