@@ -569,7 +569,11 @@ where
             return Err(PostError::Unreachable);
         }
         let tagged = req.info.tag.is_some();
-        if len <= inline_capacity(tagged, req.info.data.is_some()) {
+        let inline = len <= inline_capacity(tagged, req.info.data.is_some());
+        if req.inject && !self.inject_ready(peer, inline) {
+            return Err(PostError::Again);
+        }
+        if inline {
             return self.send_inline(peer, &req, len);
         }
         let kind = if len <= self.cfg.eager_size {
@@ -604,7 +608,52 @@ where
         });
         self.mark_active(peer);
         self.flush_peer(peer);
+        if req.inject {
+            self.push_out_eager(peer, op);
+        }
         Ok(())
+    }
+
+    /// An inject has no completion the application would wait for, so it
+    /// may never call in again: it must leave within this call, or be
+    /// refused. It can when nothing is queued ahead of it and, beyond the
+    /// inline size, the peer's ring has a free slot (or the peer has no
+    /// ring: then it goes by rendezvous, which needs the receiver anyway).
+    fn inject_ready(&mut self, peer: PeerIdx, inline: bool) -> bool {
+        let ready = |state: &Peer<M::Peer, D::Node>| {
+            state.data.is_empty()
+                && (inline
+                    || match &state.tx {
+                        Some(ring) => ring.credits > 0,
+                        None => state.hello_received,
+                    })
+        };
+        if !ready(&self.peers[peer]) {
+            self.progress();
+        }
+        ready(&self.peers[peer])
+    }
+
+    /// Waits for the DMA of an injected eager send (its modeled time, a few
+    /// microseconds at most) and sends its announcement now.
+    fn push_out_eager(&mut self, peer: PeerIdx, op: usize) {
+        let in_flight = |this: &Self| {
+            matches!(
+                this.tx_ops.slots.get(op),
+                Some(Some(TxOp {
+                    kind: TxKind::Eager {
+                        state: EagerState::InFlight,
+                        ..
+                    },
+                    ..
+                }))
+            )
+        };
+        while in_flight(self) {
+            std::hint::spin_loop();
+            self.reap_dma();
+        }
+        self.flush_peer(peer);
     }
 
     fn send_inline(
@@ -634,6 +683,8 @@ where
                     });
                     return Ok(());
                 }
+                // An inject must not wait in a queue (see inject_ready).
+                Err(MailboxError::Busy) if req.inject => return Err(PostError::Again),
                 Err(MailboxError::Busy) => {}
                 Err(e) => {
                     self.fail_peer(peer);

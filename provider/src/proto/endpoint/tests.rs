@@ -29,10 +29,14 @@ fn config() -> ProtoConfig {
 }
 
 fn endpoint_with(depth: usize, cfg: ProtoConfig) -> Ep {
+    endpoint_profile(depth, cfg, Profile::Native)
+}
+
+fn endpoint_profile(depth: usize, cfg: ProtoConfig, profile: Profile) -> Ep {
     let mbx = ShmMailbox::open(&ShmMailboxConfig {
         job: test_job(),
         depth,
-        profile: Profile::Native,
+        profile,
     })
     .unwrap();
     let region = DmaRegion::for_process(&RegionConfig {
@@ -41,7 +45,7 @@ fn endpoint_with(depth: usize, cfg: ProtoConfig) -> Ep {
         max_size: 256 << 20,
     })
     .unwrap();
-    Endpoint::new(mbx, ShmDmaEngine::new(region, Profile::Native), cfg).unwrap()
+    Endpoint::new(mbx, ShmDmaEngine::new(region, profile), cfg).unwrap()
 }
 
 fn endpoint() -> Ep {
@@ -71,6 +75,32 @@ fn send(
     };
     // SAFETY: the tests keep `data` alive until the send completes.
     unsafe { ep.send(req) }
+}
+
+/// Injects `data` from `a` to `b`, retrying while the provider says
+/// -FI_EAGAIN and progressing both, as an application would.
+fn inject(a: &mut Ep, b: &mut Ep, data: &[u8]) {
+    let req = SendReq {
+        dest: b.addr(),
+        iov: vec![(data.as_ptr() as usize, data.len())],
+        info: MatchInfo::default(),
+        context: 0,
+        completion: true,
+        inject: true,
+    };
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        // SAFETY: data is live during the call; inject copies it.
+        match unsafe { a.send(req.clone()) } {
+            Ok(()) => return,
+            Err(PostError::Again) => {
+                assert!(Instant::now() < deadline, "inject never accepted");
+                a.progress();
+                b.progress();
+            }
+            Err(e) => panic!("inject: {e:?}"),
+        }
+    }
 }
 
 fn recv_spec(
@@ -449,20 +479,15 @@ fn inject_counts_without_a_completion_and_rejects_large() {
     let mut a = endpoint();
     let mut b = endpoint();
     let data = pattern(500, 1);
-    let req = SendReq {
+    inject(&mut a, &mut b, &data);
+    let big = pattern(EAGER + 1, 1);
+    let req_big = SendReq {
         dest: b.addr(),
-        iov: vec![(data.as_ptr() as usize, data.len())],
+        iov: vec![(big.as_ptr() as usize, big.len())],
         info: MatchInfo::default(),
         context: 0,
         completion: true,
         inject: true,
-    };
-    // SAFETY: data is live during the call; inject copies it.
-    unsafe { a.send(req.clone()) }.unwrap();
-    let big = pattern(EAGER + 1, 1);
-    let req_big = SendReq {
-        iov: vec![(big.as_ptr() as usize, big.len())],
-        ..req
     };
     // SAFETY: as above.
     assert_eq!(unsafe { a.send(req_big) }, Err(PostError::TooLong));
@@ -487,8 +512,8 @@ fn inject_counts_without_a_completion_and_rejects_large() {
     assert!(a.next_event().is_none());
 }
 
-/// Injects of every path (inline sent at once, inline queued behind a
-/// full mailbox, eager) each report exactly one send event, in order, with
+/// Injects of every path (inline, inline refused while the mailbox is full
+/// and retried, eager) each report exactly one send event, in order, with
 /// no CQ entry.
 #[test]
 fn every_inject_is_counted_once() {
@@ -499,16 +524,7 @@ fn every_inject_is_counted_once() {
     let n = 12;
     for i in 0..n {
         let data = if i % 3 == 2 { &medium } else { &small };
-        let req = SendReq {
-            dest: b.addr(),
-            iov: vec![(data.as_ptr() as usize, data.len())],
-            info: MatchInfo::default(),
-            context: 0,
-            completion: true,
-            inject: true,
-        };
-        // SAFETY: data is live during the call; inject copies it.
-        unsafe { a.send(req) }.unwrap();
+        inject(&mut a, &mut b, data);
     }
     let mut bufs = vec![vec![0u8; 500]; n];
     for (i, buf) in bufs.iter_mut().enumerate() {
@@ -664,4 +680,49 @@ fn eager_messages_go_by_rendezvous_to_a_receiver_without_a_ring() {
         b.progress();
     }
     assert!(!a.busy());
+}
+
+/// An inject has no completion to wait for, so the sender may never call in
+/// again after it: with the paper model's DMA still "in flight" when the
+/// call returns, the message must leave within the call all the same.
+#[test]
+fn injects_leave_within_the_call_even_with_modeled_dma() {
+    let mut a = endpoint_profile(64, config(), Profile::Paper);
+    let mut b = endpoint_profile(64, config(), Profile::Paper);
+    // First contact: hellos both ways, with both progressing.
+    let first = pattern(100, 1);
+    let mut buf = vec![0u8; 100];
+    post(&mut b, false, recv_spec(&mut buf, 0, None, 0, 0));
+    send(&mut a, b.addr(), &first, None, 0).unwrap();
+    collect(&mut [&mut a, &mut b], 1, 1);
+    collect(&mut [&mut a, &mut b], 0, 1);
+
+    let lens = [10, 64, 1000, EAGER];
+    let mut bufs: Vec<Vec<u8>> = lens.iter().map(|&n| vec![0u8; n]).collect();
+    for (i, buf) in bufs.iter_mut().enumerate() {
+        post(&mut b, false, recv_spec(buf, 10 + i, None, 0, 0));
+    }
+    for (i, &len) in lens.iter().enumerate() {
+        let data = pattern(len, 20 + i as u8);
+        let req = SendReq {
+            dest: b.addr(),
+            iov: vec![(data.as_ptr() as usize, len)],
+            info: MatchInfo::default(),
+            context: 0,
+            completion: true,
+            inject: true,
+        };
+        // SAFETY: data is live during the call; inject copies it.
+        unsafe { a.send(req) }.unwrap();
+    }
+    // Only the receiver progresses from here on.
+    let got = collect(&mut [&mut b], 0, lens.len());
+    assert_eq!(got.len(), lens.len());
+    for (i, buf) in bufs.iter().enumerate() {
+        assert!(
+            *buf == pattern(lens[i], 20 + i as u8),
+            "inject {i} of {} bytes",
+            lens[i]
+        );
+    }
 }
