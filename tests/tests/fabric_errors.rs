@@ -110,7 +110,7 @@ fn messages_over_the_limits_are_refused_before_reading() {
         &format!("try-send 1 {} buf=16 inject tag=5", EAGER + 1),
         rc::EINVAL,
     );
-    expect_rc(&mut c, 0, &format!("try-send 1 {EAGER} inject"), 0);
+    c.cmd(0, format!("inject 1 {EAGER} 7"));
     c.cmd(1, format!("recv 0 {EAGER} 1"));
     c.cmd(1, "wait recvs=1");
     c.cmd(0, "quiet 50"); // an inject has no completion

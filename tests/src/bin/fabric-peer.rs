@@ -28,6 +28,7 @@
 //! | `progress` | reads the CQ a few times |
 //! | `wait [sends=N] [recvs=N] [errors=N] [within=ms]` | prints that many queued completions of each kind, waiting for them (at most `ms`, default `$FABRIC_PEER_WAIT`); an error completion nobody waits for fails it |
 //! | `quiet <ms>` | progresses for `ms`; fails if anything completes |
+//! | `inject <dest> <len> <seed> [tag=T] [data=D]` | injects `len` bytes of pattern `seed`, retrying `-FI_EAGAIN` while progressing |
 //! | `try-send <dest> <len> [buf=N] [ctx=C] [tag=T] [data=D] [inject]` | one raw send or inject call, from a buffer of `N` bytes (default `len`); `ok <rc>` |
 //! | `limits` | `ok inject=<inject_size> max=<max_msg_size>` of the endpoint's `fi_info` |
 //! | `getinfo [caps=a\|b] [ep=msg\|rdm\|dgram]` | `fi_getinfo` with those hints; `ok <rc>` |
@@ -362,6 +363,19 @@ impl Peer {
             self.send_bufs.remove(&ctx);
         }
         posted.map(|()| String::new())
+    }
+
+    /// An inject, retried while the provider says -FI_EAGAIN (it may, until
+    /// the peer's eager ring is known, since an inject must leave at once).
+    fn inject(&mut self, a: &Args) -> CmdResult {
+        let (dest, len, seed) = (a.num(0)?, a.num(1)? as usize, a.num(2)?);
+        let m = a.matching()?;
+        let buf = payload::pattern(seed, len);
+        // SAFETY: buf holds len bytes; an inject copies them before returning.
+        self.retry("inject", |ep| unsafe {
+            ep.inject(buf.as_ptr(), len, dest, m)
+        })
+        .map(|()| String::new())
     }
 
     /// Posts a receive; with `once`, makes one call and returns its code
@@ -830,6 +844,7 @@ impl Peer {
                     .map_err(|c| format!("fi_av_insert: {c}"))
             }
             "send" => self.send(&a),
+            "inject" => self.inject(&a),
             "recv" => self.post_recv(&a, false, false),
             "try-recv" => self.post_recv(&a, false, true),
             "multi-recv" => self.post_recv(&a, true, false),
