@@ -5,7 +5,7 @@
 
 use std::sync::{Arc, Weak};
 
-use parking_lot::Mutex;
+use parking_lot::RwLock;
 
 /// Something that advances its protocol when polled: an endpoint.
 pub trait Progress: Send + Sync {
@@ -15,12 +15,12 @@ pub trait Progress: Send + Sync {
 /// The endpoints bound to one CQ or counter.
 #[derive(Default)]
 pub struct ProgressList {
-    members: Mutex<Vec<Weak<dyn Progress>>>,
+    members: RwLock<Vec<Weak<dyn Progress>>>,
 }
 
 impl ProgressList {
     pub fn add(&self, member: &Arc<dyn Progress>) {
-        let mut members = self.members.lock();
+        let mut members = self.members.write();
         let weak = Arc::downgrade(member);
         if !members.iter().any(|m| m.ptr_eq(&weak)) {
             members.push(weak);
@@ -29,27 +29,25 @@ impl ProgressList {
 
     pub fn remove(&self, member: &Arc<dyn Progress>) {
         let weak = Arc::downgrade(member);
-        self.members.lock().retain(|m| !m.ptr_eq(&weak));
+        self.members.write().retain(|m| !m.ptr_eq(&weak));
     }
 
-    /// Progresses every live member. The list lock is not held meanwhile:
-    /// an endpoint's progress writes completions into CQs, which may be
-    /// polling this very list.
+    /// Progresses every live member, under the read lock: this runs on
+    /// every CQ and counter read, so it must not allocate. Progress never
+    /// comes back to this list (it writes CQ entries, which have locks of
+    /// their own), and binding or closing, the writers, only wait.
     pub fn run(&self) {
-        let live: Vec<Arc<dyn Progress>> = {
-            let mut members = self.members.lock();
-            members.retain(|m| m.strong_count() > 0);
-            members.iter().filter_map(Weak::upgrade).collect()
-        };
-        for member in live {
-            member.progress();
+        for member in self.members.read().iter() {
+            if let Some(member) = member.upgrade() {
+                member.progress();
+            }
         }
     }
 }
 
 impl std::fmt::Debug for ProgressList {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "ProgressList({} members)", self.members.lock().len())
+        write!(f, "ProgressList({} members)", self.members.read().len())
     }
 }
 

@@ -9,7 +9,7 @@ use super::{ep_of, EpInner};
 use crate::ffi::{self, ret};
 use crate::guard::ffi_guard_or;
 use crate::proto::endpoint::SendReq;
-use crate::proto::matching::{Iov, PostedRecv};
+use crate::proto::matching::{Iov, IovList, PostedRecv};
 use crate::proto::wire::MatchInfo;
 use crate::proto::PostError;
 
@@ -79,7 +79,7 @@ fn map_post_error(e: PostError, op: &str) -> isize {
 fn post_send(
     ep: &EpInner,
     op: &str,
-    iov: Vec<Iov>,
+    iov: IovList,
     dest: ffi::fi_addr_t,
     info: MatchInfo,
     context: *mut c_void,
@@ -137,7 +137,7 @@ fn post_send(
 fn post_recv(
     ep: &EpInner,
     op: &str,
-    iov: Vec<Iov>,
+    iov: IovList,
     src: ffi::fi_addr_t,
     tagged: bool,
     tag: u64,
@@ -223,7 +223,7 @@ unsafe fn iovs(
     op: &str,
     iov: *const ffi::iovec,
     count: usize,
-) -> Result<Vec<Iov>, isize> {
+) -> Result<IovList, isize> {
     if count > ep.iov_limit {
         tracing::warn!("{op}: {count} iovs exceed the limit of {}", ep.iov_limit);
         return Err(ret::EINVAL as isize);
@@ -233,18 +233,19 @@ unsafe fn iovs(
         return Err(ret::EINVAL as isize);
     }
     if count == 0 {
-        return Ok(Vec::new());
+        return Ok(IovList::Many(Vec::new()));
     }
     // SAFETY: iov points to count iovecs (caller).
     let slice = unsafe { std::slice::from_raw_parts(iov, count) };
     Ok(slice
         .iter()
         .map(|v| (v.iov_base as usize, v.iov_len))
-        .collect())
+        .collect::<Vec<Iov>>()
+        .into())
 }
 
-fn one(buf: *const c_void, len: usize) -> Vec<Iov> {
-    vec![(buf as usize, len)]
+fn one(buf: *const c_void, len: usize) -> IovList {
+    IovList::One((buf as usize, len))
 }
 
 /// Runs a data-path entry point on our endpoint, or fails it cleanly.

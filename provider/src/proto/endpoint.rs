@@ -20,7 +20,7 @@ use unimem_mailbox::{Error as MailboxError, Mailbox, Message};
 use unimem_regcache::RegCache;
 
 use super::iov::{gather, scatter, total_len};
-use super::matching::{Cancelled, Iov, Matcher, MultiDone, Placement, PostedRecv, Unexpected};
+use super::matching::{Cancelled, IovList, Matcher, MultiDone, Placement, PostedRecv, Unexpected};
 use super::pool::{Chunk, ChunkPool};
 use super::wire::{inline_capacity, InlineBytes, MatchInfo, Wire, NODE_LEN};
 use super::{ErrorKind, Event, OpError, PostError, ProtoConfig, RecvDone, WireNode};
@@ -32,7 +32,7 @@ type PeerIdx = usize;
 #[derive(Clone, Debug)]
 pub struct SendReq<A> {
     pub dest: A,
-    pub iov: Vec<Iov>,
+    pub iov: IovList,
     pub info: MatchInfo,
     pub context: usize,
     pub completion: bool,
@@ -151,7 +151,7 @@ enum TxKind {
     },
     /// `bounce` holds the data of an eager send that had to go this way.
     Rendezvous {
-        iov: Vec<Iov>,
+        iov: IovList,
         bounce: Option<Chunk>,
     },
 }
@@ -226,7 +226,13 @@ pub struct Endpoint<M: Mailbox, D: DmaEngine> {
     slot_size: usize,
     peers: Vec<Peer<M::Peer, D::Node>>,
     by_addr: HashMap<M::Addr, PeerIdx>,
+    /// The peer looked up last: most traffic goes to or comes from the same
+    /// peer as the message before, and this spares hashing its address.
+    last_peer: Option<(M::Addr, PeerIdx)>,
     active: Vec<PeerIdx>,
+    /// The other half of `active`, swapped in while it is flushed, so that
+    /// neither ever gives its allocation back.
+    active_spare: Vec<PeerIdx>,
     matcher: Matcher<M::Addr, Held>,
     tx_ops: Slab<TxOp>,
     rx_xfers: Slab<RxXfer<M::Addr>>,
@@ -281,6 +287,8 @@ where
             slot_size,
             peers: Vec::new(),
             by_addr: HashMap::new(),
+            last_peer: None,
+            active_spare: Vec::new(),
             active: Vec::new(),
             matcher: Matcher::new(0),
             tx_ops: Slab::new(),
@@ -330,8 +338,21 @@ where
 
     // --- Peers -------------------------------------------------------------------
 
+    /// A known peer's index. Peers are never removed, so the cached last
+    /// lookup stays right.
+    fn known_peer(&mut self, addr: &M::Addr) -> Option<PeerIdx> {
+        if let Some((last, index)) = self.last_peer {
+            if last == *addr {
+                return Some(index);
+            }
+        }
+        let index = *self.by_addr.get(addr)?;
+        self.last_peer = Some((*addr, index));
+        Some(index)
+    }
+
     fn peer_index(&mut self, addr: &M::Addr) -> Result<PeerIdx, PostError> {
-        if let Some(&index) = self.by_addr.get(addr) {
+        if let Some(index) = self.known_peer(addr) {
             return Ok(index);
         }
         let route = self.mbx.connect(addr).map_err(post_error)?;
@@ -341,7 +362,7 @@ where
     /// The peer a message came from, known or not. If it cannot be reached
     /// back, its messages are still delivered.
     fn peer_for_source(&mut self, src: &M::Addr) -> PeerIdx {
-        if let Some(&index) = self.by_addr.get(src) {
+        if let Some(index) = self.known_peer(src) {
             return index;
         }
         let route = match self.mbx.connect(src) {
@@ -864,7 +885,7 @@ where
                 continue;
             };
             tx.kind = TxKind::Rendezvous {
-                iov: vec![(self.bounce.addr(chunk) as usize, tx.len)],
+                iov: IovList::One((self.bounce.addr(chunk) as usize, tx.len)),
                 bounce: Some(chunk),
             };
             *item = DataItem::Rts { op };
@@ -900,13 +921,16 @@ where
     }
 
     fn flush_active(&mut self) {
-        let active = std::mem::take(&mut self.active);
-        for peer in active {
+        let mut active = std::mem::take(&mut self.active_spare);
+        std::mem::swap(&mut active, &mut self.active);
+        for &peer in &active {
             self.peers[peer].active = false;
             if self.flush_peer(peer) {
                 self.mark_active(peer);
             }
         }
+        active.clear();
+        self.active_spare = active;
     }
 
     fn reap_dma(&mut self) {

@@ -15,11 +15,48 @@ use super::wire::MatchInfo;
 /// One piece of user memory: address and length.
 pub type Iov = (usize, usize);
 
+/// The pieces of one buffer. Nearly every buffer is one piece, kept inline:
+/// a send or receive must not allocate for it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum IovList {
+    One(Iov),
+    Many(Vec<Iov>),
+}
+
+impl std::ops::Deref for IovList {
+    type Target = [Iov];
+
+    fn deref(&self) -> &[Iov] {
+        match self {
+            IovList::One(piece) => std::slice::from_ref(piece),
+            IovList::Many(pieces) => pieces,
+        }
+    }
+}
+
+impl std::ops::DerefMut for IovList {
+    fn deref_mut(&mut self) -> &mut [Iov] {
+        match self {
+            IovList::One(piece) => std::slice::from_mut(piece),
+            IovList::Many(pieces) => pieces,
+        }
+    }
+}
+
+impl From<Vec<Iov>> for IovList {
+    fn from(pieces: Vec<Iov>) -> Self {
+        match pieces[..] {
+            [piece] => IovList::One(piece),
+            _ => IovList::Many(pieces),
+        }
+    }
+}
+
 /// A receive posted by the application.
 #[derive(Clone, Debug)]
 pub struct PostedRecv<A> {
     pub context: usize,
-    pub iov: Vec<Iov>,
+    pub iov: IovList,
     /// `None` accepts any source.
     pub src: Option<A>,
     pub tag: u64,
@@ -44,7 +81,7 @@ impl<A: Copy + Eq> PostedRecv<A> {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Placement {
     pub context: usize,
-    pub iov: Vec<Iov>,
+    pub iov: IovList,
     pub completion: bool,
     /// The multi-receive buffer this piece belongs to, if any.
     pub multi: Option<MultiId>,
@@ -195,7 +232,7 @@ impl<A: Copy + Eq, B> Matcher<A, B> {
         state.retired |= retire;
         Some(Placement {
             context,
-            iov: vec![(addr, take)],
+            iov: IovList::One((addr, take)),
             completion,
             multi: Some(id),
         })
@@ -397,7 +434,7 @@ mod tests {
     fn recv(context: usize, src: Option<u32>, tag: u64, ignore: u64) -> PostedRecv<u32> {
         PostedRecv {
             context,
-            iov: vec![(0x1000 * context, 100)],
+            iov: IovList::One((0x1000 * context, 100)),
             src,
             tag,
             ignore,
@@ -499,7 +536,7 @@ mod tests {
     fn multi(context: usize, len: usize) -> PostedRecv<u32> {
         PostedRecv {
             context,
-            iov: vec![(0x10000, len)],
+            iov: IovList::One((0x10000, len)),
             src: None,
             tag: 0,
             ignore: 0,
@@ -516,11 +553,11 @@ mod tests {
         let any = MatchInfo::default();
         let a = m.match_arrival(&1, &any, 400).unwrap();
         let b = m.match_arrival(&1, &any, 450).unwrap();
-        assert_eq!(a.iov, vec![(0x10000, 400)]);
-        assert_eq!(b.iov, vec![(0x10000 + 400, 450)]);
+        assert_eq!(a.iov[..], [(0x10000, 400)]);
+        assert_eq!(b.iov[..], [(0x10000 + 400, 450)]);
         // 150 left: still at least the minimum, so the buffer stays posted.
         let c = m.match_arrival(&1, &any, 120).unwrap();
-        assert_eq!((c.context, c.iov.clone()), (1, vec![(0x10000 + 850, 120)]));
+        assert_eq!((c.context, &c.iov[..]), (1, &[(0x10000 + 850, 120)][..]));
         // 30 left < 100: retired; the next message goes to buffer 2.
         assert_eq!(m.match_arrival(&1, &any, 10).unwrap().context, 2);
         let id = a.multi.unwrap();
@@ -548,7 +585,7 @@ mod tests {
         let mut m = M::new(10);
         m.post(false, multi(1, 100));
         let p = m.match_arrival(&1, &MatchInfo::default(), 500).unwrap();
-        assert_eq!(p.iov, vec![(0x10000, 100)]);
+        assert_eq!(p.iov[..], [(0x10000, 100)]);
         assert_eq!(m.multi_piece_done(p.multi.unwrap()), MultiDone::Released);
     }
 
@@ -559,9 +596,9 @@ mod tests {
             m.push_unexpected(unexpected(1, MatchInfo::default(), body));
         }
         let (p, u) = m.post(false, multi(1, 25)).unwrap();
-        assert_eq!((u.body, p.iov.clone()), ("x", vec![(0x10000, 10)]));
+        assert_eq!((u.body, &p.iov[..]), ("x", &[(0x10000, 10)][..]));
         let (p2, u2) = m.repost_multi(1).unwrap();
-        assert_eq!((u2.body, p2.iov.clone()), ("y", vec![(0x10000 + 10, 10)]));
+        assert_eq!((u2.body, &p2.iov[..]), ("y", &[(0x10000 + 10, 10)][..]));
         // 5 left < 10: retired, so "z" waits for another buffer.
         assert!(m.repost_multi(1).is_none());
         assert_eq!(m.unexpected_len(), 1);

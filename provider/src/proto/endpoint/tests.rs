@@ -67,7 +67,7 @@ fn send(
 ) -> Result<(), PostError> {
     let req = SendReq {
         dest,
-        iov: vec![(data.as_ptr() as usize, data.len())],
+        iov: IovList::One((data.as_ptr() as usize, data.len())),
         info: MatchInfo { tag, data: None },
         context,
         completion: true,
@@ -82,7 +82,7 @@ fn send(
 fn inject(a: &mut Ep, b: &mut Ep, data: &[u8]) {
     let req = SendReq {
         dest: b.addr(),
-        iov: vec![(data.as_ptr() as usize, data.len())],
+        iov: IovList::One((data.as_ptr() as usize, data.len())),
         info: MatchInfo::default(),
         context: 0,
         completion: true,
@@ -112,7 +112,7 @@ fn recv_spec(
 ) -> PostedRecv<MailboxAddr> {
     PostedRecv {
         context,
-        iov: vec![(buf.as_mut_ptr() as usize, buf.len())],
+        iov: IovList::One((buf.as_mut_ptr() as usize, buf.len())),
         src,
         tag,
         ignore,
@@ -425,7 +425,7 @@ fn rendezvous_straight_into_dmable_receive_buffers() {
     source.write(0, &data);
     let spec = PostedRecv {
         context: 1,
-        iov: vec![(target.as_ptr() as usize, len)],
+        iov: IovList::One((target.as_ptr() as usize, len)),
         src: None,
         tag: 0,
         ignore: 0,
@@ -435,7 +435,7 @@ fn rendezvous_straight_into_dmable_receive_buffers() {
     post(&mut b, false, spec);
     let req = SendReq {
         dest: b.addr(),
-        iov: vec![(source.as_ptr() as usize, len)],
+        iov: IovList::One((source.as_ptr() as usize, len)),
         info: MatchInfo::default(),
         context: 2,
         completion: true,
@@ -483,7 +483,7 @@ fn inject_counts_without_a_completion_and_rejects_large() {
     let big = pattern(EAGER + 1, 1);
     let req_big = SendReq {
         dest: b.addr(),
-        iov: vec![(big.as_ptr() as usize, big.len())],
+        iov: IovList::One((big.as_ptr() as usize, big.len())),
         info: MatchInfo::default(),
         context: 0,
         completion: true,
@@ -656,7 +656,7 @@ fn eager_messages_go_by_rendezvous_to_a_receiver_without_a_ring() {
     let data = pattern(EAGER, 7);
     let req = SendReq {
         dest: b.addr(),
-        iov: vec![(data.as_ptr() as usize, data.len())],
+        iov: IovList::One((data.as_ptr() as usize, data.len())),
         info: MatchInfo::default(),
         context: 0,
         completion: true,
@@ -706,7 +706,7 @@ fn injects_leave_within_the_call_even_with_modeled_dma() {
         let data = pattern(len, 20 + i as u8);
         let req = SendReq {
             dest: b.addr(),
-            iov: vec![(data.as_ptr() as usize, len)],
+            iov: IovList::One((data.as_ptr() as usize, len)),
             info: MatchInfo::default(),
             context: 0,
             completion: true,
