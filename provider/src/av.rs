@@ -412,7 +412,7 @@ unsafe extern "C" fn av_close(fid: *mut ffi::fid) -> c_int {
         }
         tracing::debug!("av {fid:p} closed");
         // SAFETY: from Box::into_raw in open(); dropping it releases the domain and EQ.
-        drop(unsafe { Box::from_raw(fid as *mut Av) });
+        unsafe { fid::free_closed::<Av>(fid) };
         ret::SUCCESS
     })
 }

@@ -273,7 +273,7 @@ unsafe extern "C" fn cntr_close(fid: *mut ffi::fid) -> c_int {
         }
         tracing::debug!("cntr {fid:p} closed");
         // SAFETY: from Box::into_raw in open(); dropping it releases the domain.
-        drop(unsafe { Box::from_raw(fid as *mut Cntr) });
+        unsafe { fid::free_closed::<Cntr>(fid) };
         ret::SUCCESS
     })
 }

@@ -637,7 +637,7 @@ unsafe extern "C" fn cq_close(fid: *mut ffi::fid) -> c_int {
         }
         tracing::debug!("cq {fid:p} closed");
         // SAFETY: from Box::into_raw in open(); dropping it releases the domain.
-        drop(unsafe { Box::from_raw(fid as *mut Cq) });
+        unsafe { fid::free_closed::<Cq>(fid) };
         ret::SUCCESS
     })
 }

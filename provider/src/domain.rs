@@ -183,7 +183,7 @@ unsafe extern "C" fn domain_close(fid: *mut ffi::fid) -> c_int {
         }
         tracing::info!("domain {fid:p} closed");
         // SAFETY: from Box::into_raw in open(); dropping it releases our reference on the fabric.
-        drop(unsafe { Box::from_raw(fid as *mut Domain) });
+        unsafe { fid::free_closed::<Domain>(fid) };
         ret::SUCCESS
     })
 }

@@ -471,7 +471,7 @@ unsafe extern "C" fn eq_close(fid: *mut ffi::fid) -> c_int {
         }
         tracing::debug!("eq {fid:p} closed");
         // SAFETY: from Box::into_raw in open(); dropping it closes the eventfd.
-        drop(unsafe { Box::from_raw(fid as *mut Eq) });
+        unsafe { fid::free_closed::<Eq>(fid) };
         ret::SUCCESS
     })
 }

@@ -123,7 +123,7 @@ unsafe extern "C" fn fabric_close(fid: *mut ffi::fid) -> c_int {
         }
         tracing::info!("fabric {fid:p} closed");
         // SAFETY: from Box::into_raw in open(); children hold the Arc'd inner state, not this box.
-        drop(unsafe { Box::from_raw(fid as *mut Fabric) });
+        unsafe { fid::free_closed::<Fabric>(fid) };
         ret::SUCCESS
     })
 }

@@ -140,6 +140,57 @@ pub unsafe extern "C" fn no_ops_set(
     ffi_guard("fi_set_ops", || ret::ENOSYS)
 }
 
+/// Frees one of our objects at `fi_close`, leaving its fid pointing at
+/// [`CLOSED_OPS`]. Using an object after closing it is an application
+/// error that no provider can always catch (the memory may be reused), but
+/// the usual case, a second `fi_close` or a bind on a stale pointer, then
+/// gets -FI_EINVAL and a warning instead of a double free: allocators keep
+/// their bookkeeping at the start of a freed block, before `ops`.
+///
+/// # Safety
+/// `fid` must be the first field of a live `Box<T>` made by one of our
+/// open functions, handed back by the application's `fi_close`.
+pub unsafe fn free_closed<T>(fid: *mut ffi::fid) {
+    // SAFETY: fid points to a live object of ours (caller).
+    unsafe {
+        (*fid).fclass = ffi::FI_CLASS_UNSPEC as usize;
+        (*fid).ops = ops_ptr(&CLOSED_OPS);
+        drop(Box::from_raw(fid as *mut T));
+    }
+}
+
+/// What a closed object's fid answers.
+pub static CLOSED_OPS: ffi::fi_ops = ffi::fi_ops {
+    size: std::mem::size_of::<ffi::fi_ops>(),
+    close: Some(closed_close),
+    bind: Some(closed_bind),
+    control: Some(closed_control),
+    ops_open: Some(no_ops_open),
+    tostr: Some(no_tostr),
+    ops_set: Some(no_ops_set),
+};
+
+fn use_after_close(op: &str) -> c_int {
+    tracing::warn!("{op}: the object was already closed");
+    ret::EINVAL
+}
+
+unsafe extern "C" fn closed_close(_fid: *mut ffi::fid) -> c_int {
+    ffi_guard("fi_close", || use_after_close("fi_close"))
+}
+
+unsafe extern "C" fn closed_bind(_fid: *mut ffi::fid, _bfid: *mut ffi::fid, _flags: u64) -> c_int {
+    ffi_guard("fi_bind", || use_after_close("fi_bind"))
+}
+
+unsafe extern "C" fn closed_control(
+    _fid: *mut ffi::fid,
+    _command: c_int,
+    _arg: *mut c_void,
+) -> c_int {
+    ffi_guard("fi_control", || use_after_close("fi_control"))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

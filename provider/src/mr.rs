@@ -295,7 +295,7 @@ unsafe extern "C" fn mr_close(fid: *mut ffi::fid) -> c_int {
         }
         tracing::debug!("mr {fid:p} closed");
         // SAFETY: from Box::into_raw in register(); dropping it releases the domain.
-        drop(unsafe { Box::from_raw(fid as *mut Mr) });
+        unsafe { fid::free_closed::<Mr>(fid) };
         ret::SUCCESS
     })
 }

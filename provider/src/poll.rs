@@ -158,7 +158,7 @@ unsafe extern "C" fn poll_close(fid: *mut ffi::fid) -> c_int {
         }
         tracing::debug!("poll set {fid:p} closed");
         // SAFETY: from Box::into_raw in open(); the application gives up its pointer.
-        drop(unsafe { Box::from_raw(fid as *mut PollSet) });
+        unsafe { fid::free_closed::<PollSet>(fid) };
         ret::SUCCESS
     })
 }

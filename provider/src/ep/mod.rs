@@ -478,7 +478,7 @@ unsafe extern "C" fn ep_close(fid: *mut ffi::fid) -> c_int {
         tracing::info!("endpoint {:p} closed", ep);
         // SAFETY: the fid is the first field of a Box<Ep> we leaked in open;
         // the application gives up its pointer with fi_close.
-        drop(unsafe { Box::from_raw(fid as *mut Ep) });
+        unsafe { fid::free_closed::<Ep>(fid) };
         ret::SUCCESS
     })
 }
