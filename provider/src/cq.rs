@@ -1166,6 +1166,9 @@ pub(crate) mod tests {
                 ret::EINVAL as isize
             );
             assert_eq!(close(cq as *mut ffi::fid), ret::EBUSY);
+            // As an endpoint's fi_close does: leave the progress list, then
+            // release the binding.
+            inner.progress().remove(&ep);
             drop(bound);
             drop(ep);
             drop(inner);

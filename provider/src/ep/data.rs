@@ -3,7 +3,6 @@
 
 use std::mem::size_of;
 use std::os::raw::{c_int, c_void};
-use std::sync::atomic::Ordering;
 
 use super::{ep_of, EpInner};
 use crate::ffi::{self, ret};
@@ -86,10 +85,10 @@ fn post_send(
     flags: u64,
     inject_call: bool,
 ) -> isize {
-    if !ep.enabled.load(Ordering::Acquire) {
+    let Some(b) = ep.active.get() else {
         tracing::warn!("{op}: the endpoint is not enabled");
         return -(ffi::FI_EOPBADSTATE as c_int) as isize;
-    }
+    };
     if flags & !SEND_FLAGS != 0 {
         tracing::warn!("{op}: unsupported flags {:#x}", flags & !SEND_FLAGS);
         return ret::EBADFLAGS as isize;
@@ -103,7 +102,6 @@ fn post_send(
         return ret::EINVAL as isize;
     }
     let (dest, completion) = {
-        let b = ep.bindings.read();
         let Some(dest_addr) = b.av.as_ref().and_then(|av| av.lookup(dest)) else {
             tracing::warn!("{op}: fi_addr {dest:#x} is not in the endpoint's AV");
             return ret::EINVAL as isize;
@@ -145,10 +143,10 @@ fn post_recv(
     context: *mut c_void,
     flags: u64,
 ) -> isize {
-    if !ep.enabled.load(Ordering::Acquire) {
+    let Some(b) = ep.active.get() else {
         tracing::warn!("{op}: the endpoint is not enabled");
         return -(ffi::FI_EOPBADSTATE as c_int) as isize;
-    }
+    };
     if flags & !RECV_FLAGS != 0 {
         tracing::warn!("{op}: unsupported flags {:#x}", flags & !RECV_FLAGS);
         return ret::EBADFLAGS as isize;
@@ -159,7 +157,6 @@ fn post_recv(
         return ret::EINVAL as isize;
     }
     let (src, completion) = {
-        let b = ep.bindings.read();
         let directed = ep.caps & ffi::FI_DIRECTED_RECV != 0 && src != FI_ADDR_UNSPEC;
         let src = if directed {
             match b.av.as_ref().and_then(|av| av.lookup(src)) {

@@ -11,8 +11,7 @@ mod unsupported;
 
 use std::mem::size_of;
 use std::os::raw::{c_int, c_void};
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 use parking_lot::{Mutex, RwLock};
 use unimem_dma::{DmaRegion, RegionConfig, ShmDmaEngine};
@@ -66,8 +65,11 @@ pub struct EpInner {
     iov_limit: usize,
     rx_size: usize,
     core: Mutex<Core>,
+    /// Bindings while the endpoint is being set up.
     bindings: RwLock<Bindings>,
-    enabled: AtomicBool,
+    /// The bindings, frozen by fi_enable (binding is refused afterwards):
+    /// the data path reads them without a lock. Set means enabled.
+    active: OnceLock<Bindings>,
 }
 
 static EP_FI_OPS: ffi::fi_ops = ffi::fi_ops {
@@ -305,7 +307,7 @@ pub unsafe fn open(
             rx_size: cfg.rx_size,
             core: Mutex::new(core),
             bindings: RwLock::new(Bindings::default()),
-            enabled: AtomicBool::new(false),
+            active: OnceLock::new(),
         }),
     });
     tracing::info!(
@@ -355,7 +357,14 @@ impl EpInner {
     /// Turns the protocol's finished operations into CQ entries and counter
     /// events.
     fn drain(&self, core: &mut Core) {
-        let bindings = self.bindings.read();
+        let setup;
+        let bindings = match self.active.get() {
+            Some(active) => active,
+            None => {
+                setup = self.bindings.read();
+                &*setup
+            }
+        };
         while let Some(event) = core.next_event() {
             match event {
                 Event::Send {
@@ -392,7 +401,7 @@ impl EpInner {
                                 buf: done.buf as *mut c_void,
                                 data: done.data.unwrap_or(0),
                                 tag: done.tag,
-                                src_addr: source_fi_addr(&bindings, &done.src),
+                                src_addr: source_fi_addr(bindings, &done.src),
                             });
                         }
                     }
@@ -429,7 +438,7 @@ impl EpInner {
                                 data: e.data.unwrap_or(0),
                                 tag: e.tag,
                                 src_addr: e.src.map_or(ffi::FI_ADDR_NOTAVAIL, |src| {
-                                    source_fi_addr(&bindings, &src)
+                                    source_fi_addr(bindings, &src)
                                 }),
                             },
                             err,
@@ -464,7 +473,8 @@ unsafe extern "C" fn ep_close(fid: *mut ffi::fid) -> c_int {
             return ret::EINVAL;
         };
         let me: Arc<dyn Progress> = ep.inner.clone();
-        let bindings = std::mem::take(&mut *ep.inner.bindings.write());
+        let setup = ep.inner.bindings.read();
+        let bindings = ep.inner.active.get().unwrap_or(&setup);
         for cq in [&bindings.tx_cq, &bindings.rx_cq].into_iter().flatten() {
             cq.progress().remove(&me);
         }
@@ -474,7 +484,7 @@ unsafe extern "C" fn ep_close(fid: *mut ffi::fid) -> c_int {
         {
             cntr.progress().remove(&me);
         }
-        drop(bindings);
+        drop(setup);
         tracing::info!("endpoint {:p} closed", ep);
         // SAFETY: the fid is the first field of a Box<Ep> we leaked in open;
         // the application gives up its pointer with fi_close.
@@ -495,7 +505,7 @@ unsafe extern "C" fn ep_bind(fid: *mut ffi::fid, bfid: *mut ffi::fid, flags: u64
             return ret::EINVAL;
         };
         let inner = &ep.inner;
-        if inner.enabled.load(Ordering::Acquire) {
+        if inner.active.get().is_some() {
             tracing::warn!("fi_ep_bind: the endpoint is already enabled");
             return -(ffi::FI_EOPBADSTATE as c_int);
         }
@@ -572,7 +582,10 @@ unsafe extern "C" fn ep_control(fid: *mut ffi::fid, command: c_int, _arg: *mut c
         };
         match command as u32 {
             ffi::FI_ENABLE => {
-                let b = ep.inner.bindings.read();
+                if ep.inner.active.get().is_some() {
+                    return ret::SUCCESS;
+                }
+                let mut b = ep.inner.bindings.write();
                 if b.av.is_none() {
                     tracing::warn!("fi_enable: no AV bound to the endpoint");
                     return -(ffi::FI_ENOAV as c_int);
@@ -585,7 +598,8 @@ unsafe extern "C" fn ep_control(fid: *mut ffi::fid, command: c_int, _arg: *mut c
                     tracing::warn!("fi_enable: no CQ or counter bound to the endpoint");
                     return -(ffi::FI_ENOCQ as c_int);
                 }
-                ep.inner.enabled.store(true, Ordering::Release);
+                // Binding is refused from now on, so the bindings freeze.
+                let _ = ep.inner.active.set(std::mem::take(&mut *b));
                 ret::SUCCESS
             }
             other => {
