@@ -177,6 +177,7 @@ fn scenario() {
         let cntr = cntr_checks(dom);
         let av = av_checks(dom, eq, info);
         let mr = mr_checks(dom, info);
+        endpoint_checks(dom, info, av.0, cq, cntr);
 
         // Children keep their parents open.
         assert_eq!(close(dom as _), EBUSY, "domain with a CQ, counter, AVs, MR");
@@ -202,6 +203,34 @@ fn scenario() {
         freeinfo(hints);
     }
     println!("scenario complete");
+}
+
+/// An endpoint bound as MPICH binds one (an AV, a CQ for both directions,
+/// a counter for FI_READ|FI_WRITE), enabled and closed: closing it must
+/// release everything it held, so that the domain and fabric close after.
+///
+/// # Safety
+/// Live objects of one domain; `info` from fi_getinfo.
+unsafe fn endpoint_checks(
+    dom: *mut ffi::fid_domain,
+    info: *const ffi::fi_info,
+    av: *mut ffi::fid_av,
+    cq: *mut ffi::fid_cq,
+    cntr: *mut ffi::fid_cntr,
+) {
+    let mut ep: *mut ffi::fid_ep = null_mut();
+    // SAFETY: live domain; info from fi_getinfo; ep is a writable local.
+    unsafe {
+        let endpoint = (*(*dom).ops).endpoint.unwrap();
+        assert_eq!(endpoint(dom, info as *mut _, &mut ep, null_mut()), 0);
+        let fid = ep as *mut ffi::fid;
+        assert_eq!(bind(fid, av as _, 0), 0);
+        assert_eq!(bind(fid, cq as _, ffi::FI_TRANSMIT | ffi::FI_RECV), 0);
+        assert_eq!(bind(fid, cntr as _, ffi::FI_READ | ffi::FI_WRITE), 0);
+        assert_eq!(control(fid, ffi::FI_ENABLE, null_mut()), 0);
+        assert_eq!(close(cq as _), EBUSY, "CQ bound to an open endpoint");
+        assert_eq!(close(fid), 0);
+    }
 }
 
 /// FI_WAIT_FD EQ: fd readiness, FI_PEEK, timed sread; returns an open EQ.

@@ -555,8 +555,12 @@ unsafe extern "C" fn ep_bind(fid: *mut ffi::fid, bfid: *mut ffi::fid, flags: u64
                 if flags & ffi::FI_RECV != 0 {
                     b.recv_cntr = Some(ParentRef::new(&cntr));
                 }
-                // RMA counters (FI_READ/FI_WRITE...) never count: no RMA.
-                cntr.progress().add(&me);
+                // RMA counters (FI_READ/FI_WRITE...) never count (no RMA),
+                // and the endpoint keeps no reference to them: it joins
+                // the progress list only of counters it can leave at close.
+                if flags & (ffi::FI_SEND | ffi::FI_RECV) != 0 {
+                    cntr.progress().add(&me);
+                }
             }
             ffi::FI_CLASS_EQ => {
                 // SAFETY: bfid is a live fid of class EQ.
