@@ -505,12 +505,13 @@ unsafe extern "C" fn ep_bind(fid: *mut ffi::fid, bfid: *mut ffi::fid, flags: u64
             return ret::EINVAL;
         };
         let inner = &ep.inner;
+        let me: Arc<dyn Progress> = inner.clone();
+        let mut b = inner.bindings.write();
+        // Checked under the lock fi_enable takes to freeze the bindings.
         if inner.active.get().is_some() {
             tracing::warn!("fi_ep_bind: the endpoint is already enabled");
             return -(ffi::FI_EOPBADSTATE as c_int);
         }
-        let me: Arc<dyn Progress> = inner.clone();
-        let mut b = inner.bindings.write();
         match class {
             ffi::FI_CLASS_AV => {
                 // SAFETY: bfid is a live fid of class AV.
@@ -586,10 +587,10 @@ unsafe extern "C" fn ep_control(fid: *mut ffi::fid, command: c_int, _arg: *mut c
         };
         match command as u32 {
             ffi::FI_ENABLE => {
+                let mut b = ep.inner.bindings.write();
                 if ep.inner.active.get().is_some() {
                     return ret::SUCCESS;
                 }
-                let mut b = ep.inner.bindings.write();
                 if b.av.is_none() {
                     tracing::warn!("fi_enable: no AV bound to the endpoint");
                     return -(ffi::FI_ENOAV as c_int);
