@@ -78,12 +78,18 @@ impl<T> Slab<T> {
         value
     }
 
-    fn ids(&self) -> impl Iterator<Item = usize> + '_ {
+    /// Ids of the entries `accept` takes.
+    fn ids_where(&self, accept: impl Fn(&T) -> bool) -> Vec<usize> {
         self.slots
             .iter()
             .enumerate()
-            .filter(|(_, s)| s.is_some())
+            .filter(|(_, s)| s.as_ref().is_some_and(&accept))
             .map(|(i, _)| i)
+            .collect()
+    }
+
+    fn is_empty(&self) -> bool {
+        self.slots.len() == self.free.len()
     }
 }
 
@@ -333,7 +339,7 @@ where
 
     /// Whether operations are still in flight (sends, transfers).
     pub fn busy(&self) -> bool {
-        self.outstanding_sends > 0 || self.rx_xfers.ids().next().is_some()
+        self.outstanding_sends > 0 || !self.rx_xfers.is_empty()
     }
 
     // --- Peers -------------------------------------------------------------------
@@ -496,28 +502,10 @@ where
                 }
             }
         }
-        let rendezvous: Vec<usize> = self
-            .tx_ops
-            .ids()
-            .filter(|&op| {
-                self.tx_ops.slots[op]
-                    .as_ref()
-                    .is_some_and(|o| o.peer == peer)
-            })
-            .collect();
-        for op in rendezvous {
+        for op in self.tx_ops.ids_where(|o| o.peer == peer) {
             self.fail_send(op);
         }
-        let receives: Vec<usize> = self
-            .rx_xfers
-            .ids()
-            .filter(|&x| {
-                self.rx_xfers.slots[x]
-                    .as_ref()
-                    .is_some_and(|x| x.peer == peer)
-            })
-            .collect();
-        for id in receives {
+        for id in self.rx_xfers.ids_where(|x| x.peer == peer) {
             let xfer = self.rx_xfers.remove(id).expect("listed above");
             // Its slot may be reused: it must not keep a place in the queue.
             self.deferred_grants.retain(|&d| d != id);
