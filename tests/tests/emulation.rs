@@ -3,6 +3,7 @@
 //! others.
 
 use std::collections::HashMap;
+use std::sync::{RwLock, RwLockReadGuard, RwLockWriteGuard};
 use std::time::{Duration, Instant};
 
 use unimem_dma::{DmaEngine, DmaError, DmaRegion, RegId, RegionConfig, ShmDmaEngine};
@@ -16,6 +17,21 @@ const NODE: &str = env!("CARGO_BIN_EXE_unimem-node");
 /// it belongs to one job.
 fn job_name() -> String {
     format!("emulation-test-{}", std::process::id())
+}
+
+/// Every process that opens a mailbox first reclaims the objects of dead
+/// processes of this user, in every job. The dead-node tests check that a
+/// killed node's objects are still there before they reclaim them, so no
+/// other test may start a child meanwhile: child-spawning tests hold this
+/// shared, the dead-node tests exclusively.
+static CHILDREN: RwLock<()> = RwLock::new(());
+
+fn children_may_reclaim() -> RwLockReadGuard<'static, ()> {
+    CHILDREN.read().unwrap_or_else(|e| e.into_inner())
+}
+
+fn nothing_else_reclaims() -> RwLockWriteGuard<'static, ()> {
+    CHILDREN.write().unwrap_or_else(|e| e.into_inner())
 }
 
 fn job() -> JobId {
@@ -80,17 +96,20 @@ fn receive_from_senders(depth: usize, senders: u32, per_sender: u64) {
 
 #[test]
 fn per_sender_order_with_four_concurrent_senders() {
+    let _children = children_may_reclaim();
     // A shallow ring keeps the senders busy-retrying, interleaving hard.
     receive_from_senders(16, 4, 50_000);
 }
 
 #[test]
 fn million_messages_arrive_intact() {
+    let _children = children_may_reclaim();
     receive_from_senders(1024, 4, 250_000);
 }
 
 #[test]
 fn busy_when_full_then_recovers_after_draining() {
+    let _children = children_may_reclaim();
     let mut mbx = open_mailbox(16);
     let mut filler = spawn_node(&["fill", &mbx.addr().to_string(), "100"]);
     let filled: u64 = filler.expect("filled").parse().unwrap();
@@ -117,6 +136,7 @@ fn busy_when_full_then_recovers_after_draining() {
 
 #[test]
 fn dead_mailbox_owner_is_reported_quickly_and_reclaimed() {
+    let _alone = nothing_else_reclaims();
     let job_name = format!("dead-mailbox-{}", std::process::id());
     let job = JobId::from_name(&job_name);
     let mbx = ShmMailbox::open(&ShmMailboxConfig {
@@ -167,6 +187,7 @@ fn dead_mailbox_owner_is_reported_quickly_and_reclaimed() {
 
 #[test]
 fn a_process_removes_its_own_objects_when_it_exits_without_closing() {
+    let _children = children_may_reclaim();
     let job_name = format!("exit-hook-{}", std::process::id());
     let mut child = Peer::spawn(NODE, &[&job_name, "exit-uncleanly"]);
     // A mailbox, a region directory and one segment.
@@ -213,6 +234,7 @@ fn remote_hash(owner: &mut Peer, offset: usize, len: usize) -> u64 {
 
 #[test]
 fn dma_moves_exact_bytes_at_unaligned_offsets_and_odd_lengths() {
+    let _children = children_may_reclaim();
     const LEN: usize = 1 << 20;
     let (mut owner, node, remote) = dma_owner(LEN);
     let mut engine = engine();
@@ -270,6 +292,7 @@ fn dma_moves_exact_bytes_at_unaligned_offsets_and_odd_lengths() {
 
 #[test]
 fn dma_rejects_each_bad_input_with_its_error_and_moves_no_byte() {
+    let _children = children_may_reclaim();
     const LEN: usize = 64 << 10;
     let (mut owner, node, remote) = dma_owner(LEN);
     let initial = remote_hash(&mut owner, 0, LEN);
@@ -378,6 +401,7 @@ fn dma_rejects_each_bad_input_with_its_error_and_moves_no_byte() {
 
 #[test]
 fn dead_dma_node_is_reported_and_its_memory_reclaimed() {
+    let _alone = nothing_else_reclaims();
     let (mut owner, node, remote) = dma_owner(4096);
     let mut engine = engine();
     let reg = engine.register(node, remote, 4096).unwrap();
