@@ -11,6 +11,7 @@ mod unsupported;
 
 use std::mem::size_of;
 use std::os::raw::{c_int, c_void};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, OnceLock};
 
 use parking_lot::{Mutex, RwLock};
@@ -70,6 +71,8 @@ pub struct EpInner {
     /// The bindings, frozen by fi_enable (binding is refused afterwards):
     /// the data path reads them without a lock. Set means enabled.
     active: OnceLock<Bindings>,
+    /// Dead peers whose shared objects were already reclaimed.
+    peers_reclaimed: AtomicUsize,
 }
 
 static EP_FI_OPS: ffi::fi_ops = ffi::fi_ops {
@@ -116,6 +119,8 @@ fn proto_config(cfg: &Config) -> ProtoConfig {
         rendezvous_window: cfg.rendezvous_window,
         staging_segments: cfg.staging_segments,
         tx_size: cfg.tx_size,
+        peer_check: (cfg.peer_check_ms > 0)
+            .then(|| std::time::Duration::from_millis(cfg.peer_check_ms as u64)),
         regcache: unimem_regcache::Config {
             max_entries: cfg.regcache_max_entries,
             max_bytes: cfg.regcache_max_size,
@@ -308,6 +313,7 @@ pub unsafe fn open(
             core: Mutex::new(core),
             bindings: RwLock::new(Bindings::default()),
             active: OnceLock::new(),
+            peers_reclaimed: AtomicUsize::new(0),
         }),
     });
     tracing::info!(
@@ -342,6 +348,14 @@ impl Progress for EpInner {
         let mut core = self.core.lock();
         core.progress();
         self.drain(&mut core);
+        let lost = core.peers_lost();
+        drop(core);
+        if self.peers_reclaimed.swap(lost, Ordering::Relaxed) != lost {
+            // A killed process cannot remove its mailbox and memory: the
+            // peers that find it dead do.
+            let removed = unimem_mailbox::shm::reclaim_dead_objects();
+            tracing::info!(removed, "reclaimed the shared objects of dead peers");
+        }
     }
 }
 

@@ -14,6 +14,7 @@
 
 use std::collections::{HashMap, VecDeque};
 use std::hash::Hash;
+use std::time::Instant;
 
 use unimem_dma::{DmaBuf, DmaEngine, DmaError, DmaId, RegId};
 use unimem_mailbox::{Error as MailboxError, Mailbox, Message};
@@ -127,7 +128,8 @@ enum DataItem {
     },
 }
 
-struct Peer<R, N> {
+struct Peer<A, R, N> {
+    addr: A,
     route: Option<R>,
     node: Option<N>,
     tx: Option<TxRing>,
@@ -230,7 +232,7 @@ pub struct Endpoint<M: Mailbox, D: DmaEngine> {
     dma: D,
     cfg: ProtoConfig,
     slot_size: usize,
-    peers: Vec<Peer<M::Peer, D::Node>>,
+    peers: Vec<Peer<M::Addr, M::Peer, D::Node>>,
     by_addr: HashMap<M::Addr, PeerIdx>,
     /// The peer looked up last: most traffic goes to or comes from the same
     /// peer as the message before, and this spares hashing its address.
@@ -251,7 +253,16 @@ pub struct Endpoint<M: Mailbox, D: DmaEngine> {
     deferred_grants: VecDeque<usize>,
     deferred_segments: VecDeque<Grant>,
     events: VecDeque<Event<M::Addr>>,
+    /// Progress calls since the last look at the clock for a peer check.
+    calls_since_clock: u32,
+    next_peer_check: Instant,
+    /// Peers found dead so far (the provider reclaims what they left).
+    peers_lost: usize,
 }
+
+/// Progress calls between two looks at the clock for the peer check: a
+/// clock read on every call would cost the fast path.
+const CALLS_PER_CLOCK_READ: u32 = 64;
 
 fn post_error(e: MailboxError) -> PostError {
     match e {
@@ -307,6 +318,9 @@ where
             deferred_grants: VecDeque::new(),
             deferred_segments: VecDeque::new(),
             events: VecDeque::new(),
+            calls_since_clock: 0,
+            next_peer_check: Instant::now(),
+            peers_lost: 0,
             cfg,
         })
     }
@@ -385,6 +399,7 @@ where
         let index = self.peers.len();
         let dead = route.is_none();
         self.peers.push(Peer {
+            addr,
             route,
             node: None,
             tx: None,
@@ -489,7 +504,8 @@ where
         if self.peers[peer].dead && self.peers[peer].route.is_none() {
             return;
         }
-        tracing::warn!(peer, "peer is dead or unreachable; failing its operations");
+        tracing::warn!(peer, addr = %self.peers[peer].addr, "peer is dead or unreachable; failing its operations");
+        self.peers_lost += 1;
         let state = &mut self.peers[peer];
         state.dead = true;
         state.route = None;
@@ -518,9 +534,63 @@ where
                 ErrorKind::PeerUnreachable,
             );
         }
+        self.fail_receives_from(peer);
         if let Some(node) = self.peers[peer].node {
             for reg in self.regcache.invalidate_node(node) {
                 let _ = self.dma.deregister(reg);
+            }
+        }
+    }
+
+    /// Fails the posted receives that only a dead `peer` could satisfy.
+    fn fail_receives_from(&mut self, peer: PeerIdx) {
+        let addr = self.peers[peer].addr;
+        for (tagged, recv) in self.matcher.remove_posted_from(&addr) {
+            self.events.push_back(Event::Error(OpError {
+                context: recv.context,
+                kind: ErrorKind::PeerUnreachable,
+                send: false,
+                tagged,
+                buf: recv.iov.first().map_or(0, |&(buf, _)| buf),
+                len: 0,
+                olen: 0,
+                tag: recv.tag,
+                data: None,
+                src: Some(addr),
+                multi_released: false,
+            }));
+        }
+    }
+
+    /// How many peers were found dead so far.
+    pub fn peers_lost(&self) -> usize {
+        self.peers_lost
+    }
+
+    /// Now and then, looks whether known peers are still alive. A receiver
+    /// waiting on a sender that died hears nothing more from it: only this
+    /// look ends its wait (a sender learns it from the mailbox).
+    fn check_peers(&mut self) {
+        let Some(interval) = self.cfg.peer_check else {
+            return;
+        };
+        self.calls_since_clock += 1;
+        if self.calls_since_clock < CALLS_PER_CLOCK_READ {
+            return;
+        }
+        self.calls_since_clock = 0;
+        let now = Instant::now();
+        if now < self.next_peer_check {
+            return;
+        }
+        self.next_peer_check = now + interval;
+        for peer in 0..self.peers.len() {
+            let alive = match &self.peers[peer].route {
+                Some(route) => self.mbx.peer_alive(route),
+                None => true,
+            };
+            if !alive {
+                self.fail_peer(peer);
             }
         }
     }
@@ -629,7 +699,7 @@ where
     /// inline size, the peer's ring has a free slot (or the peer has no
     /// ring: then it goes by rendezvous, which needs the receiver anyway).
     fn inject_ready(&mut self, peer: PeerIdx, inline: bool) -> bool {
-        let ready = |state: &Peer<M::Peer, D::Node>| {
+        let ready = |state: &Peer<M::Addr, M::Peer, D::Node>| {
             state.data.is_empty()
                 && (inline
                     || match &state.tx {
@@ -906,6 +976,7 @@ where
         self.return_credits();
         self.flush_active();
         self.reap_dma();
+        self.check_peers();
     }
 
     fn flush_active(&mut self) {
@@ -1166,7 +1237,18 @@ where
     pub unsafe fn post_recv(&mut self, tagged: bool, recv: PostedRecv<M::Addr>) {
         let context = recv.context;
         let multi = recv.multi_recv;
+        let dead_src = recv
+            .src
+            .and_then(|src| self.by_addr.get(&src).copied())
+            .filter(|&peer| self.peers[peer].dead);
         let mut next = self.matcher.post(tagged, recv);
+        if next.is_none() {
+            if let Some(peer) = dead_src {
+                // Queued: nothing it could match is left from that peer.
+                self.fail_receives_from(peer);
+                return;
+            }
+        }
         while let Some((placement, message)) = next {
             self.take_unexpected(placement, message);
             next = if multi {
@@ -1320,6 +1402,11 @@ where
         msg_len: usize,
         placement: Placement,
     ) {
+        if self.peers[peer].dead {
+            // Its request arrived before it died; its data never will.
+            self.complete_recv_error(placement, Some(src), info, 0, ErrorKind::PeerUnreachable);
+            return;
+        }
         let xfer_len = msg_len.min(placement.capacity());
         let segments = xfer_len.div_ceil(self.cfg.segment_size) as u32;
         let direct = placement.iov.len() == 1

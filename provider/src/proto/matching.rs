@@ -408,6 +408,23 @@ impl<A: Copy + Eq, B> Matcher<A, B> {
         None
     }
 
+    /// Removes the receives posted for messages from `src` only (a dead
+    /// peer's): `(tagged, receive)` in post order. Receives from any source
+    /// and multi-receive buffers stay.
+    pub fn remove_posted_from(&mut self, src: &A) -> Vec<(bool, PostedRecv<A>)> {
+        let mut removed = Vec::new();
+        for tagged in [false, true] {
+            let lane = self.lane(tagged);
+            let (from_src, rest): (VecDeque<_>, VecDeque<_>) = lane
+                .posted
+                .drain(..)
+                .partition(|r| !r.multi_recv && r.src == Some(*src));
+            lane.posted = rest;
+            removed.extend(from_src.into_iter().map(|r| (tagged, r)));
+        }
+        removed
+    }
+
     /// Whether a multi-receive buffer's completions are wanted.
     pub fn multi_completion(&self, id: MultiId) -> bool {
         self.multi

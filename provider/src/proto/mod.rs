@@ -26,6 +26,8 @@ pub mod wire;
 
 pub use endpoint::Endpoint;
 
+use std::time::Duration;
+
 use unimem_mailbox::{JobId, NodeId};
 
 use wire::NODE_LEN;
@@ -52,6 +54,8 @@ pub struct ProtoConfig {
     pub max_msg_size: usize,
     /// Mailbox messages handled per progress call at most.
     pub poll_budget: usize,
+    /// How often progress checks that known peers are alive; `None`: never.
+    pub peer_check: Option<Duration>,
     pub regcache: unimem_regcache::Config,
 }
 
@@ -67,6 +71,7 @@ impl Default for ProtoConfig {
             tx_size: 1024,
             max_msg_size: 1 << 30,
             poll_budget: 256,
+            peer_check: Some(Duration::from_millis(100)),
             regcache: unimem_regcache::Config::default(),
         }
     }

@@ -726,3 +726,83 @@ fn injects_leave_within_the_call_even_with_modeled_dma() {
         );
     }
 }
+
+fn quick_peer_check() -> ProtoConfig {
+    ProtoConfig {
+        peer_check: Some(Duration::from_millis(1)),
+        ..config()
+    }
+}
+
+fn error_of(event: &Event<MailboxAddr>) -> &OpError<MailboxAddr> {
+    match event {
+        Event::Error(error) => error,
+        other => panic!("expected an error completion, got {other:?}"),
+    }
+}
+
+#[test]
+fn receives_directed_at_a_peer_that_dies_fail() {
+    let mut a = endpoint_with(64, quick_peer_check());
+    let mut b = endpoint();
+    let b_addr = b.addr();
+    let mut first = [0u8; 4];
+    post(&mut a, true, recv_spec(&mut first, 1, Some(b_addr), 7, 0));
+    send(&mut b, a.addr(), b"knew", Some(7), 0).unwrap();
+    assert_eq!(
+        recv_done(&collect(&mut [&mut a, &mut b], 0, 1)[0]).context,
+        1
+    );
+
+    let mut from_b = [0u8; 4];
+    let mut from_any = [0u8; 4];
+    post(&mut a, true, recv_spec(&mut from_b, 2, Some(b_addr), 8, 0));
+    post(&mut a, true, recv_spec(&mut from_any, 3, None, 8, 0));
+    drop(b);
+    let failed = collect(&mut [&mut a], 0, 1);
+    let error = error_of(&failed[0]);
+    assert_eq!((error.context, error.kind), (2, ErrorKind::PeerUnreachable));
+    assert_eq!(error.src, Some(b_addr));
+    // A receive from any source may still be satisfied by someone else.
+    assert_eq!(a.posted_receives(), 1);
+    assert_eq!(a.peers_lost(), 1);
+
+    // Later receives directed at the dead peer fail at once.
+    let mut late = [0u8; 4];
+    post(&mut a, false, recv_spec(&mut late, 4, Some(b_addr), 0, 0));
+    let error = error_of(&a.next_event().expect("fails when posted")).clone();
+    assert_eq!((error.context, error.kind), (4, ErrorKind::PeerUnreachable));
+}
+
+#[test]
+fn a_rendezvous_from_a_peer_that_died_fails_when_matched() {
+    let mut a = endpoint();
+    let mut b = endpoint_with(64, quick_peer_check());
+    let big = pattern(4 * SEGMENT, 3);
+    send(&mut a, b.addr(), &big, Some(9), 1).unwrap();
+    // The request arrives unexpected, then its sender dies.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let mut probe_buf = [0u8; 0];
+    loop {
+        a.progress();
+        b.progress();
+        b.peek(true, recv_spec(&mut probe_buf, 5, None, 9, 0), false, false);
+        if matches!(b.next_event(), Some(Event::Recv(_))) {
+            break;
+        }
+        assert!(Instant::now() < deadline, "the request never arrived");
+    }
+    drop(a);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while b.peers_lost() == 0 {
+        b.progress();
+        assert!(
+            Instant::now() < deadline,
+            "the dead sender was never noticed"
+        );
+    }
+    let mut sink = vec![0u8; big.len()];
+    post(&mut b, true, recv_spec(&mut sink, 6, None, 9, 0));
+    let error = error_of(&b.next_event().expect("fails when matched")).clone();
+    assert_eq!((error.context, error.kind), (6, ErrorKind::PeerUnreachable));
+}
