@@ -15,7 +15,7 @@ use std::hash::Hash;
 use std::io;
 
 pub use engine::ShmDmaEngine;
-pub use region::{DmaBuf, DmaRegion, RegionConfig, ALLOC_ALIGN, MAX_SEGMENTS};
+pub use region::{host_nodes, DmaBuf, DmaRegion, RegionConfig, ALLOC_ALIGN, MAX_SEGMENTS};
 
 /// Handle of a remote registration.
 #[derive(Clone, Copy, PartialEq, Eq, Hash, Debug)]

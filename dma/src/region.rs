@@ -67,6 +67,16 @@ pub(crate) fn directory_name(node: &NodeId) -> String {
     object_name(node.job, &format!("{}-dma", node.pid))
 }
 
+/// How many processes of this user on this host have dmable memory, in any
+/// job: each has one directory object. (Objects of killed processes count
+/// until someone reclaims them.)
+pub fn host_nodes() -> usize {
+    unimem_mailbox::shm::list_objects(None)
+        .iter()
+        .filter(|name| name.ends_with("-dma"))
+        .count()
+}
+
 pub(crate) fn segment_name(node: &NodeId, index: usize) -> String {
     object_name(node.job, &format!("{}-seg{index}", node.pid))
 }

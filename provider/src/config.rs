@@ -166,7 +166,8 @@ tunables! {
     tx_size: usize = Kind::Int { min: 1, max: 1 << 20 }, "1024", "transmit queue depth per endpoint (tx_attr->size)";
     rx_size: usize = Kind::Int { min: 1, max: 1 << 20 }, "1024", "posted-receive queue depth per endpoint (rx_attr->size)";
     cq_size: usize = Kind::Int { min: 1, max: 1 << 24 }, "8192", "completion queue size when fi_cq_open asks for the default (0)";
-    spin_yield: usize = Kind::Int { min: 0, max: 1 << 30 }, "64", "busy-poll iterations before yielding the CPU in blocking waits";
+    spin_yield: usize = Kind::Int { min: 0, max: 1 << 30 }, "64", "busy-poll iterations before yielding the CPU in blocking waits, and in polling reads as idle_yield says";
+    idle_yield: &'static str = Kind::Enum(&["auto", "always", "never"]), "auto", "whether fi_cq_read that found nothing spin_yield times in a row yields the CPU: auto (when this host runs more unimem processes than CPUs), always, never";
     peer_check_ms: usize = Kind::Int { min: 0, max: 3_600_000 }, "100", "how often (ms) progress checks that known peers are alive; operations with a dead peer fail (0: never)";
 }
 
@@ -553,6 +554,7 @@ mod tests {
         assert_eq!((c.tx_size, c.rx_size, c.cq_size), (1024, 1024, 8192));
         assert_eq!(c.spin_yield, 64);
         assert_eq!(c.peer_check_ms, 100);
+        assert_eq!(c.idle_yield, "auto");
     }
 
     #[test]

@@ -36,7 +36,7 @@ use crate::ffi::{self, ret};
 use crate::fid::{self, Children, Parent, ParentRef};
 use crate::guard::{ffi_guard, ffi_guard_or};
 use crate::progress::ProgressList;
-use crate::wait::{self, Backoff, Deadline};
+use crate::wait::{self, Backoff, Deadline, IdlePolls, IdleYield};
 
 /// One successful operation, as the endpoint reports it.
 #[derive(Clone, Copy, Debug)]
@@ -359,6 +359,8 @@ pub struct CqInner {
     wait_obj: ffi::fi_wait_obj,
     size: usize,
     spin_yield: usize,
+    idle_yield: IdleYield,
+    idle_polls: IdlePolls,
     queue: Mutex<Queue>,
     /// Set by `fi_cq_signal`, taken by the blocking read it wakes.
     signaled: AtomicBool,
@@ -434,7 +436,13 @@ impl CqInner {
     unsafe fn read(&self, buf: *mut c_void, count: usize, src_addr: *mut ffi::fi_addr_t) -> isize {
         self.progress.run();
         // SAFETY: forwarded from the caller.
-        unsafe { self.queue.lock().read(self.format, buf, count, src_addr) }
+        let n = unsafe { self.queue.lock().read(self.format, buf, count, src_addr) };
+        if n == ret::EAGAIN as isize {
+            self.idle_polls.nothing(self.spin_yield, self.idle_yield);
+        } else {
+            self.idle_polls.found();
+        }
+        n
     }
 
     /// `fi_cq_sreadfrom`: read, or wait up to `timeout` ms (< 0: forever)
@@ -560,6 +568,8 @@ pub unsafe fn open(
             wait_obj: a.wait_obj,
             size,
             spin_yield: config.spin_yield,
+            idle_yield: IdleYield::from_tunable(config.idle_yield),
+            idle_polls: IdlePolls::default(),
             queue: Mutex::new(Queue {
                 // Grows on demand: hundreds of CQs of the default size must stay cheap.
                 entries: VecDeque::with_capacity(size.min(64)),

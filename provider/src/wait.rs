@@ -23,7 +23,10 @@
 //! (the loop needs no wait object), which is friendlier than failing.
 
 use std::os::raw::c_int;
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
+
+use unimem_mailbox::node::monotonic_ns;
 
 use crate::ffi::{self, ret};
 
@@ -107,6 +110,85 @@ impl Backoff {
             std::thread::yield_now();
         }
     }
+}
+
+/// The `idle_yield` tunable: when a polling read that found nothing gives
+/// the CPU away.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum IdleYield {
+    /// When this host runs more unimem processes than it has CPUs.
+    Auto,
+    Always,
+    Never,
+}
+
+impl IdleYield {
+    pub fn from_tunable(value: &str) -> IdleYield {
+        match value {
+            "always" => IdleYield::Always,
+            "never" => IdleYield::Never,
+            _ => IdleYield::Auto,
+        }
+    }
+}
+
+/// Empty non-blocking reads in a row, of one CQ.
+///
+/// MPI libraries wait by calling `fi_cq_read` in a tight loop. With a CPU per
+/// process nothing is faster; with more processes than CPUs, the poller
+/// burns the time slice that the process it waits for needs, and every
+/// message then waits for the scheduler (milliseconds). So after `spins`
+/// empty reads in a row, each further empty read yields the CPU, when the
+/// policy says so.
+#[derive(Debug, Default)]
+pub struct IdlePolls {
+    empty: AtomicUsize,
+}
+
+impl IdlePolls {
+    pub fn found(&self) {
+        if self.empty.load(Ordering::Relaxed) != 0 {
+            self.empty.store(0, Ordering::Relaxed);
+        }
+    }
+
+    pub fn nothing(&self, spins: usize, policy: IdleYield) {
+        if self.empty.fetch_add(1, Ordering::Relaxed) < spins {
+            return;
+        }
+        let yield_cpu = match policy {
+            IdleYield::Always => true,
+            IdleYield::Never => false,
+            IdleYield::Auto => host_oversubscribed(),
+        };
+        if yield_cpu {
+            std::thread::yield_now();
+        }
+    }
+}
+
+/// Whether this host runs more unimem processes than it has online CPUs;
+/// counted again at most every half second, by whoever asks.
+fn host_oversubscribed() -> bool {
+    const RECOUNT_NS: u64 = 500_000_000;
+    static OVERSUBSCRIBED: AtomicBool = AtomicBool::new(false);
+    static NEXT_COUNT_NS: AtomicU64 = AtomicU64::new(0);
+    let now = monotonic_ns();
+    let due = NEXT_COUNT_NS.load(Ordering::Relaxed);
+    if now >= due
+        && NEXT_COUNT_NS
+            .compare_exchange(due, now + RECOUNT_NS, Ordering::Relaxed, Ordering::Relaxed)
+            .is_ok()
+    {
+        // SAFETY: sysconf has no preconditions.
+        let cpus = unsafe { libc::sysconf(libc::_SC_NPROCESSORS_ONLN) }.max(1) as usize;
+        let processes = unimem_dma::host_nodes();
+        let over = processes > cpus;
+        if over != OVERSUBSCRIBED.swap(over, Ordering::Relaxed) {
+            tracing::info!(processes, cpus, "idle polls yield the CPU: {over}");
+        }
+    }
+    OVERSUBSCRIBED.load(Ordering::Relaxed)
 }
 
 /// `fi_control` of CQs and counters (FI_GETWAITOBJ, FI_GETWAIT).
