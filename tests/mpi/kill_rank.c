@@ -1,0 +1,94 @@
+/* A rank killed in the middle of a job (SIGKILL, from the test) must not
+ * leave the others waiting forever.
+ *
+ * Every rank exchanges messages with every other rank, round after round,
+ * for up to 60 s: SMALL bytes (default 1 KiB), every eighth round LARGE
+ * (default 256 KiB), so a kill may land mid-transfer. Each rank prints its
+ * pid, then "running" once traffic flows.
+ *
+ *   kill_rank [LARGE [SMALL]]          as any MPI program: the launcher
+ *                                      reacts to the dead rank (Hydra kills
+ *                                      the others at once)
+ *   kill_rank survive [LARGE [SMALL]]  the launcher's signals are ignored
+ *                                      and MPI errors are returned: only
+ *                                      the provider can end the others'
+ *                                      wait; each prints the MPI error it
+ *                                      got and when ("rank R: MPI error at
+ *                                      <epoch seconds>: ...") and exits
+ *                                      with 3 */
+#include <mpi.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+int main(int argc, char **argv)
+{
+    int survive = argc > 1 && strcmp(argv[1], "survive") == 0;
+    int large = argc > 1 + survive ? atoi(argv[1 + survive]) : 256 * 1024;
+    int small = argc > 2 + survive ? atoi(argv[2 + survive]) : 1024;
+    if (survive) {
+        /* gforker stops the other ranks with SIGINT then SIGQUIT, Hydra
+         * with SIGUSR1 (auto-cleanup off); SIGKILL cannot be ignored. */
+        signal(SIGINT, SIG_IGN);
+        signal(SIGQUIT, SIG_IGN);
+        signal(SIGTERM, SIG_IGN);
+        signal(SIGUSR1, SIG_IGN);
+    }
+    MPI_Init(&argc, &argv);
+    int rank, size;
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    MPI_Comm_size(MPI_COMM_WORLD, &size);
+    if (survive)
+        MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
+    printf("rank %d pid %d\n", rank, (int)getpid());
+    fflush(stdout);
+
+    size_t stride = large > small ? (size_t)large : (size_t)small;
+    char *out = malloc((size_t)size * stride), *in = malloc((size_t)size * stride);
+    MPI_Request *reqs = malloc(2 * (size_t)size * sizeof *reqs);
+    memset(out, rank + 1, (size_t)size * stride);
+    double end = MPI_Wtime() + 60.0;
+    for (long round = 0; MPI_Wtime() < end; round++) {
+        int len = round % 8 == 7 ? large : small, n = 0, rc = MPI_SUCCESS;
+        for (int peer = 0; peer < size && rc == MPI_SUCCESS; peer++) {
+            if (peer == rank)
+                continue;
+            rc = MPI_Irecv(in + (size_t)peer * stride, len, MPI_CHAR, peer, 0, MPI_COMM_WORLD,
+                           &reqs[n++]);
+            if (rc == MPI_SUCCESS)
+                rc = MPI_Isend(out + (size_t)peer * stride, len, MPI_CHAR, peer, 0,
+                               MPI_COMM_WORLD, &reqs[n++]);
+        }
+        if (rc == MPI_SUCCESS)
+            rc = MPI_Waitall(n, reqs, MPI_STATUSES_IGNORE);
+        if (rc != MPI_SUCCESS) {
+            char text[MPI_MAX_ERROR_STRING];
+            int text_len;
+            MPI_Error_string(rc, text, &text_len);
+            struct timespec now;
+            clock_gettime(CLOCK_REALTIME, &now);
+            printf("rank %d: MPI error at %ld.%09ld: %s\n", rank, (long)now.tv_sec, now.tv_nsec,
+                   text);
+            fflush(stdout);
+            exit(3);
+        }
+        for (int peer = 0; peer < size; peer++) {
+            if (peer != rank && in[(size_t)peer * stride + len - 1] != (char)(peer + 1)) {
+                printf("rank %d: wrong data from rank %d\n", rank, peer);
+                fflush(stdout);
+                MPI_Abort(MPI_COMM_WORLD, 1);
+            }
+        }
+        if (round == 100) {
+            printf("rank %d running\n", rank);
+            fflush(stdout);
+        }
+    }
+    printf("rank %d: nobody was killed\n", rank);
+    fflush(stdout);
+    MPI_Finalize();
+    return 0;
+}
