@@ -504,7 +504,7 @@ where
         if self.peers[peer].dead && self.peers[peer].route.is_none() {
             return;
         }
-        tracing::warn!(peer, addr = %self.peers[peer].addr, "peer is dead or unreachable; failing its operations");
+        let events_before = self.events.len();
         self.peers_lost += 1;
         let state = &mut self.peers[peer];
         state.dead = true;
@@ -539,6 +539,14 @@ where
             for reg in self.regcache.invalidate_node(node) {
                 let _ = self.dma.deregister(reg);
             }
+        }
+        let failed = self.events.len() - events_before;
+        let addr = self.peers[peer].addr;
+        if failed > 0 {
+            tracing::warn!(%addr, failed, "peer is dead or unreachable: its operations failed");
+        } else {
+            // A peer that closed its endpoint and left, as at the end of a job.
+            tracing::debug!(%addr, "peer is gone");
         }
     }
 
@@ -647,8 +655,7 @@ where
         if self.peers[peer].dead {
             return Err(PostError::Unreachable);
         }
-        let tagged = req.info.tag.is_some();
-        let inline = len <= inline_capacity(tagged, req.info.data.is_some());
+        let inline = len <= inline_capacity(&req.info);
         if req.inject && !self.inject_ready(peer, inline) {
             return Err(PostError::Again);
         }

@@ -3,12 +3,15 @@
 //! Byte 0 holds the operation in its low nibble and flags in its high one.
 //! Every field is little-endian. Optional fields (tag, CQ data) are present
 //! only when their flag is set, so a tiny untagged message keeps 22 of the
-//! 24 bytes for its payload.
+//! 24 bytes for its payload. An inline message carries only the significant
+//! bytes of its tag and CQ data (their counts in one byte, `sizes`): MPI
+//! sends a 64-bit tag and its rank as CQ data, and an 8-byte MPI message
+//! still fits.
 //!
 //! | op      | layout after byte 0                                          |
 //! |---------|--------------------------------------------------------------|
 //! | Hello   | slot shift u8, slots u16, node [u8; 12], ring address u64     |
-//! | Inline  | len u8, [tag u64], [data u64], payload                        |
+//! | Inline  | len u8, [sizes u8, tag bytes, data bytes], payload            |
 //! | Eager   | credits u8, len u32, [tag u64], [data u64]                    |
 //! | Rts     | credits u8, send id u16, len u32, [tag u64], [data u64]       |
 //! | Grant   | pad u8, send id u16, segment u32, address u64, len u32, recv id u16 |
@@ -27,9 +30,18 @@ pub const NODE_LEN: usize = 12;
 const TAGGED: u8 = 0x10;
 const DATA: u8 = 0x20;
 
-/// Largest inline payload for each combination of tag and CQ data.
-pub const fn inline_capacity(tagged: bool, data: bool) -> usize {
-    MESSAGE_LEN - 2 - if tagged { 8 } else { 0 } - if data { 8 } else { 0 }
+/// Largest inline payload of a message with this tag and CQ data: 22 bytes
+/// without either, else 21 less the significant bytes of both (at least 5).
+pub fn inline_capacity(info: &MatchInfo) -> usize {
+    if info.tag.is_none() && info.data.is_none() {
+        return MESSAGE_LEN - 2;
+    }
+    MESSAGE_LEN - 3 - significant_bytes(info.tag) - significant_bytes(info.data)
+}
+
+/// Bytes needed for `value` without its leading zero bytes (0 for none or 0).
+fn significant_bytes(value: Option<u64>) -> usize {
+    value.map_or(0, |v| (64 - v.leading_zeros() as usize).div_ceil(8))
 }
 
 /// An inline payload, kept by value: decoding a message must not allocate.
@@ -176,6 +188,13 @@ impl Reader<'_> {
     fn u64(&mut self) -> u64 {
         u64::from_le_bytes(self.take())
     }
+    /// A u64 stored in its `len` low bytes.
+    fn short_u64(&mut self, len: usize) -> u64 {
+        let mut bytes = [0u8; 8];
+        bytes[..len].copy_from_slice(&self.buf[self.at..self.at + len]);
+        self.at += len;
+        u64::from_le_bytes(bytes)
+    }
     fn info(&mut self, flags: u8) -> MatchInfo {
         MatchInfo {
             tag: (flags & TAGGED != 0).then(|| self.u64()),
@@ -204,9 +223,17 @@ impl Wire {
             }
             Wire::Inline { info, payload } => {
                 let payload = payload.as_slice();
-                assert!(payload.len() <= inline_capacity(info.tag.is_some(), info.data.is_some()));
+                assert!(payload.len() <= inline_capacity(info));
                 w = Writer::new(op::INLINE, Some(info));
-                w.put(&[payload.len() as u8]).info(info).put(payload);
+                w.put(&[payload.len() as u8]);
+                if info.tag.is_some() || info.data.is_some() {
+                    let tag_len = significant_bytes(info.tag);
+                    let data_len = significant_bytes(info.data);
+                    w.put(&[(tag_len | data_len << 4) as u8])
+                        .put(&info.tag.unwrap_or(0).to_le_bytes()[..tag_len])
+                        .put(&info.data.unwrap_or(0).to_le_bytes()[..data_len]);
+                }
+                w.put(payload);
             }
             Wire::Eager { info, len, credits } => {
                 w = Writer::new(op::EAGER, Some(info));
@@ -280,8 +307,19 @@ impl Wire {
             }
             op::INLINE => {
                 let len = r.u8() as usize;
-                let info = r.info(flags);
-                if len > inline_capacity(info.tag.is_some(), info.data.is_some()) {
+                let mut info = MatchInfo::default();
+                if flags & (TAGGED | DATA) != 0 {
+                    let sizes = r.u8();
+                    let (tag_len, data_len) = ((sizes & 0x0f) as usize, (sizes >> 4) as usize);
+                    if tag_len > 8 || data_len > 8 || tag_len + data_len > MESSAGE_LEN - 3 {
+                        return None;
+                    }
+                    let tag = r.short_u64(tag_len);
+                    let data = r.short_u64(data_len);
+                    info.tag = (flags & TAGGED != 0).then_some(tag);
+                    info.data = (flags & DATA != 0).then_some(data);
+                }
+                if len > inline_capacity(&info) || r.at + len > MESSAGE_LEN {
                     return None;
                 }
                 Wire::Inline {
@@ -341,9 +379,21 @@ impl Wire {
 mod tests {
     use super::*;
 
-    fn infos() -> [MatchInfo; 4] {
+    fn infos() -> [MatchInfo; 7] {
         [
             MatchInfo::default(),
+            MatchInfo {
+                tag: Some(0),
+                data: Some(0),
+            },
+            MatchInfo {
+                tag: Some(u64::MAX),
+                data: Some(u64::MAX),
+            },
+            MatchInfo {
+                tag: Some(0x8000_0000_0000_0001),
+                data: Some(3),
+            },
             MatchInfo {
                 tag: Some(0x0123_4567_89ab_cdef),
                 data: None,
@@ -384,7 +434,7 @@ mod tests {
             Wire::Credit { credits: 255 },
         ];
         for info in infos() {
-            let cap = inline_capacity(info.tag.is_some(), info.data.is_some());
+            let cap = inline_capacity(&info);
             for len in [0, 1, cap] {
                 all.push(Wire::Inline {
                     info,
@@ -414,10 +464,14 @@ mod tests {
 
     #[test]
     fn inline_capacities() {
-        assert_eq!(inline_capacity(false, false), 22);
-        assert_eq!(inline_capacity(true, false), 14);
-        assert_eq!(inline_capacity(false, true), 14);
-        assert_eq!(inline_capacity(true, true), 6);
+        let info = |tag, data| MatchInfo { tag, data };
+        assert_eq!(inline_capacity(&info(None, None)), 22);
+        assert_eq!(inline_capacity(&info(Some(0), None)), 21);
+        assert_eq!(inline_capacity(&info(Some(u64::MAX), None)), 13);
+        assert_eq!(inline_capacity(&info(None, Some(255))), 20);
+        assert_eq!(inline_capacity(&info(Some(u64::MAX), Some(u64::MAX))), 5);
+        // MPICH: 64-bit tag, rank as CQ data: an 8-byte message fits.
+        assert_eq!(inline_capacity(&info(Some(1 << 63), Some(3))), 12);
     }
 
     #[test]
@@ -428,5 +482,15 @@ mod tests {
         bad_len[0] = op::INLINE;
         bad_len[1] = 23;
         assert_eq!(Wire::decode(&bad_len), None);
+        // A tag and data that leave less room than the payload claims.
+        let mut crowded = [0u8; MESSAGE_LEN];
+        crowded[0] = op::INLINE | TAGGED | DATA;
+        crowded[1] = 6;
+        crowded[2] = 0x88;
+        assert_eq!(Wire::decode(&crowded), None);
+        let mut oversized = [0u8; MESSAGE_LEN];
+        oversized[0] = op::INLINE | TAGGED;
+        oversized[2] = 0x09;
+        assert_eq!(Wire::decode(&oversized), None);
     }
 }

@@ -157,7 +157,7 @@ fn recv_done(event: &Event<MailboxAddr>) -> &RecvDone<MailboxAddr> {
 fn every_size_around_every_threshold_arrives_intact() {
     let mut a = endpoint();
     let mut b = endpoint();
-    let inline = inline_capacity(false, false);
+    let inline = inline_capacity(&MatchInfo::default());
     let mut sizes = vec![0, 1, 100_000, 3 * SEGMENT + 5];
     for limit in [inline, EAGER, SEGMENT, 2 * SEGMENT] {
         sizes.extend([limit - 1, limit, limit + 1]);
@@ -639,7 +639,7 @@ fn eager_messages_go_by_rendezvous_to_a_receiver_without_a_ring() {
             ..config()
         },
     );
-    for (i, len) in [inline_capacity(false, false) + 1, 500, EAGER]
+    for (i, len) in [inline_capacity(&MatchInfo::default()) + 1, 500, EAGER]
         .into_iter()
         .enumerate()
     {
@@ -805,4 +805,47 @@ fn a_rendezvous_from_a_peer_that_died_fails_when_matched() {
     post(&mut b, true, recv_spec(&mut sink, 6, None, 9, 0));
     let error = error_of(&b.next_event().expect("fails when matched")).clone();
     assert_eq!((error.context, error.kind), (6, ErrorKind::PeerUnreachable));
+}
+
+#[test]
+fn tag_and_data_arrive_intact_around_the_inline_limit() {
+    let mut a = endpoint();
+    let mut b = endpoint();
+    // MPICH's shape: protocol bits at the top of the tag, the rank as data.
+    let info = MatchInfo {
+        tag: Some(0x8000_0000_0012_3456),
+        data: Some(3),
+    };
+    let limit = inline_capacity(&info);
+    for (i, len) in [0, limit - 1, limit, limit + 1, limit + 9]
+        .into_iter()
+        .enumerate()
+    {
+        let data = pattern(len, i as u8);
+        let mut buf = vec![0u8; len];
+        post(
+            &mut b,
+            true,
+            recv_spec(&mut buf, 200 + i, None, info.tag.unwrap(), 0),
+        );
+        let req = SendReq {
+            dest: b.addr(),
+            iov: IovList::One((data.as_ptr() as usize, data.len())),
+            info,
+            context: i,
+            completion: true,
+            inject: false,
+        };
+        // SAFETY: `data` outlives the send, which completes below.
+        unsafe { a.send(req) }.unwrap();
+        let got = collect(&mut [&mut a, &mut b], 1, 1);
+        let done = recv_done(&got[0]);
+        assert_eq!(
+            (done.len, done.tag, done.data),
+            (len, info.tag.unwrap(), info.data),
+            "size {len}"
+        );
+        assert!(buf == data, "data of a {len}-byte message differs");
+        collect(&mut [&mut a, &mut b], 0, 1);
+    }
 }
