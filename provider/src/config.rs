@@ -164,7 +164,7 @@ tunables! {
     regcache_max_entries: usize = Kind::Int { min: 1, max: 1 << 24 }, "1024", "most registrations the cache keeps";
     regcache_max_size: usize = Kind::Size { min: 4 * KIB, max: TIB }, "1g", "most registered bytes the cache keeps";
     tx_size: usize = Kind::Int { min: 1, max: 1 << 20 }, "1024", "transmit queue depth per endpoint (tx_attr->size)";
-    rx_size: usize = Kind::Int { min: 1, max: 1 << 20 }, "1024", "posted-receive queue depth per endpoint (rx_attr->size)";
+    rx_size: usize = Kind::Int { min: 1, max: 1 << 20 }, "1024", "posted-receive queue depth advertised per endpoint (rx_attr->size); more receives may be posted, they only cost memory";
     cq_size: usize = Kind::Int { min: 1, max: 1 << 24 }, "8192", "completion queue size when fi_cq_open asks for the default (0)";
     spin_yield: usize = Kind::Int { min: 0, max: 1 << 30 }, "64", "busy-poll iterations before yielding the CPU in blocking waits, and in polling reads as idle_yield says";
     idle_yield: &'static str = Kind::Enum(&["auto", "always", "never"]), "auto", "whether fi_cq_read that found nothing spin_yield times in a row yields the CPU: auto (when this host runs more unimem processes than CPUs), always, never";

@@ -7,7 +7,7 @@
 use std::collections::HashMap;
 
 use unimem_fi::ffi;
-use unimem_tests::cluster::{Cluster, Completion, Kind, Msg, EAGER, SEGMENT};
+use unimem_tests::cluster::{Cluster, Completion, Kind, Msg, Order, EAGER, SEGMENT};
 use unimem_tests::fabric::FI_ADDR_NOTAVAIL;
 use unimem_tests::payload;
 
@@ -439,5 +439,19 @@ fn source_addresses_from_the_av() {
     // Once inserted, the stranger has an address too.
     assert_eq!(c.cmd(rx, format!("insert {stranger_addr}")).num(), 1);
     check(&mut c, &[(stranger, 1), (known, 0)]);
+    c.finish();
+}
+
+/// rx_attr->size is advertised, not a cap: MPI posts thousands of receives,
+/// and two peers that both post before they send must not both be refused.
+#[test]
+fn more_receives_than_rx_size_may_be_posted() {
+    let mut c = cluster("beyond-rx-size");
+    c.env("FI_UNIMEM_RX_SIZE", "4");
+    c.spawn(2).connect_all();
+    let msgs: Vec<Msg> = (0..40)
+        .map(|i| Msg::new([8, 3000, EAGER + 1, SEGMENT + 7][i % 4], i as u64).tag(i as u64))
+        .collect();
+    c.transfer(0, 1, &msgs, Order::Posted);
     c.finish();
 }

@@ -200,9 +200,11 @@ fn post_recv(
             tracing::warn!("{op}: FI_CLAIM without a message claimed by FI_PEEK for this context");
             ret::EINVAL as isize
         }
-    } else if core.posted_receives() >= ep.rx_size {
-        ret::EAGAIN as isize
     } else {
+        // No limit but memory: rx_size is what we advertise, not a cap. MPI
+        // posts thousands of receives, and a peer that floods us the same
+        // way could only wait for us if we refused (both sides spinning on
+        // -FI_EAGAIN with nothing sent).
         // SAFETY: as above.
         unsafe { core.post_recv(tagged, recv) };
         0

@@ -64,7 +64,6 @@ pub struct EpInner {
     rx_op_flags: u64,
     inject_size: usize,
     iov_limit: usize,
-    rx_size: usize,
     core: Mutex<Core>,
     /// Bindings while the endpoint is being set up.
     bindings: RwLock<Bindings>,
@@ -309,7 +308,6 @@ pub unsafe fn open(
             rx_op_flags: rx_attr.map_or(0, |a| a.op_flags),
             inject_size: cfg.eager_size,
             iov_limit: resolved.tx.iov_limit.max(1),
-            rx_size: cfg.rx_size,
             core: Mutex::new(core),
             bindings: RwLock::new(Bindings::default()),
             active: OnceLock::new(),
