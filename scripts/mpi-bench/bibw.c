@@ -1,0 +1,74 @@
+/*
+ * Bidirectional bandwidth between ranks 0 and 1: per iteration, each posts
+ * a window of MPI_Irecv from the other, then a window of MPI_Isend to it,
+ * and waits for all. Bandwidth in MB/s (10^6 bytes per second) counts both
+ * directions, timed on rank 0.
+ *
+ *   bibw [-m [MIN:]MAX] [-i ITERS] [-x WARMUP] [-t SECONDS] [-W WINDOW] [-S BYTES] [-f]
+ */
+#include "common.c"
+
+#define TAG 1
+
+static MPI_Request *reqs;
+
+static void exchange_windows(size_t size, long n)
+{
+    int count = (int)size;
+    int window = window_at(size);
+    if (rank > 1)
+        return;
+    int peer = 1 - rank;
+    for (long i = 0; i < n; i++) {
+        for (int w = 0; w < window; w++)
+            MPI_Irecv(rbuf, count, MPI_BYTE, peer, TAG, MPI_COMM_WORLD, &reqs[w]);
+        for (int w = 0; w < window; w++)
+            MPI_Isend(sbuf, count, MPI_BYTE, peer, TAG, MPI_COMM_WORLD, &reqs[window + w]);
+        MPI_Waitall(2 * window, reqs, MPI_STATUSES_IGNORE);
+    }
+}
+
+int main(int argc, char **argv)
+{
+    static const struct policy pol = {
+        .iters_small = 100, .iters_large = 20,
+        .skip_small = 10, .skip_large = 2,
+        .iters_min = 2, .default_min = 1,
+    };
+
+    MPI_Init(&argc, &argv);
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    MPI_Comm_size(MPI_COMM_WORLD, &nranks);
+    parse_options(argc, argv, &pol, 1);
+    if (nranks < 2) {
+        if (rank == 0)
+            fprintf(stderr, "bibw: needs at least 2 ranks\n");
+        MPI_Finalize();
+        return 2;
+    }
+    alloc_buffers();
+    reqs = malloc(sizeof *reqs * 2 * (size_t)opt.window);
+    if (!reqs)
+        MPI_Abort(MPI_COMM_WORLD, 1);
+    print_header("MPI Bi-Directional Bandwidth Test (ranks 0 and 1; unimem mpi-bench, OSU method)",
+                 "# Size      Bandwidth (MB/s)");
+
+    for (size_t size = opt.min_size; size <= opt.max_size; size = next_size(size)) {
+        prepare_buffers(size);
+        long iters = warm_up(&pol, exchange_windows, size);
+        double t = timed(exchange_windows, size, iters);
+        if (rank == 0 || rank == 1)
+            check_received(size);
+        check_pass(size, window_at(size), rank < 2 ? 1 - rank : -1, rank < 2 ? 1 - rank : -1);
+        if (rank == 0) {
+            double bytes = 2.0 * (double)size * (double)window_at(size) * (double)iters;
+            printf("%-10zu%20.2f", size, bytes / 1e6 / t);
+            print_iters(iters);
+        }
+    }
+
+    free(reqs);
+    free_buffers();
+    MPI_Finalize();
+    return 0;
+}

@@ -1,0 +1,81 @@
+/*
+ * Unidirectional bandwidth from rank 0 to rank 1: per iteration, rank 0
+ * posts a window of MPI_Isend, rank 1 a window of MPI_Irecv; when rank 1
+ * has them all it sends a 4-byte ack, which ends the iteration on rank 0.
+ * Bandwidth in MB/s (10^6 bytes per second), timed on rank 0.
+ *
+ *   bw [-m [MIN:]MAX] [-i ITERS] [-x WARMUP] [-t SECONDS] [-W WINDOW] [-S BYTES] [-f]
+ */
+#include "common.c"
+
+#define TAG 1
+#define ACK_TAG 2
+
+static MPI_Request *reqs;
+
+static void window_to_1(size_t size, long n)
+{
+    int count = (int)size;
+    int window = window_at(size);
+    unsigned char ack[ACK_BYTES] = {0};
+    if (rank == 0) {
+        for (long i = 0; i < n; i++) {
+            for (int w = 0; w < window; w++)
+                MPI_Isend(sbuf, count, MPI_BYTE, 1, TAG, MPI_COMM_WORLD, &reqs[w]);
+            MPI_Waitall(window, reqs, MPI_STATUSES_IGNORE);
+            MPI_Recv(ack, ACK_BYTES, MPI_BYTE, 1, ACK_TAG, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+        }
+    } else if (rank == 1) {
+        for (long i = 0; i < n; i++) {
+            for (int w = 0; w < window; w++)
+                MPI_Irecv(rbuf, count, MPI_BYTE, 0, TAG, MPI_COMM_WORLD, &reqs[w]);
+            MPI_Waitall(window, reqs, MPI_STATUSES_IGNORE);
+            MPI_Send(ack, ACK_BYTES, MPI_BYTE, 0, ACK_TAG, MPI_COMM_WORLD);
+        }
+    }
+}
+
+int main(int argc, char **argv)
+{
+    static const struct policy pol = {
+        .iters_small = 100, .iters_large = 20,
+        .skip_small = 10, .skip_large = 2,
+        .iters_min = 2, .default_min = 1,
+    };
+
+    MPI_Init(&argc, &argv);
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    MPI_Comm_size(MPI_COMM_WORLD, &nranks);
+    parse_options(argc, argv, &pol, 1);
+    if (nranks < 2) {
+        if (rank == 0)
+            fprintf(stderr, "bw: needs at least 2 ranks\n");
+        MPI_Finalize();
+        return 2;
+    }
+    alloc_buffers();
+    reqs = malloc(sizeof *reqs * (size_t)opt.window);
+    if (!reqs)
+        MPI_Abort(MPI_COMM_WORLD, 1);
+    print_header("MPI Bandwidth Test (unidirectional, rank 0 to 1; unimem mpi-bench, OSU method)",
+                 "# Size      Bandwidth (MB/s)");
+
+    for (size_t size = opt.min_size; size <= opt.max_size; size = next_size(size)) {
+        prepare_buffers(size);
+        long iters = warm_up(&pol, window_to_1, size);
+        double t = timed(window_to_1, size, iters);
+        if (rank == 1)
+            check_received(size);
+        check_pass(size, window_at(size), rank == 0 ? 1 : -1, rank == 1 ? 0 : -1);
+        if (rank == 0) {
+            double bytes = (double)size * (double)window_at(size) * (double)iters;
+            printf("%-10zu%20.2f", size, bytes / 1e6 / t);
+            print_iters(iters);
+        }
+    }
+
+    free(reqs);
+    free_buffers();
+    MPI_Finalize();
+    return 0;
+}
