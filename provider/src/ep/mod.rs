@@ -413,7 +413,7 @@ impl EpInner {
                                 buf: done.buf as *mut c_void,
                                 data: done.data.unwrap_or(0),
                                 tag: done.tag,
-                                src_addr: source_fi_addr(bindings, &done.src),
+                                src_addr: source_fi_addr(self.caps, bindings, &done.src),
                             });
                         }
                     }
@@ -450,7 +450,7 @@ impl EpInner {
                                 data: e.data.unwrap_or(0),
                                 tag: e.tag,
                                 src_addr: e.src.map_or(ffi::FI_ADDR_NOTAVAIL, |src| {
-                                    source_fi_addr(bindings, &src)
+                                    source_fi_addr(self.caps, bindings, &src)
                                 }),
                             },
                             err,
@@ -468,7 +468,13 @@ impl EpInner {
     }
 }
 
-fn source_fi_addr(bindings: &Bindings, src: &MailboxAddr) -> ffi::fi_addr_t {
+/// A completion's source address: an AV lookup (hashing the address) that
+/// only endpoints with FI_SOURCE pay for; MPI does without (it sends its rank
+/// as CQ data).
+fn source_fi_addr(caps: u64, bindings: &Bindings, src: &MailboxAddr) -> ffi::fi_addr_t {
+    if caps & ffi::FI_SOURCE == 0 {
+        return ffi::FI_ADDR_NOTAVAIL;
+    }
     bindings
         .av
         .as_ref()
