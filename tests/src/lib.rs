@@ -8,6 +8,7 @@
 
 pub mod cluster;
 pub mod fabric;
+pub mod mpi;
 pub mod payload;
 
 use std::io::{BufRead, BufReader, Write};

@@ -1,0 +1,463 @@
+/*
+ * mpi-suite modes: send modes and messages to self.
+ *
+ *   1. MPI_Ssend between every pair, both directions, every protocol size;
+ *   2. MPI_Issend must not complete before the matching receive is posted
+ *      (checked with MPI_Test for a while), and completes after it;
+ *   3. MPI_Rsend and MPI_Irsend around the ring, the receive posted before
+ *      a barrier and the ready send after it;
+ *   4. MPI_Bsend and MPI_Ibsend with a buffer from MPI_Buffer_attach sized
+ *      with MPI_Pack_size + MPI_BSEND_OVERHEAD; the receiver comes late;
+ *      MPI_Buffer_detach waits for the buffered messages;
+ *   5. messages to self: Isend + Recv, Issend + Recv, Sendrecv, all sizes;
+ *      MPI_Sendrecv_replace around the ring.
+ */
+#define NAME "modes"
+#define _POSIX_C_SOURCE 200809L
+#include <mpi.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+/* ---- suite helpers (each suite program is self-contained) ---- */
+
+#define UNUSED __attribute__((unused))
+#define KiB 1024
+#define MiB (1024 * 1024)
+
+static int rank, nranks;
+
+/* Reports a failure of this rank and aborts the whole job. */
+static UNUSED void fail(int line, const char *fmt, ...)
+{
+    va_list ap;
+    fprintf(stderr, "mpi-suite %s: rank %d: FAIL (%s:%d): ", NAME, rank, __FILE__, line);
+    va_start(ap, fmt);
+    vfprintf(stderr, fmt, ap);
+    va_end(ap);
+    fputc('\n', stderr);
+    fflush(stderr);
+    MPI_Abort(MPI_COMM_WORLD, 1);
+    exit(1);
+}
+#define CHECK(cond, ...) do { if (!(cond)) fail(__LINE__, __VA_ARGS__); } while (0)
+
+static UNUSED uint64_t mix64(uint64_t x)
+{
+    x ^= x >> 30;
+    x *= 0xbf58476d1ce4e5b9ULL;
+    x ^= x >> 27;
+    x *= 0x94d049bb133111ebULL;
+    x ^= x >> 31;
+    return x;
+}
+
+/* A pattern seed from up to four numbers (sender, receiver, size, step...). */
+static UNUSED uint64_t seed_of(uint64_t a, uint64_t b, uint64_t c, uint64_t d)
+{
+    return mix64(mix64(mix64(mix64(a + 0x51) ^ b) ^ c) ^ d);
+}
+
+static UNUSED uint64_t pattern_word(uint64_t seed, size_t w)
+{
+    return mix64(seed + (uint64_t)w * 0x9e3779b97f4a7c15ULL);
+}
+
+/* Fills buf with the pattern of `seed`: every byte depends on seed and offset. */
+static UNUSED void fill(void *buf, size_t n, uint64_t seed)
+{
+    unsigned char *p = buf;
+    size_t w = 0;
+    for (; (w + 1) * 8 <= n; w++) {
+        uint64_t v = pattern_word(seed, w);
+        memcpy(p + w * 8, &v, 8);
+    }
+    if (w * 8 < n) {
+        uint64_t v = pattern_word(seed, w);
+        memcpy(p + w * 8, &v, n - w * 8);
+    }
+}
+
+/* Checks buf[0..n) against the pattern of `seed`; on a difference, fails
+ * with the offset and the context given as printf arguments. */
+static UNUSED void check_fill(int line, const void *buf, size_t n, uint64_t seed, const char *fmt, ...)
+{
+    const unsigned char *p = buf;
+    for (size_t w = 0; w * 8 < n; w++) {
+        uint64_t v = pattern_word(seed, w);
+        unsigned char e[8];
+        size_t len = n - w * 8 < 8 ? n - w * 8 : 8;
+        memcpy(e, &v, 8);
+        if (memcmp(p + w * 8, e, len) == 0)
+            continue;
+        size_t i = 0;
+        while (p[w * 8 + i] == e[i])
+            i++;
+        char what[256];
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(what, sizeof what, fmt, ap);
+        va_end(ap);
+        fail(line, "%s: %zu B, byte %zu is 0x%02x, expected 0x%02x", what, n, w * 8 + i,
+             p[w * 8 + i], e[i]);
+    }
+}
+
+/* Watchdog: phase() names what the rank does now and gives it
+ * MPI_SUITE_WATCHDOG seconds (default 60); a rank still in the same phase
+ * then reports it and exits, so a hang shows where it is. */
+static char watchdog_msg[320];
+static size_t watchdog_len;
+static unsigned watchdog_s = 60;
+
+static void on_watchdog(int sig)
+{
+    (void)sig;
+    ssize_t r = write(STDERR_FILENO, watchdog_msg, watchdog_len);
+    (void)r;
+    _exit(3);
+}
+
+static UNUSED void phase(const char *fmt, ...)
+{
+    char what[200];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(what, sizeof what, fmt, ap);
+    va_end(ap);
+    alarm(0);
+    int len = snprintf(watchdog_msg, sizeof watchdog_msg,
+                       "mpi-suite %s: rank %d: FAIL: no progress for %u s in phase: %s\n", NAME,
+                       rank, watchdog_s, what);
+    watchdog_len = len < 0 ? 0 : (size_t)len < sizeof watchdog_msg ? (size_t)len : sizeof watchdog_msg - 1;
+    alarm(watchdog_s);
+}
+
+static UNUSED void *xmalloc(size_t n)
+{
+    void *p = malloc(n ? n : 1);
+    if (!p)
+        fail(__LINE__, "out of memory (%zu B)", n);
+    return p;
+}
+
+static UNUSED void sleep_ms(int ms)
+{
+    struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
+    while (nanosleep(&ts, &ts) != 0)
+        ;
+}
+
+/* MPICH 5.0.2 defects of its active-message (AM) mode, seen with every
+ * provider (tcp and shm too). AM mode is MPIR_CVAR_CH4_OFI_ENABLE_TAGGED=0
+ * (scripts/mpirun-unimem --am); MPI RMA always rides on active messages on
+ * unimem, which has no FI_RMA. Messages over ~16 KiB take MPICH's AM
+ * rendezvous and pipeline, where:
+ *  1. a rank must not have two such messages in flight, to one peer or to
+ *     two (and in busy all-to-all traffic not even one while it posts
+ *     short ones): the receiver gets a segment without its request
+ *     ("Assertion failed in mpidig_pt2pt_callbacks.c: rreq", or a crash);
+ *  2. a derived datatype whose basic elements straddle the segment
+ *     boundaries (a struct of char, int, 3 doubles, short) fails
+ *     "Assertion failed in ofi_am_impl.h: packed_size == seg_sz";
+ *  3. with MPI_THREAD_MULTIPLE, such messages fail even one at a time per
+ *     rank (crashes; a message overtaking an earlier one of the same
+ *     thread).
+ * Where `avoid_am_bugs` is set (AM mode) the programs keep clear of these:
+ * at most one long message in flight per sending rank, such structs under
+ * 16 KiB, threads with messages under 16 KiB; `avoid_rma_bugs` keeps one
+ * long RMA operation in flight per rank in both modes. MPI_SUITE_AM_FULL=1
+ * lifts all of it, to see whether MPICH still fails. */
+#define AM_LONG 16320
+static int am_mode, avoid_am_bugs, avoid_rma_bugs;
+/* Printed before the PASS line when set. */
+static const char *suite_note;
+
+static UNUSED int is_am_long(size_t bytes)
+{
+    return bytes > AM_LONG;
+}
+
+/* Whether this job runs in MPICH's active-message mode and whether the
+ * workarounds are on (readable before MPI_Init). */
+static UNUSED void suite_mode(void)
+{
+    const char *tagged = getenv("MPIR_CVAR_CH4_OFI_ENABLE_TAGGED");
+    const char *full = getenv("MPI_SUITE_AM_FULL");
+    int unrestricted = full && strcmp(full, "1") == 0;
+    am_mode = tagged && strcmp(tagged, "0") == 0;
+    avoid_am_bugs = am_mode && !unrestricted;
+    avoid_rma_bugs = !unrestricted;
+}
+
+static UNUSED void suite_init(int *argc, char ***argv, int thread_level)
+{
+    int provided = MPI_THREAD_SINGLE;
+    suite_mode();
+    if (thread_level == MPI_THREAD_SINGLE)
+        MPI_Init(argc, argv);
+    else
+        MPI_Init_thread(argc, argv, thread_level, &provided);
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    MPI_Comm_size(MPI_COMM_WORLD, &nranks);
+    const char *wd = getenv("MPI_SUITE_WATCHDOG");
+    if (wd && atoi(wd) > 0)
+        watchdog_s = (unsigned)atoi(wd);
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_watchdog;
+    sigaction(SIGALRM, &sa, NULL);
+    phase("start");
+    CHECK(provided >= thread_level, "MPI_Init_thread gave thread level %d, asked for %d", provided,
+          thread_level);
+    CHECK(nranks >= 2, "needs at least 2 ranks, got %d", nranks);
+    if (avoid_am_bugs && !suite_note)
+        suite_note = "active-message mode: at most one long message in flight per sending rank "
+                     "(MPICH 5.0.2 defect)";
+}
+
+static UNUSED void suite_pass(void)
+{
+    phase("final barrier and MPI_Finalize");
+    MPI_Barrier(MPI_COMM_WORLD);
+    if (rank == 0) {
+        if (suite_note)
+            printf("mpi-suite %s: note: %s\n", NAME, suite_note);
+        printf("mpi-suite %s: PASS (%d ranks)\n", NAME, nranks);
+        fflush(stdout);
+    }
+    MPI_Finalize();
+    alarm(0);
+}
+
+/* ---- end of suite helpers ---- */
+
+static const int msizes[] = {0, 1, 6, 7, 14, 15, 22, 23, 1000, 16320, 16352, 16384, 16385,
+                             65536, 262144, 262145, MiB + 1, 4 * MiB};
+#define NMSIZES ((int)(sizeof msizes / sizeof msizes[0]))
+#define MMAX (4 * MiB)
+
+static void check_status(int line, const char *what, MPI_Status *st, int src, int tag, int n)
+{
+    int count;
+    MPI_Get_count(st, MPI_BYTE, &count);
+    if (st->MPI_SOURCE != src || st->MPI_TAG != tag || count != n)
+        fail(line, "%s: status says %d B from rank %d tag %d, expected %d B from rank %d tag %d",
+             what, count, st->MPI_SOURCE, st->MPI_TAG, n, src, tag);
+}
+
+static int round_partner(int me, int r, int slots)
+{
+    int m = slots - 1;
+    if (me == m)
+        return r;
+    if (me == r)
+        return m;
+    return ((2 * r - me) % m + m) % m;
+}
+
+/* 1: Ssend between every pair */
+static void ssend_pairs(void)
+{
+    unsigned char *sbuf = xmalloc(MMAX), *rbuf = xmalloc(MMAX);
+    int slots = nranks % 2 == 0 ? nranks : nranks + 1;
+    for (int r = 0; r < slots - 1; r++) {
+        int p = round_partner(rank, r, slots);
+        if (p >= nranks)
+            continue;
+        for (int s = 0; s < NMSIZES; s++) {
+            int n = msizes[s];
+            MPI_Status st;
+            fill(sbuf, (size_t)n, seed_of(rank, p, n, 50));
+            if (rank < p) {
+                MPI_Ssend(sbuf, n, MPI_BYTE, p, s, MPI_COMM_WORLD);
+                MPI_Recv(rbuf, MMAX, MPI_BYTE, p, s, MPI_COMM_WORLD, &st);
+            } else {
+                MPI_Recv(rbuf, MMAX, MPI_BYTE, p, s, MPI_COMM_WORLD, &st);
+                MPI_Ssend(sbuf, n, MPI_BYTE, p, s, MPI_COMM_WORLD);
+            }
+            check_status(__LINE__, "Ssend", &st, p, s, n);
+            check_fill(__LINE__, rbuf, (size_t)n, seed_of(p, rank, n, 50), "Ssend from rank %d", p);
+        }
+    }
+    free(sbuf);
+    free(rbuf);
+}
+
+/* 2: Issend completes only once the receive is there */
+static void issend_sync(void)
+{
+    static const int sizes[] = {0, 10, 16385, MiB};
+    int next = (rank + 1) % nranks, prev = (rank + nranks - 1) % nranks;
+    unsigned char *sbuf = xmalloc(MiB), *rbuf = xmalloc(MiB);
+    for (int s = 0; s < 4; s++) {
+        int n = sizes[s], flag = 0;
+        MPI_Request req;
+        MPI_Status st;
+        fill(sbuf, (size_t)n, seed_of(rank, next, n, 51));
+        MPI_Issend(sbuf, n, MPI_BYTE, next, 70 + s, MPI_COMM_WORLD, &req);
+        /* nobody has posted the receive yet */
+        double until = MPI_Wtime() + 0.05;
+        while (MPI_Wtime() < until) {
+            MPI_Test(&req, &flag, MPI_STATUS_IGNORE);
+            CHECK(!flag, "MPI_Issend of %d B completed before its receive was posted", n);
+        }
+        MPI_Barrier(MPI_COMM_WORLD);
+        MPI_Recv(rbuf, n, MPI_BYTE, prev, 70 + s, MPI_COMM_WORLD, &st);
+        MPI_Wait(&req, MPI_STATUS_IGNORE);
+        check_status(__LINE__, "Issend", &st, prev, 70 + s, n);
+        check_fill(__LINE__, rbuf, (size_t)n, seed_of(prev, rank, n, 51), "Issend from rank %d", prev);
+    }
+    free(sbuf);
+    free(rbuf);
+}
+
+/* 3: ready sends, the receive posted before a barrier */
+static void rsend_ring(void)
+{
+    int next = (rank + 1) % nranks, prev = (rank + nranks - 1) % nranks;
+    unsigned char *sbuf = xmalloc(MMAX), *rbuf = xmalloc(MMAX);
+    for (int s = 0; s < NMSIZES; s++) {
+        int n = msizes[s];
+        MPI_Request rreq, sreq;
+        MPI_Status st;
+        fill(sbuf, (size_t)n, seed_of(rank, next, n, 52));
+        MPI_Irecv(rbuf, n, MPI_BYTE, prev, 80 + s, MPI_COMM_WORLD, &rreq);
+        MPI_Barrier(MPI_COMM_WORLD);
+        if (s % 2 == 0) {
+            MPI_Rsend(sbuf, n, MPI_BYTE, next, 80 + s, MPI_COMM_WORLD);
+        } else {
+            MPI_Irsend(sbuf, n, MPI_BYTE, next, 80 + s, MPI_COMM_WORLD, &sreq);
+            MPI_Wait(&sreq, MPI_STATUS_IGNORE);
+        }
+        MPI_Wait(&rreq, &st);
+        check_status(__LINE__, s % 2 ? "Irsend" : "Rsend", &st, prev, 80 + s, n);
+        check_fill(__LINE__, rbuf, (size_t)n, seed_of(prev, rank, n, 52), "%s from rank %d",
+                   s % 2 ? "Irsend" : "Rsend", prev);
+    }
+    free(sbuf);
+    free(rbuf);
+}
+
+/* 4: buffered sends */
+static void bsend_ring(void)
+{
+    static const int all[] = {0, 7, 100, 16000, 16385, 300000, MiB + 1};
+    int sizes[7], count = 0, have_long = 0;
+    for (int i = 0; i < 7; i++) {
+        /* restricted active-message mode: one long message in flight */
+        if (avoid_am_bugs && is_am_long((size_t)all[i]) && have_long++)
+            continue;
+        sizes[count++] = all[i];
+    }
+    int next = (rank + 1) % nranks, prev = (rank + nranks - 1) % nranks;
+    int bufsize = 0;
+    for (int i = 0; i < count; i++) {
+        int packed;
+        MPI_Pack_size(sizes[i], MPI_BYTE, MPI_COMM_WORLD, &packed);
+        bufsize += packed + MPI_BSEND_OVERHEAD;
+    }
+    char *attached = xmalloc((size_t)bufsize);
+    MPI_Buffer_attach(attached, bufsize);
+    unsigned char *sbuf = xmalloc(MiB + 1), *rbuf = xmalloc(MiB + 1);
+    for (int i = 0; i < count; i++) {
+        /* the same send buffer every time: Bsend copies it out at once */
+        fill(sbuf, (size_t)sizes[i], seed_of(rank, next, i, 53));
+        if (i % 3 == 2) {
+            MPI_Request req;
+            MPI_Ibsend(sbuf, sizes[i], MPI_BYTE, next, 90, MPI_COMM_WORLD, &req);
+            MPI_Wait(&req, MPI_STATUS_IGNORE);
+        } else {
+            MPI_Bsend(sbuf, sizes[i], MPI_BYTE, next, 90, MPI_COMM_WORLD);
+        }
+        memset(sbuf, 0xee, (size_t)sizes[i]);
+    }
+    sleep_ms(20);
+    for (int i = 0; i < count; i++) {
+        MPI_Status st;
+        MPI_Recv(rbuf, MiB + 1, MPI_BYTE, prev, 90, MPI_COMM_WORLD, &st);
+        check_status(__LINE__, "Bsend", &st, prev, 90, sizes[i]);
+        check_fill(__LINE__, rbuf, (size_t)sizes[i], seed_of(prev, rank, i, 53),
+                   "Bsend message %d from rank %d", i, prev);
+    }
+    void *detached;
+    int detached_size;
+    MPI_Buffer_detach(&detached, &detached_size);
+    CHECK(detached == attached && detached_size == bufsize,
+          "MPI_Buffer_detach gave %p/%d, attached %p/%d", detached, detached_size, (void *)attached,
+          bufsize);
+    free(attached);
+    free(sbuf);
+    free(rbuf);
+}
+
+/* 5: messages to self */
+static void self_messages(void)
+{
+    unsigned char *sbuf = xmalloc(MMAX), *rbuf = xmalloc(MMAX);
+    for (int s = 0; s < NMSIZES; s++) {
+        int n = msizes[s];
+        MPI_Request req;
+        MPI_Status st;
+
+        fill(sbuf, (size_t)n, seed_of(rank, rank, n, 54));
+        MPI_Isend(sbuf, n, MPI_BYTE, rank, 100 + s, MPI_COMM_WORLD, &req);
+        MPI_Recv(rbuf, MMAX, MPI_BYTE, rank, 100 + s, MPI_COMM_WORLD, &st);
+        MPI_Wait(&req, MPI_STATUS_IGNORE);
+        check_status(__LINE__, "Isend to self", &st, rank, 100 + s, n);
+        check_fill(__LINE__, rbuf, (size_t)n, seed_of(rank, rank, n, 54), "Isend to self");
+
+        fill(sbuf, (size_t)n, seed_of(rank, rank, n, 55));
+        MPI_Issend(sbuf, n, MPI_BYTE, rank, 200 + s, MPI_COMM_WORLD, &req);
+        MPI_Recv(rbuf, MMAX, MPI_BYTE, MPI_ANY_SOURCE, MPI_ANY_TAG, MPI_COMM_WORLD, &st);
+        MPI_Wait(&req, MPI_STATUS_IGNORE);
+        check_status(__LINE__, "Issend to self", &st, rank, 200 + s, n);
+        check_fill(__LINE__, rbuf, (size_t)n, seed_of(rank, rank, n, 55), "Issend to self");
+
+        fill(sbuf, (size_t)n, seed_of(rank, rank, n, 56));
+        MPI_Sendrecv(sbuf, n, MPI_BYTE, rank, 300 + s, rbuf, MMAX, MPI_BYTE, rank, 300 + s,
+                     MPI_COMM_WORLD, &st);
+        check_status(__LINE__, "Sendrecv with self", &st, rank, 300 + s, n);
+        check_fill(__LINE__, rbuf, (size_t)n, seed_of(rank, rank, n, 56), "Sendrecv with self");
+    }
+    /* Sendrecv_replace: the buffer goes to next and comes back from prev */
+    int next = (rank + 1) % nranks, prev = (rank + nranks - 1) % nranks;
+    for (int s = 0; s < NMSIZES; s++) {
+        int n = msizes[s];
+        MPI_Status st;
+        fill(sbuf, (size_t)n, seed_of(rank, next, n, 57));
+        MPI_Sendrecv_replace(sbuf, n, MPI_BYTE, next, 400, prev, 400, MPI_COMM_WORLD, &st);
+        check_status(__LINE__, "Sendrecv_replace", &st, prev, 400, n);
+        check_fill(__LINE__, sbuf, (size_t)n, seed_of(prev, rank, n, 57),
+                   "Sendrecv_replace from rank %d", prev);
+    }
+    free(sbuf);
+    free(rbuf);
+}
+
+int main(int argc, char **argv)
+{
+    suite_init(&argc, &argv, MPI_THREAD_SINGLE);
+    phase("Ssend between pairs");
+    ssend_pairs();
+    MPI_Barrier(MPI_COMM_WORLD);
+    phase("Issend waits for its receive");
+    issend_sync();
+    MPI_Barrier(MPI_COMM_WORLD);
+    phase("Rsend around the ring");
+    rsend_ring();
+    MPI_Barrier(MPI_COMM_WORLD);
+    phase("Bsend around the ring");
+    bsend_ring();
+    MPI_Barrier(MPI_COMM_WORLD);
+    phase("messages to self");
+    self_messages();
+    suite_pass();
+    return 0;
+}

@@ -1,0 +1,522 @@
+/*
+ * mpi-suite rma: one-sided communication. The unimem provider has no
+ * FI_RMA, so MPICH carries all of it with active messages, in native mode
+ * too. For windows from MPI_Win_create (malloc'd memory) and from
+ * MPI_Win_allocate, with blocks of 1, 4100 and 300000 ints:
+ *
+ *   1. fence epochs: every rank puts its block into every window
+ *      (itself included), gets its successor's block back, and
+ *      accumulates (SUM) into one shared block of every window;
+ *   2. MPI_Win_lock exclusive: a read-modify-write counter that only
+ *      mutual exclusion keeps exact; large puts under exclusive locks;
+ *   3. MPI_Win_lock shared: concurrent MPI_Accumulate (SUM) from all ranks;
+ *   4. MPI_Win_lock_all: puts to all ranks, MPI_Win_flush_all, gets back
+ *      within the epoch; MPI_Fetch_and_op and MPI_Compare_and_swap
+ *      (every ticket handed out once, exactly one CAS winner).
+ */
+#define NAME "rma"
+#define _POSIX_C_SOURCE 200809L
+#include <mpi.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+/* ---- suite helpers (each suite program is self-contained) ---- */
+
+#define UNUSED __attribute__((unused))
+#define KiB 1024
+#define MiB (1024 * 1024)
+
+static int rank, nranks;
+
+/* Reports a failure of this rank and aborts the whole job. */
+static UNUSED void fail(int line, const char *fmt, ...)
+{
+    va_list ap;
+    fprintf(stderr, "mpi-suite %s: rank %d: FAIL (%s:%d): ", NAME, rank, __FILE__, line);
+    va_start(ap, fmt);
+    vfprintf(stderr, fmt, ap);
+    va_end(ap);
+    fputc('\n', stderr);
+    fflush(stderr);
+    MPI_Abort(MPI_COMM_WORLD, 1);
+    exit(1);
+}
+#define CHECK(cond, ...) do { if (!(cond)) fail(__LINE__, __VA_ARGS__); } while (0)
+
+static UNUSED uint64_t mix64(uint64_t x)
+{
+    x ^= x >> 30;
+    x *= 0xbf58476d1ce4e5b9ULL;
+    x ^= x >> 27;
+    x *= 0x94d049bb133111ebULL;
+    x ^= x >> 31;
+    return x;
+}
+
+/* A pattern seed from up to four numbers (sender, receiver, size, step...). */
+static UNUSED uint64_t seed_of(uint64_t a, uint64_t b, uint64_t c, uint64_t d)
+{
+    return mix64(mix64(mix64(mix64(a + 0x51) ^ b) ^ c) ^ d);
+}
+
+static UNUSED uint64_t pattern_word(uint64_t seed, size_t w)
+{
+    return mix64(seed + (uint64_t)w * 0x9e3779b97f4a7c15ULL);
+}
+
+/* Fills buf with the pattern of `seed`: every byte depends on seed and offset. */
+static UNUSED void fill(void *buf, size_t n, uint64_t seed)
+{
+    unsigned char *p = buf;
+    size_t w = 0;
+    for (; (w + 1) * 8 <= n; w++) {
+        uint64_t v = pattern_word(seed, w);
+        memcpy(p + w * 8, &v, 8);
+    }
+    if (w * 8 < n) {
+        uint64_t v = pattern_word(seed, w);
+        memcpy(p + w * 8, &v, n - w * 8);
+    }
+}
+
+/* Checks buf[0..n) against the pattern of `seed`; on a difference, fails
+ * with the offset and the context given as printf arguments. */
+static UNUSED void check_fill(int line, const void *buf, size_t n, uint64_t seed, const char *fmt, ...)
+{
+    const unsigned char *p = buf;
+    for (size_t w = 0; w * 8 < n; w++) {
+        uint64_t v = pattern_word(seed, w);
+        unsigned char e[8];
+        size_t len = n - w * 8 < 8 ? n - w * 8 : 8;
+        memcpy(e, &v, 8);
+        if (memcmp(p + w * 8, e, len) == 0)
+            continue;
+        size_t i = 0;
+        while (p[w * 8 + i] == e[i])
+            i++;
+        char what[256];
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(what, sizeof what, fmt, ap);
+        va_end(ap);
+        fail(line, "%s: %zu B, byte %zu is 0x%02x, expected 0x%02x", what, n, w * 8 + i,
+             p[w * 8 + i], e[i]);
+    }
+}
+
+/* Watchdog: phase() names what the rank does now and gives it
+ * MPI_SUITE_WATCHDOG seconds (default 60); a rank still in the same phase
+ * then reports it and exits, so a hang shows where it is. */
+static char watchdog_msg[320];
+static size_t watchdog_len;
+static unsigned watchdog_s = 60;
+
+static void on_watchdog(int sig)
+{
+    (void)sig;
+    ssize_t r = write(STDERR_FILENO, watchdog_msg, watchdog_len);
+    (void)r;
+    _exit(3);
+}
+
+static UNUSED void phase(const char *fmt, ...)
+{
+    char what[200];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(what, sizeof what, fmt, ap);
+    va_end(ap);
+    alarm(0);
+    int len = snprintf(watchdog_msg, sizeof watchdog_msg,
+                       "mpi-suite %s: rank %d: FAIL: no progress for %u s in phase: %s\n", NAME,
+                       rank, watchdog_s, what);
+    watchdog_len = len < 0 ? 0 : (size_t)len < sizeof watchdog_msg ? (size_t)len : sizeof watchdog_msg - 1;
+    alarm(watchdog_s);
+}
+
+static UNUSED void *xmalloc(size_t n)
+{
+    void *p = malloc(n ? n : 1);
+    if (!p)
+        fail(__LINE__, "out of memory (%zu B)", n);
+    return p;
+}
+
+static UNUSED void sleep_ms(int ms)
+{
+    struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
+    while (nanosleep(&ts, &ts) != 0)
+        ;
+}
+
+/* MPICH 5.0.2 defects of its active-message (AM) mode, seen with every
+ * provider (tcp and shm too). AM mode is MPIR_CVAR_CH4_OFI_ENABLE_TAGGED=0
+ * (scripts/mpirun-unimem --am); MPI RMA always rides on active messages on
+ * unimem, which has no FI_RMA. Messages over ~16 KiB take MPICH's AM
+ * rendezvous and pipeline, where:
+ *  1. a rank must not have two such messages in flight, to one peer or to
+ *     two (and in busy all-to-all traffic not even one while it posts
+ *     short ones): the receiver gets a segment without its request
+ *     ("Assertion failed in mpidig_pt2pt_callbacks.c: rreq", or a crash);
+ *  2. a derived datatype whose basic elements straddle the segment
+ *     boundaries (a struct of char, int, 3 doubles, short) fails
+ *     "Assertion failed in ofi_am_impl.h: packed_size == seg_sz";
+ *  3. with MPI_THREAD_MULTIPLE, such messages fail even one at a time per
+ *     rank (crashes; a message overtaking an earlier one of the same
+ *     thread).
+ * Where `avoid_am_bugs` is set (AM mode) the programs keep clear of these:
+ * at most one long message in flight per sending rank, such structs under
+ * 16 KiB, threads with messages under 16 KiB; `avoid_rma_bugs` keeps one
+ * long RMA operation in flight per rank in both modes. MPI_SUITE_AM_FULL=1
+ * lifts all of it, to see whether MPICH still fails. */
+#define AM_LONG 16320
+static int am_mode, avoid_am_bugs, avoid_rma_bugs;
+/* Printed before the PASS line when set. */
+static const char *suite_note;
+
+static UNUSED int is_am_long(size_t bytes)
+{
+    return bytes > AM_LONG;
+}
+
+/* Whether this job runs in MPICH's active-message mode and whether the
+ * workarounds are on (readable before MPI_Init). */
+static UNUSED void suite_mode(void)
+{
+    const char *tagged = getenv("MPIR_CVAR_CH4_OFI_ENABLE_TAGGED");
+    const char *full = getenv("MPI_SUITE_AM_FULL");
+    int unrestricted = full && strcmp(full, "1") == 0;
+    am_mode = tagged && strcmp(tagged, "0") == 0;
+    avoid_am_bugs = am_mode && !unrestricted;
+    avoid_rma_bugs = !unrestricted;
+}
+
+static UNUSED void suite_init(int *argc, char ***argv, int thread_level)
+{
+    int provided = MPI_THREAD_SINGLE;
+    suite_mode();
+    if (thread_level == MPI_THREAD_SINGLE)
+        MPI_Init(argc, argv);
+    else
+        MPI_Init_thread(argc, argv, thread_level, &provided);
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    MPI_Comm_size(MPI_COMM_WORLD, &nranks);
+    const char *wd = getenv("MPI_SUITE_WATCHDOG");
+    if (wd && atoi(wd) > 0)
+        watchdog_s = (unsigned)atoi(wd);
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_watchdog;
+    sigaction(SIGALRM, &sa, NULL);
+    phase("start");
+    CHECK(provided >= thread_level, "MPI_Init_thread gave thread level %d, asked for %d", provided,
+          thread_level);
+    CHECK(nranks >= 2, "needs at least 2 ranks, got %d", nranks);
+    if (avoid_am_bugs && !suite_note)
+        suite_note = "active-message mode: at most one long message in flight per sending rank "
+                     "(MPICH 5.0.2 defect)";
+}
+
+static UNUSED void suite_pass(void)
+{
+    phase("final barrier and MPI_Finalize");
+    MPI_Barrier(MPI_COMM_WORLD);
+    if (rank == 0) {
+        if (suite_note)
+            printf("mpi-suite %s: note: %s\n", NAME, suite_note);
+        printf("mpi-suite %s: PASS (%d ranks)\n", NAME, nranks);
+        fflush(stdout);
+    }
+    MPI_Finalize();
+    alarm(0);
+}
+
+/* ---- end of suite helpers ---- */
+
+static int v(int r, int64_t i, int s)
+{
+    return (int)(mix64(((uint64_t)(r + 1) << 44) ^ ((uint64_t)s << 36) ^ (uint64_t)i) & 0xffffff);
+}
+
+/* A window of nranks + 1 blocks of `blk` ints per rank: block q belongs to
+ * rank q's puts, the last one is for accumulates. */
+struct win {
+    MPI_Win win;
+    int *base;
+    int blk;
+    int allocated; /* MPI_Win_allocate, else MPI_Win_create over malloc */
+    const char *kind;
+};
+
+static struct win win_open(int blk, int allocated)
+{
+    struct win w = {MPI_WIN_NULL, NULL, blk, allocated, allocated ? "MPI_Win_allocate" : "MPI_Win_create"};
+    MPI_Aint bytes = (MPI_Aint)(nranks + 1) * blk * (MPI_Aint)sizeof(int);
+    if (allocated) {
+        MPI_Win_allocate(bytes, sizeof(int), MPI_INFO_NULL, MPI_COMM_WORLD, &w.base, &w.win);
+    } else {
+        w.base = xmalloc((size_t)bytes);
+        MPI_Win_create(w.base, bytes, sizeof(int), MPI_INFO_NULL, MPI_COMM_WORLD, &w.win);
+    }
+    /* zero it inside an exclusive epoch on itself */
+    MPI_Win_lock(MPI_LOCK_EXCLUSIVE, rank, 0, w.win);
+    memset(w.base, 0, (size_t)bytes);
+    MPI_Win_unlock(rank, w.win);
+    MPI_Barrier(MPI_COMM_WORLD);
+    return w;
+}
+
+static void win_close(struct win *w)
+{
+    MPI_Win_free(&w->win);
+    if (!w->allocated)
+        free(w->base);
+}
+
+/* Checks the local window after everybody's access: block q of the window
+ * must hold v(q, i, salt) for each q in [first, last]. */
+static void check_blocks(struct win *w, int first, int last, int salt, const char *what)
+{
+    MPI_Win_lock(MPI_LOCK_SHARED, rank, 0, w->win);
+    for (int q = first; q <= last; q++)
+        for (int i = 0; i < w->blk; i++) {
+            int got = w->base[(size_t)q * w->blk + i];
+            CHECK(got == v(q, i, salt), "%s, %s, %d-int blocks: block %d element %d is %d, expected %d",
+                  w->kind, what, w->blk, q, i, got, v(q, i, salt));
+        }
+    MPI_Win_unlock(rank, w->win);
+}
+
+/* MPICH 5.0.2 defect 1 (see avoid_rma_bugs): one long operation in flight
+ * per origin. Returns how many targets a fence epoch may take at once. */
+static int targets_per_epoch(int blk)
+{
+    return avoid_rma_bugs && is_am_long((size_t)blk * sizeof(int)) ? 1 : nranks;
+}
+
+/* 1: fence epochs */
+static void fences(struct win *w, int salt)
+{
+    int blk = w->blk;
+    int *mine = xmalloc((size_t)blk * sizeof(int)), *got = xmalloc((size_t)blk * sizeof(int));
+    for (int i = 0; i < blk; i++)
+        mine[i] = v(rank, i, salt);
+    int step = targets_per_epoch(blk);
+    MPI_Win_fence(MPI_MODE_NOPRECEDE, w->win);
+    for (int t0 = 0; t0 < nranks; t0 += step) {
+        for (int t = t0; t < t0 + step && t < nranks; t++)
+            MPI_Put(mine, blk, MPI_INT, t, (MPI_Aint)rank * blk, blk, MPI_INT, w->win);
+        MPI_Win_fence(0, w->win);
+    }
+    /* the successor's own block, from its window */
+    int succ = (rank + 1) % nranks;
+    MPI_Get(got, blk, MPI_INT, succ, (MPI_Aint)succ * blk, blk, MPI_INT, w->win);
+    MPI_Win_fence(MPI_MODE_NOSUCCEED, w->win);
+    for (int i = 0; i < blk; i++)
+        CHECK(got[i] == v(succ, i, salt), "%s, fence Get of %d ints from rank %d: element %d is %d",
+              w->kind, blk, succ, i, got[i]);
+    check_blocks(w, 0, nranks - 1, salt, "fence Put");
+    MPI_Barrier(MPI_COMM_WORLD);
+    /* accumulate into the last block of every window */
+    MPI_Win_fence(MPI_MODE_NOPRECEDE, w->win);
+    for (int t0 = 0; t0 < nranks; t0 += step) {
+        for (int t = t0; t < t0 + step && t < nranks; t++)
+            MPI_Accumulate(mine, blk, MPI_INT, t, (MPI_Aint)nranks * blk, blk, MPI_INT, MPI_SUM,
+                           w->win);
+        MPI_Win_fence(t0 + step >= nranks ? MPI_MODE_NOSUCCEED : 0, w->win);
+    }
+    MPI_Win_lock(MPI_LOCK_EXCLUSIVE, rank, 0, w->win);
+    for (int i = 0; i < blk; i++) {
+        int want = 0;
+        for (int q = 0; q < nranks; q++)
+            want += v(q, i, salt);
+        int have = w->base[(size_t)nranks * blk + i];
+        CHECK(have == want, "%s, fence Accumulate of %d ints: element %d is %d, expected %d", w->kind,
+              blk, i, have, want);
+    }
+    memset(w->base + (size_t)nranks * blk, 0, (size_t)blk * sizeof(int));
+    MPI_Win_unlock(rank, w->win);
+    MPI_Barrier(MPI_COMM_WORLD);
+    free(mine);
+    free(got);
+}
+
+/* 2: exclusive locks */
+#define ROUNDS 10
+static void exclusive(struct win *w, int salt)
+{
+    int blk = w->blk;
+    /* a counter in rank 0's accumulate block: get, add one, put */
+    for (int k = 0; k < ROUNDS; k++) {
+        int value;
+        MPI_Win_lock(MPI_LOCK_EXCLUSIVE, 0, 0, w->win);
+        MPI_Get(&value, 1, MPI_INT, 0, (MPI_Aint)nranks * blk, 1, MPI_INT, w->win);
+        MPI_Win_flush(0, w->win);
+        value++;
+        MPI_Put(&value, 1, MPI_INT, 0, (MPI_Aint)nranks * blk, 1, MPI_INT, w->win);
+        MPI_Win_unlock(0, w->win);
+    }
+    MPI_Barrier(MPI_COMM_WORLD);
+    if (rank == 0) {
+        MPI_Win_lock(MPI_LOCK_EXCLUSIVE, 0, 0, w->win);
+        int have = w->base[(size_t)nranks * blk];
+        CHECK(have == nranks * ROUNDS, "%s: exclusive-lock counter is %d, expected %d", w->kind, have,
+              nranks * ROUNDS);
+        w->base[(size_t)nranks * blk] = 0;
+        MPI_Win_unlock(0, w->win);
+    }
+    /* a block into the successor's window under an exclusive lock */
+    int succ = (rank + 1) % nranks, pred = (rank + nranks - 1) % nranks;
+    int *mine = xmalloc((size_t)blk * sizeof(int));
+    for (int i = 0; i < blk; i++)
+        mine[i] = v(rank, i, salt);
+    MPI_Win_lock(MPI_LOCK_EXCLUSIVE, succ, 0, w->win);
+    MPI_Put(mine, blk, MPI_INT, succ, (MPI_Aint)rank * blk, blk, MPI_INT, w->win);
+    MPI_Win_unlock(succ, w->win);
+    MPI_Barrier(MPI_COMM_WORLD);
+    check_blocks(w, pred, pred, salt, "exclusive-lock Put");
+    MPI_Barrier(MPI_COMM_WORLD);
+    free(mine);
+}
+
+/* 3: shared locks, concurrent accumulates into rank 0's last block */
+static void shared(struct win *w, int salt)
+{
+    int blk = w->blk;
+    int *mine = xmalloc((size_t)blk * sizeof(int));
+    for (int i = 0; i < blk; i++)
+        mine[i] = v(rank, i, salt);
+    for (int k = 0; k < 3; k++) {
+        MPI_Win_lock(MPI_LOCK_SHARED, 0, 0, w->win);
+        MPI_Accumulate(mine, blk, MPI_INT, 0, (MPI_Aint)nranks * blk, blk, MPI_INT, MPI_SUM, w->win);
+        MPI_Win_unlock(0, w->win);
+    }
+    MPI_Barrier(MPI_COMM_WORLD);
+    if (rank == 0) {
+        MPI_Win_lock(MPI_LOCK_EXCLUSIVE, 0, 0, w->win);
+        for (int i = 0; i < blk; i++) {
+            int want = 0;
+            for (int q = 0; q < nranks; q++)
+                want += 3 * v(q, i, salt);
+            int have = w->base[(size_t)nranks * blk + i];
+            CHECK(have == want, "%s, shared-lock Accumulate of %d ints: element %d is %d, expected %d",
+                  w->kind, blk, i, have, want);
+        }
+        memset(w->base + (size_t)nranks * blk, 0, (size_t)blk * sizeof(int));
+        MPI_Win_unlock(0, w->win);
+    }
+    MPI_Barrier(MPI_COMM_WORLD);
+    free(mine);
+}
+
+/* 4: lock_all, flush, atomics */
+static void lock_all(struct win *w, int salt)
+{
+    int blk = w->blk;
+    int *mine = xmalloc((size_t)blk * sizeof(int)), *back = xmalloc((size_t)blk * sizeof(int));
+    for (int i = 0; i < blk; i++)
+        mine[i] = v(rank, i, salt);
+    MPI_Win_lock_all(0, w->win);
+    for (int t = 0; t < nranks; t++) {
+        MPI_Put(mine, blk, MPI_INT, t, (MPI_Aint)rank * blk, blk, MPI_INT, w->win);
+        if (targets_per_epoch(blk) == 1)
+            MPI_Win_flush(t, w->win);
+    }
+    MPI_Win_flush_all(w->win);
+    /* every target serves one Get at a time (its reply is a long message
+     * from the target) where avoid_rma_bugs is set */
+    for (int k = 0; k < nranks; k++) {
+        int t = (rank + k) % nranks;
+        if (targets_per_epoch(blk) == 1)
+            MPI_Barrier(MPI_COMM_WORLD);
+        memset(back, 0, (size_t)blk * sizeof(int));
+        MPI_Get(back, blk, MPI_INT, t, (MPI_Aint)rank * blk, blk, MPI_INT, w->win);
+        MPI_Win_flush(t, w->win);
+        for (int i = 0; i < blk; i++)
+            CHECK(back[i] == mine[i], "%s, lock_all: Get after flushed Put of %d ints from rank %d: "
+                  "element %d is %d, expected %d", w->kind, blk, t, i, back[i], mine[i]);
+    }
+    MPI_Win_unlock_all(w->win);
+    MPI_Barrier(MPI_COMM_WORLD);
+    check_blocks(w, 0, nranks - 1, salt, "lock_all Put");
+    MPI_Barrier(MPI_COMM_WORLD);
+
+    /* tickets from rank 0's counter: each one handed out once */
+    int tickets[ROUNDS], one = 1;
+    MPI_Win_lock_all(0, w->win);
+    for (int k = 0; k < ROUNDS; k++) {
+        MPI_Fetch_and_op(&one, &tickets[k], MPI_INT, 0, (MPI_Aint)nranks * blk, MPI_SUM, w->win);
+        MPI_Win_flush(0, w->win);
+    }
+    MPI_Win_unlock_all(w->win);
+    int *all = xmalloc((size_t)nranks * ROUNDS * sizeof(int));
+    MPI_Allgather(tickets, ROUNDS, MPI_INT, all, ROUNDS, MPI_INT, MPI_COMM_WORLD);
+    char *seen = calloc((size_t)nranks * ROUNDS, 1);
+    for (int k = 0; k < nranks * ROUNDS; k++) {
+        CHECK(all[k] >= 0 && all[k] < nranks * ROUNDS && !seen[all[k]],
+              "%s: MPI_Fetch_and_op handed out ticket %d twice or out of range", w->kind, all[k]);
+        seen[all[k]] = 1;
+    }
+    /* compare-and-swap on a fresh slot of rank 0: exactly one winner */
+    MPI_Barrier(MPI_COMM_WORLD);
+    int minus = -1, me = rank, old = 0, winners;
+    if (rank == 0) {
+        MPI_Win_lock(MPI_LOCK_EXCLUSIVE, 0, 0, w->win);
+        w->base[(size_t)nranks * blk] = -1;
+        MPI_Win_unlock(0, w->win);
+    }
+    MPI_Barrier(MPI_COMM_WORLD);
+    MPI_Win_lock_all(0, w->win);
+    MPI_Compare_and_swap(&me, &minus, &old, MPI_INT, 0, (MPI_Aint)nranks * blk, w->win);
+    MPI_Win_unlock_all(w->win);
+    int won = old == -1;
+    MPI_Allreduce(&won, &winners, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
+    CHECK(winners == 1, "%s: MPI_Compare_and_swap had %d winners", w->kind, winners);
+    CHECK(won || (old >= 0 && old < nranks), "%s: MPI_Compare_and_swap returned %d", w->kind, old);
+    MPI_Barrier(MPI_COMM_WORLD);
+    if (rank == 0) {
+        MPI_Win_lock(MPI_LOCK_EXCLUSIVE, 0, 0, w->win);
+        memset(w->base + (size_t)nranks * blk, 0, (size_t)blk * sizeof(int));
+        MPI_Win_unlock(0, w->win);
+    }
+    MPI_Barrier(MPI_COMM_WORLD);
+    free(mine);
+    free(back);
+    free(all);
+    free(seen);
+}
+
+int main(int argc, char **argv)
+{
+    static const int blocks[] = {1, 4100, 300000};
+    suite_init(&argc, &argv, MPI_THREAD_SINGLE);
+    if (avoid_rma_bugs)
+        suite_note = "one long RMA operation in flight per origin (MPICH 5.0.2 defect: RMA over "
+                     "active messages)";
+    for (int allocated = 0; allocated < 2; allocated++) {
+        for (int b = 0; b < 3; b++) {
+            const char *kind = allocated ? "MPI_Win_allocate" : "MPI_Win_create";
+            int salt = 10 * b + 100 * allocated;
+            phase("%s, %d-int blocks: open", kind, blocks[b]);
+            struct win w = win_open(blocks[b], allocated);
+            phase("%s, %d-int blocks: fences", kind, blocks[b]);
+            fences(&w, salt);
+            phase("%s, %d-int blocks: exclusive locks", kind, blocks[b]);
+            exclusive(&w, salt + 1);
+            phase("%s, %d-int blocks: shared locks", kind, blocks[b]);
+            shared(&w, salt + 2);
+            phase("%s, %d-int blocks: lock_all", kind, blocks[b]);
+            lock_all(&w, salt + 3);
+            win_close(&w);
+        }
+    }
+    suite_pass();
+    return 0;
+}

@@ -1,0 +1,148 @@
+//! MPI correctness suite: real MPICH jobs over the unimem provider.
+//!
+//! Every test runs all the suite programs (`tests/mpi/<name>.c`, see the
+//! comment at the top of each) on 2, 3 or 4 ranks, in MPICH's native
+//! (tagged) mode or its active-message mode, through `scripts/mpirun-unimem`
+//! (see `unimem_tests::mpi`). For each program it checks the exit status,
+//! the program's `mpi-suite <name>: PASS (<N> ranks)` line, that MPICH's
+//! debug summary names unimem, and that the job left nothing in
+//! `/dev/shm`. A failing program does not stop the others: the test
+//! reports every failure, with the program's output, at the end.
+//!
+//! Four ranks oversubscribe a two-core machine; the programs keep their
+//! iteration counts modest for that. Each program also has a watchdog: a
+//! rank stuck in one phase for 60 s (`MPI_SUITE_WATCHDOG`) says where and
+//! exits, well within the job's timeout.
+//!
+//! MPICH 5.0.2 has defects of its own in active-message mode (and for MPI
+//! RMA, which rides on active messages over unimem), with every provider;
+//! the programs keep clear of them and say so in a `note:` line (see
+//! `avoid_am_bugs` in any of the programs). The ignored test
+//! `mpich_active_message_defects` runs the programs without that care.
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use unimem_tests::mpi::{self, unimem_carried, Job, Output};
+
+/// The suite programs, in the order they run.
+const PROGRAMS: &[&str] = &[
+    "p2p",
+    "probe",
+    "flood",
+    "modes",
+    "datatypes",
+    "collectives",
+    "rma",
+    "threads",
+];
+
+/// Longest run of one program (its watchdog fires after 60 s in a phase).
+const PROGRAM_TIMEOUT: Duration = Duration::from_secs(150);
+
+fn build(name: &str) -> PathBuf {
+    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("mpi-suite");
+    mpi::build(&mpi::source(name), &dir, &["-std=c99", "-pthread"])
+}
+
+/// What is wrong with one program's run, if anything.
+fn problems(name: &str, ranks: usize, output: &Output) -> Vec<String> {
+    let mut found = Vec::new();
+    if !output.success() {
+        found.push("it failed".to_string());
+    }
+    let pass = format!("mpi-suite {name}: PASS ({ranks} ranks)");
+    if !output.has_stdout_line(&pass) {
+        found.push(format!("no '{pass}' line"));
+    }
+    if !unimem_carried(output) {
+        found.push("MPICH's debug summary does not name unimem".to_string());
+    }
+    let left = output.leftover_objects();
+    if !left.is_empty() {
+        found.push(format!("left in /dev/shm: {left:?}"));
+    }
+    found
+}
+
+fn suite(ranks: usize, am: bool, env: &[(&str, &str)]) {
+    let mode = if am { "active messages" } else { "native" };
+    let mut failures = Vec::new();
+    let mut timings = Vec::new();
+    let mut total = Duration::ZERO;
+    for name in PROGRAMS {
+        let program = build(name);
+        let mut job = Job::new(&program)
+            .ranks(ranks)
+            .am(am)
+            .timeout(PROGRAM_TIMEOUT);
+        for (key, value) in env {
+            job = job.env(key, value);
+        }
+        let output = job.run();
+        total += output.elapsed;
+        timings.push(format!("{name} {:.2} s", output.elapsed.as_secs_f64()));
+        for note in output.stdout.lines().filter(|l| l.contains(": note: ")) {
+            eprintln!("{note}");
+        }
+        let found = problems(name, ranks, &output);
+        if !found.is_empty() {
+            failures.push(format!(
+                "== {name} on {ranks} ranks, {mode}: {}\n{}",
+                found.join("; "),
+                output.report()
+            ));
+        }
+    }
+    eprintln!(
+        "mpi suite, {ranks} ranks, {mode}: {:.2} s ({})",
+        total.as_secs_f64(),
+        timings.join(", ")
+    );
+    assert!(
+        failures.is_empty(),
+        "{} of {} suite programs failed on {ranks} ranks, {mode}:\n\n{}",
+        failures.len(),
+        PROGRAMS.len(),
+        failures.join("\n\n")
+    );
+}
+
+#[test]
+fn suite_2_ranks_native() {
+    suite(2, false, &[]);
+}
+
+#[test]
+fn suite_2_ranks_am() {
+    suite(2, true, &[]);
+}
+
+#[test]
+fn suite_3_ranks_native() {
+    suite(3, false, &[]);
+}
+
+#[test]
+fn suite_3_ranks_am() {
+    suite(3, true, &[]);
+}
+
+#[test]
+fn suite_4_ranks_native() {
+    suite(4, false, &[]);
+}
+
+#[test]
+fn suite_4_ranks_am() {
+    suite(4, true, &[]);
+}
+
+/// The programs without their care for MPICH 5.0.2's active-message
+/// defects (`MPI_SUITE_AM_FULL=1`): several of them crash in MPICH, over
+/// any provider. Run it to see whether a newer MPICH still does.
+#[test]
+#[ignore = "MPICH 5.0.2 crashes here with every provider (tcp and shm too)"]
+fn mpich_active_message_defects() {
+    suite(3, true, &[("MPI_SUITE_AM_FULL", "1")]);
+}
