@@ -172,7 +172,8 @@ impl Build {
         static BUILDS: Mutex<()> = Mutex::new(());
         let _one = BUILDS.lock().unwrap_or_else(|p| p.into_inner());
         let source_time = mtime(&self.source)
-            .unwrap_or_else(|| panic!("{} does not exist", self.source.display()));
+            .unwrap_or_else(|| panic!("{} does not exist", self.source.display()))
+            .max(newest_header_beside(&self.source));
         let inputs_time = mtime(&resolve(&compiler)).map_or(source_time, |c| c.max(source_time));
         if mtime(&program).is_some_and(|p| p >= inputs_time) {
             return program;
@@ -211,6 +212,21 @@ impl Build {
             .unwrap_or_else(|e| panic!("rename to {}: {e}", program.display()));
         program
     }
+}
+
+/// The newest modification time of the `.h` files in `source`'s folder
+/// (the suite programs include `suite.h`), or the epoch if there are none.
+fn newest_header_beside(source: &Path) -> SystemTime {
+    let dir = source.parent().unwrap_or(Path::new("."));
+    fs::read_dir(dir)
+        .into_iter()
+        .flatten()
+        .filter_map(Result::ok)
+        .map(|entry| entry.path())
+        .filter(|path| path.extension().is_some_and(|ext| ext == "h"))
+        .filter_map(|path| mtime(&path))
+        .max()
+        .unwrap_or(SystemTime::UNIX_EPOCH)
 }
 
 /// Builds `source` with `mpicc`, [`DEFAULT_CFLAGS`] and `flags` into

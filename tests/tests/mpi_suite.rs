@@ -17,7 +17,7 @@
 //! MPICH 5.0.2 has defects of its own in active-message mode (and for MPI
 //! RMA, which rides on active messages over unimem), with every provider;
 //! the programs keep clear of them and say so in a `note:` line (see
-//! `avoid_am_bugs` in any of the programs). The ignored test
+//! `avoid_am_bugs` in `tests/mpi/suite.h`). The ignored test
 //! `mpich_active_message_defects` runs the programs without that care.
 
 use std::path::{Path, PathBuf};
