@@ -48,15 +48,6 @@ static void isend_or_send(const void *buf, int n, int dst, int tag, MPI_Request 
     MPI_Isend(buf, n, MPI_BYTE, dst, tag, MPI_COMM_WORLD, &req[(*k)++]);
 }
 
-static void check_status(int line, const char *what, MPI_Status *st, int src, int tag, int n)
-{
-    int count;
-    MPI_Get_count(st, MPI_BYTE, &count);
-    if (st->MPI_SOURCE != src || st->MPI_TAG != tag || count != n)
-        fail(line, "%s: status says %d B from rank %d tag %d, expected %d B from rank %d tag %d",
-             what, count, st->MPI_SOURCE, st->MPI_TAG, n, src, tag);
-}
-
 /* Offsets of n messages of sizes size(i) laid end to end. */
 static size_t *layout(int n, int (*size)(int))
 {
@@ -213,16 +204,6 @@ static void burst_recv(int p)
     }
     free(off);
     free(buf);
-}
-
-static int round_partner(int me, int r, int slots)
-{
-    int m = slots - 1;
-    if (me == m)
-        return r;
-    if (me == r)
-        return m;
-    return ((2 * r - me) % m + m) % m;
 }
 
 static void bursts(void)

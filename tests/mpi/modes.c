@@ -32,25 +32,6 @@ static const int msizes[] = {0, 1, 6, 7, 14, 15, 22, 23, 1000, 16320, 16352, 163
 #define NMSIZES ((int)(sizeof msizes / sizeof msizes[0]))
 #define MMAX (4 * MiB)
 
-static void check_status(int line, const char *what, MPI_Status *st, int src, int tag, int n)
-{
-    int count;
-    MPI_Get_count(st, MPI_BYTE, &count);
-    if (st->MPI_SOURCE != src || st->MPI_TAG != tag || count != n)
-        fail(line, "%s: status says %d B from rank %d tag %d, expected %d B from rank %d tag %d",
-             what, count, st->MPI_SOURCE, st->MPI_TAG, n, src, tag);
-}
-
-static int round_partner(int me, int r, int slots)
-{
-    int m = slots - 1;
-    if (me == m)
-        return r;
-    if (me == r)
-        return m;
-    return ((2 * r - me) % m + m) % m;
-}
-
 /* 1: Ssend between every pair */
 static void ssend_pairs(void)
 {

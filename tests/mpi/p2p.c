@@ -76,19 +76,6 @@ static void check_recv(int line, const char *what, MPI_Status *st, const unsigne
                  src, n, n + i);
 }
 
-/* Partner of `me` in round r of a round-robin schedule (circle method) over
- * `slots` (even) positions; a partner >= nranks is a bye. Over slots-1
- * rounds every pair meets exactly once, and all ranks work in every round. */
-static int round_partner(int me, int r, int slots)
-{
-    int m = slots - 1;
-    if (me == m)
-        return r;
-    if (me == r)
-        return m;
-    return ((2 * r - me) % m + m) % m;
-}
-
 /* 1: blocking Send/Recv between every pair, both directions. */
 static void pairwise_blocking(void)
 {

@@ -52,15 +52,6 @@ static void gated_isend(const void *buf, int n, int dst, int tag, MPI_Request *r
     MPI_Isend(buf, n, MPI_BYTE, dst, tag, MPI_COMM_WORLD, &req[(*k)++]);
 }
 
-static void check_status(int line, const char *what, MPI_Status *st, int src, int tag, int n)
-{
-    int count;
-    MPI_Get_count(st, MPI_BYTE, &count);
-    if (st->MPI_SOURCE != src || st->MPI_TAG != tag || count != n)
-        fail(line, "%s: status says %d B from rank %d tag %d, expected %d B from rank %d tag %d",
-             what, count, st->MPI_SOURCE, st->MPI_TAG, n, src, tag);
-}
-
 /* ---- 1: wildcard receives ---- */
 
 #define WILD_PER_SENDER 14
@@ -140,18 +131,6 @@ static void wildcards(void)
     }
     free(buf);
     MPI_Barrier(MPI_COMM_WORLD);
-}
-
-/* ---- pairs ---- */
-
-static int round_partner(int me, int r, int slots)
-{
-    int m = slots - 1;
-    if (me == m)
-        return r;
-    if (me == r)
-        return m;
-    return ((2 * r - me) % m + m) % m;
 }
 
 /* Runs send_to(p) and recv_from(p) for every pair: lower rank sends first.

@@ -233,4 +233,29 @@ static UNUSED void suite_pass(void)
     alarm(0);
 }
 
+/* Checks a receive's status: source, tag and byte count. */
+static UNUSED void check_status(int line, const char *what, MPI_Status *st, int src, int tag,
+                                int n)
+{
+    int count;
+    MPI_Get_count(st, MPI_BYTE, &count);
+    if (st->MPI_SOURCE != src || st->MPI_TAG != tag || count != n)
+        fail(line, "%s: status says %d B from rank %d tag %d, expected %d B from rank %d tag %d",
+             what, count, st->MPI_SOURCE, st->MPI_TAG, n, src, tag);
+}
+
+/* Round-robin pairing (the circle method): rank `me`'s partner in round
+ * `r` of `slots` (even) positions; a partner >= nranks is a bye. Over
+ * slots-1 rounds every pair meets exactly once, and all ranks work in
+ * every round. */
+static UNUSED int round_partner(int me, int r, int slots)
+{
+    int m = slots - 1;
+    if (me == m)
+        return r;
+    if (me == r)
+        return m;
+    return ((2 * r - me) % m + m) % m;
+}
+
 #endif /* UNIMEM_MPI_SUITE_H */

@@ -54,7 +54,7 @@ static void send_bytes(const void *buf, int n, int dst, int tag, MPI_Comm comm, 
     MPI_Isend(buf, n, MPI_BYTE, dst, tag, comm, req);
 }
 
-static void check_status(int line, int t, const char *what, MPI_Status *st, int src, int tag, int n)
+static void check_thread_status(int line, int t, const char *what, MPI_Status *st, int src, int tag, int n)
 {
     int count;
     MPI_Get_count(st, MPI_BYTE, &count);
@@ -80,7 +80,7 @@ static void tagged(int t)
     MPI_Waitall(ITER_A, sreq, MPI_STATUSES_IGNORE);
     MPI_Waitall(ITER_A, rreq, st);
     for (int it = 0; it < ITER_A; it++) {
-        check_status(__LINE__, t, "tagged receive", &st[it], prev, t, msg_size(t, it));
+        check_thread_status(__LINE__, t, "tagged receive", &st[it], prev, t, msg_size(t, it));
         check_fill(__LINE__, in + (size_t)it * CMAX, (size_t)msg_size(t, it), seed_of(prev, rank, t, it),
                    "thread %d: message %d from rank %d", t, it, prev);
     }
@@ -115,7 +115,7 @@ static void wildcards(int t)
         int s = st[j].MPI_SOURCE;
         CHECK(s >= 0 && s < nranks && s != rank, "thread %d: wildcard receive from rank %d", t, s);
         int it = next_it[s]++;
-        check_status(__LINE__, t, "wildcard receive (per-source order)", &st[j], s, it,
+        check_thread_status(__LINE__, t, "wildcard receive (per-source order)", &st[j], s, it,
                      msg_size(t + rank, it));
         check_fill(__LINE__, in + (size_t)j * CMAX, (size_t)msg_size(t + rank, it),
                    seed_of(s, rank, 100 + t, it), "thread %d: wildcard message %d from rank %d", t, it, s);
