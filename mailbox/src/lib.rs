@@ -88,6 +88,10 @@ pub trait Mailbox: Send {
     /// The next message that has arrived, with its source.
     fn poll(&mut self) -> Option<(Self::Addr, Message)>;
 
+    /// Whether a message may be waiting: a cheap look, for callers that
+    /// skip other work when nothing came; [`Self::poll`] decides.
+    fn has_message(&self) -> bool;
+
     /// Whether `peer`'s node is still there.
     fn peer_alive(&self, peer: &Self::Peer) -> bool;
 }

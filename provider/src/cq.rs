@@ -25,7 +25,7 @@ use std::ffi::CStr;
 use std::mem::{offset_of, size_of};
 use std::os::raw::{c_char, c_int, c_void};
 use std::ptr;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 
 use parking_lot::Mutex;
@@ -362,6 +362,9 @@ pub struct CqInner {
     idle_yield: IdleYield,
     idle_polls: IdlePolls,
     queue: Mutex<Queue>,
+    /// `queue`'s length, stored under its lock after every change: an empty
+    /// poll (MPI polls in a loop) then reads it instead of taking the lock.
+    queued: AtomicUsize,
     /// Set by `fi_cq_signal`, taken by the blocking read it wakes.
     signaled: AtomicBool,
     progress: ProgressList,
@@ -378,15 +381,20 @@ impl Parent for CqInner {
 impl CqInner {
     /// Queue a successful completion.
     pub fn write(&self, c: Completion) {
-        self.queue.lock().entries.push_back(Entry::Done(c));
+        self.with_queue(|q| q.entries.push_back(Entry::Done(c)));
     }
 
     /// Queue an error completion (read with `fi_cq_readerr`).
     pub fn write_error(&self, e: CompletionError) {
-        self.queue
-            .lock()
-            .entries
-            .push_back(Entry::Failed(Box::new(e)));
+        self.with_queue(|q| q.entries.push_back(Entry::Failed(Box::new(e))));
+    }
+
+    /// Runs `f` on the locked queue, then publishes its length.
+    fn with_queue<R>(&self, f: impl FnOnce(&mut Queue) -> R) -> R {
+        let mut q = self.queue.lock();
+        let result = f(&mut q);
+        self.queued.store(q.entries.len(), Ordering::Release);
+        result
     }
 
     /// The entry format the application reads (never UNSPEC).
@@ -435,8 +443,12 @@ impl CqInner {
     /// As [`Queue::read`] for `self.format`.
     unsafe fn read(&self, buf: *mut c_void, count: usize, src_addr: *mut ffi::fi_addr_t) -> isize {
         self.progress.run();
-        // SAFETY: forwarded from the caller.
-        let n = unsafe { self.queue.lock().read(self.format, buf, count, src_addr) };
+        let n = if self.queued.load(Ordering::Acquire) == 0 {
+            ret::EAGAIN as isize
+        } else {
+            // SAFETY: forwarded from the caller.
+            self.with_queue(|q| unsafe { q.read(self.format, buf, count, src_addr) })
+        };
         if n == ret::EAGAIN as isize {
             self.idle_polls.nothing(self.spin_yield, self.idle_yield);
         } else {
@@ -575,6 +587,7 @@ pub unsafe fn open(
                 entries: VecDeque::with_capacity(size.min(64)),
                 saved_err_data: Vec::new(),
             }),
+            queued: AtomicUsize::new(0),
             signaled: AtomicBool::new(false),
             progress: ProgressList::default(),
             children: Children::default(),
@@ -757,7 +770,7 @@ unsafe extern "C" fn cq_readerr(
         inner.progress.run();
         let api = inner.domain.api_version;
         // SAFETY: buf is an fi_cq_err_entry of the application's API version.
-        unsafe { inner.queue.lock().read_err(api, buf as *mut ErrEntry) }
+        inner.with_queue(|q| unsafe { q.read_err(api, buf as *mut ErrEntry) })
     })
 }
 

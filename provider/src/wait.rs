@@ -153,7 +153,11 @@ impl IdlePolls {
     }
 
     pub fn nothing(&self, spins: usize, policy: IdleYield) {
-        if self.empty.fetch_add(1, Ordering::Relaxed) < spins {
+        // A plain load and store, no locked add: the count only needs to be
+        // about right when threads poll the same CQ at once.
+        let empty = self.empty.load(Ordering::Relaxed);
+        self.empty.store(empty.saturating_add(1), Ordering::Relaxed);
+        if empty < spins {
             return;
         }
         let yield_cpu = match policy {

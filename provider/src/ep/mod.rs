@@ -348,7 +348,11 @@ impl Progress for EpInner {
         self.drain(&mut core);
         let lost = core.peers_lost();
         drop(core);
-        if self.peers_reclaimed.swap(lost, Ordering::Relaxed) != lost {
+        // A load first: a swap on every progress call would be a locked
+        // instruction on the polling path.
+        if self.peers_reclaimed.load(Ordering::Relaxed) != lost
+            && self.peers_reclaimed.swap(lost, Ordering::Relaxed) != lost
+        {
             // A killed process cannot remove its mailbox and memory: the
             // peers that find it dead do.
             let removed = unimem_mailbox::shm::reclaim_dead_objects();

@@ -972,6 +972,17 @@ where
     /// Advances everything: DMA completions, arrived messages, deferred work,
     /// credits and queued sends.
     pub fn progress(&mut self) {
+        // Waiting for a message with nothing in flight is the common case
+        // (MPI polls in a loop): a look at the mailbox is all it takes.
+        if self.dma_waiters.is_empty()
+            && self.active.is_empty()
+            && self.deferred_grants.is_empty()
+            && self.deferred_segments.is_empty()
+            && !self.mbx.has_message()
+        {
+            self.check_peers();
+            return;
+        }
         self.reap_dma();
         for _ in 0..self.cfg.poll_budget {
             let Some((src, message)) = self.mbx.poll() else {
