@@ -750,13 +750,22 @@ fn check_tx(prov: &Info, tx: &TxAttr, info_mode: u64) -> Check {
 // ---------------------------------------------------------------------------
 // Tailoring the answer to the hints (after a successful check)
 
+/// Secondary caps reported even to hints that did not ask for them.
+/// FI_SOURCE is left out: it costs an address lookup per completion, and
+/// fi_getinfo(3) lets a provider report unrequested secondary caps only
+/// where they cost nothing.
+const UNASKED_SECONDARY_CAPS: u64 = SECONDARY_CAPS & !FI_SOURCE;
+
 /// prov/util's capability selection: the primary caps asked for (all of
-/// ours if none), plus our secondary caps, plus the direction caps.
+/// ours if none), plus secondary caps (FI_SOURCE only if asked for), plus
+/// the direction caps.
 fn select_caps(info_caps: u64, hint_caps: u64, attr_caps: u64) -> u64 {
     let mut caps = if hint_caps == 0 {
-        (info_caps & attr_caps & PRIMARY_CAPS) | (attr_caps & SECONDARY_CAPS)
+        info_caps & attr_caps & (PRIMARY_CAPS | SECONDARY_CAPS)
     } else {
-        (hint_caps & PRIMARY_CAPS) | (attr_caps & SECONDARY_CAPS)
+        (hint_caps & PRIMARY_CAPS)
+            | (hint_caps & attr_caps & SECONDARY_CAPS)
+            | (attr_caps & UNASKED_SECONDARY_CAPS)
     };
     if caps & (FI_MSG | FI_TAGGED) != 0 && caps & MSG_DIRECTION_CAPS == 0 {
         caps |= attr_caps & MSG_DIRECTION_CAPS;
@@ -1200,11 +1209,20 @@ mod tests {
             i.caps & (FI_MSG | FI_SEND | FI_RECV),
             FI_MSG | FI_SEND | FI_RECV
         );
-        // Secondary caps come along.
+        // Secondary caps come along, but FI_SOURCE (a lookup per
+        // completion) only when asked for.
         assert_ne!(i.caps & FI_MULTI_RECV, 0);
+        assert_eq!(i.caps & FI_SOURCE, 0);
+        assert_eq!(i.rx.caps & FI_SOURCE, 0);
         assert_eq!(i.tx.caps, FI_MSG | FI_SEND);
         assert_eq!(i.rx.caps & FI_TAGGED, 0);
         assert_eq!(i.rx.caps & !i.caps, 0);
+        let h = c_hints(|i, _, _, _, _, _| i.caps = FI_MSG | FI_SOURCE);
+        let i = tailor(API, &ours(), Some(&h));
+        assert_ne!(i.caps & FI_SOURCE, 0);
+        assert_ne!(i.rx.caps & FI_SOURCE, 0);
+        let i = tailor(API, &ours(), None);
+        assert_ne!(i.caps & FI_SOURCE, 0);
     }
 
     #[test]
