@@ -279,11 +279,16 @@ fn cancel_of_a_multi_receive_buffer_in_use() {
     let (tx, rx) = (0, 1);
     c.cmd(rx, "min-multi 1024");
     c.cmd(rx, "multi-recv any 262144 80");
-    let msg = Msg::new(100_000, 1); // rendezvous: needs the sender's puts
+    // Rendezvous: it needs the sender's puts.
+    let msg = Msg::new(100_000, 1);
+    // Idle children progress in the background: the receiver is stopped
+    // while the request goes out, so that it cannot grant before the
+    // sender is stopped too. Then it matches the request and grants, and
+    // cancels the buffer before any put.
+    c.pause(rx);
     send(&mut c, tx, rx as u64, &msg, 1);
-    // The sender stops before putting anything; the receiver matches the
-    // request and grants, then cancels the buffer.
     c.pause(tx);
+    c.resume(rx);
     c.cmd(rx, "progress");
     assert_eq!(c.cmd(rx, "cancel 80").num(), 0);
     let cancelled = wait(&mut c, rx, "errors", 1);
