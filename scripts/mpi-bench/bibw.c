@@ -10,7 +10,6 @@
 
 #define TAG 1
 
-static MPI_Request *reqs;
 
 static void exchange_windows(size_t size, long n)
 {
@@ -30,32 +29,13 @@ static void exchange_windows(size_t size, long n)
 
 int main(int argc, char **argv)
 {
-    static const struct policy pol = {
-        .iters_small = 100, .iters_large = 20,
-        .skip_small = 10, .skip_large = 2,
-        .iters_min = 2, .default_min = 1,
-    };
-
-    MPI_Init(&argc, &argv);
-    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-    MPI_Comm_size(MPI_COMM_WORLD, &nranks);
-    parse_options(argc, argv, &pol, 1);
-    if (nranks < 2) {
-        if (rank == 0)
-            fprintf(stderr, "bibw: needs at least 2 ranks\n");
-        MPI_Finalize();
-        return 2;
-    }
-    alloc_buffers();
-    reqs = malloc(sizeof *reqs * 2 * (size_t)opt.window);
-    if (!reqs)
-        MPI_Abort(MPI_COMM_WORLD, 1);
+    start(&argc, &argv, "bibw", &window_policy, 1, 0, 2);
     print_header("MPI Bi-Directional Bandwidth Test (ranks 0 and 1; unimem mpi-bench, OSU method)",
                  "# Size      Bandwidth (MB/s)");
 
     for (size_t size = opt.min_size; size <= opt.max_size; size = next_size(size)) {
         prepare_buffers(size);
-        long iters = warm_up(&pol, exchange_windows, size);
+        long iters = warm_up(&window_policy, exchange_windows, size);
         double t = timed(exchange_windows, size, iters);
         if (rank == 0 || rank == 1)
             check_received(size);
@@ -67,8 +47,6 @@ int main(int argc, char **argv)
         }
     }
 
-    free(reqs);
-    free_buffers();
-    MPI_Finalize();
+    finish();
     return 0;
 }

@@ -11,7 +11,6 @@
 #define TAG 1
 #define ACK_TAG 2
 
-static MPI_Request *reqs;
 
 static void window_to_1(size_t size, long n)
 {
@@ -37,32 +36,13 @@ static void window_to_1(size_t size, long n)
 
 int main(int argc, char **argv)
 {
-    static const struct policy pol = {
-        .iters_small = 100, .iters_large = 20,
-        .skip_small = 10, .skip_large = 2,
-        .iters_min = 2, .default_min = 1,
-    };
-
-    MPI_Init(&argc, &argv);
-    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-    MPI_Comm_size(MPI_COMM_WORLD, &nranks);
-    parse_options(argc, argv, &pol, 1);
-    if (nranks < 2) {
-        if (rank == 0)
-            fprintf(stderr, "bw: needs at least 2 ranks\n");
-        MPI_Finalize();
-        return 2;
-    }
-    alloc_buffers();
-    reqs = malloc(sizeof *reqs * (size_t)opt.window);
-    if (!reqs)
-        MPI_Abort(MPI_COMM_WORLD, 1);
+    start(&argc, &argv, "bw", &window_policy, 1, 0, 1);
     print_header("MPI Bandwidth Test (unidirectional, rank 0 to 1; unimem mpi-bench, OSU method)",
                  "# Size      Bandwidth (MB/s)");
 
     for (size_t size = opt.min_size; size <= opt.max_size; size = next_size(size)) {
         prepare_buffers(size);
-        long iters = warm_up(&pol, window_to_1, size);
+        long iters = warm_up(&window_policy, window_to_1, size);
         double t = timed(window_to_1, size, iters);
         if (rank == 1)
             check_received(size);
@@ -74,8 +54,6 @@ int main(int argc, char **argv)
         }
     }
 
-    free(reqs);
-    free_buffers();
-    MPI_Finalize();
+    finish();
     return 0;
 }

@@ -202,6 +202,48 @@ static void free_buffers(void)
     free(creqs);
 }
 
+/* The window tests' iteration counts (the OSU bandwidth tests'). */
+static const struct policy window_policy = {
+    .iters_small = 100, .iters_large = 20,
+    .skip_small = 10, .skip_large = 2,
+    .iters_min = 2, .default_min = 1,
+};
+
+/* The window tests' requests (see start). */
+static MPI_Request *reqs;
+
+/* Starts benchmark `name`: MPI, options, buffers, and `request_windows`
+ * windows' worth of requests in `reqs` (0: none). It needs at least two
+ * ranks, an even number with `even_ranks`; otherwise it ends with status 2. */
+static void start(int *argc, char ***argv, const char *name, const struct policy *pol,
+                  int windowed, int even_ranks, int request_windows)
+{
+    MPI_Init(argc, argv);
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    MPI_Comm_size(MPI_COMM_WORLD, &nranks);
+    parse_options(*argc, *argv, pol, windowed);
+    if (nranks < 2 || (even_ranks && nranks % 2 != 0)) {
+        if (rank == 0)
+            fprintf(stderr, "%s: needs %s\n", name,
+                    even_ranks ? "an even number of ranks" : "at least 2 ranks");
+        MPI_Finalize();
+        exit(2);
+    }
+    alloc_buffers();
+    if (request_windows > 0) {
+        reqs = malloc(sizeof *reqs * (size_t)request_windows * (size_t)opt.window);
+        if (!reqs)
+            MPI_Abort(MPI_COMM_WORLD, 1);
+    }
+}
+
+static void finish(void)
+{
+    free(reqs);
+    free_buffers();
+    MPI_Finalize();
+}
+
 /* Byte i of a message with pattern `seed`. */
 static unsigned char pattern(size_t i, unsigned seed)
 {

@@ -33,17 +33,7 @@ int main(int argc, char **argv)
         .iters_min = 10, .default_min = 0,
     };
 
-    MPI_Init(&argc, &argv);
-    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-    MPI_Comm_size(MPI_COMM_WORLD, &nranks);
-    parse_options(argc, argv, &pol, 0);
-    if (nranks < 2) {
-        if (rank == 0)
-            fprintf(stderr, "latency: needs at least 2 ranks\n");
-        MPI_Finalize();
-        return 2;
-    }
-    alloc_buffers();
+    start(&argc, &argv, "latency", &pol, 0, 0, 0);
     print_header("MPI Latency Test (ping-pong, ranks 0 and 1; unimem mpi-bench, OSU method)",
                  "# Size          Latency (us)");
 
@@ -61,7 +51,6 @@ int main(int argc, char **argv)
         }
     }
 
-    free_buffers();
-    MPI_Finalize();
+    finish();
     return 0;
 }

@@ -13,7 +13,6 @@
 #define TAG 1
 #define ACK_TAG 2
 
-static MPI_Request *reqs;
 static int pairs;
 
 static void pair_windows(size_t size, long n)
@@ -42,27 +41,8 @@ static void pair_windows(size_t size, long n)
 
 int main(int argc, char **argv)
 {
-    static const struct policy pol = {
-        .iters_small = 100, .iters_large = 20,
-        .skip_small = 10, .skip_large = 2,
-        .iters_min = 2, .default_min = 1,
-    };
-
-    MPI_Init(&argc, &argv);
-    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-    MPI_Comm_size(MPI_COMM_WORLD, &nranks);
-    parse_options(argc, argv, &pol, 1);
-    if (nranks < 2 || nranks % 2 != 0) {
-        if (rank == 0)
-            fprintf(stderr, "mbw_mr: needs an even number of ranks\n");
-        MPI_Finalize();
-        return 2;
-    }
+    start(&argc, &argv, "mbw_mr", &window_policy, 1, 1, 1);
     pairs = nranks / 2;
-    alloc_buffers();
-    reqs = malloc(sizeof *reqs * (size_t)opt.window);
-    if (!reqs)
-        MPI_Abort(MPI_COMM_WORLD, 1);
     if (rank == 0) {
         printf("# MPI Multiple Bandwidth / Message Rate Test (unimem mpi-bench, OSU method)\n");
         printf("# [ pairs: %d ] [ window size: %d ]\n", pairs, opt.window);
@@ -72,7 +52,7 @@ int main(int argc, char **argv)
 
     for (size_t size = opt.min_size; size <= opt.max_size; size = next_size(size)) {
         prepare_buffers(size);
-        long iters = warm_up(&pol, pair_windows, size);
+        long iters = warm_up(&window_policy, pair_windows, size);
         double t = timed(pair_windows, size, iters);
         double slowest = 0;
         if (rank >= pairs)
@@ -89,8 +69,6 @@ int main(int argc, char **argv)
         }
     }
 
-    free(reqs);
-    free_buffers();
-    MPI_Finalize();
+    finish();
     return 0;
 }
