@@ -5,8 +5,9 @@
 //! Tests that need `fi_info` or libfabric.so.1 print a message and pass when
 //! they are missing (apt-get install libfabric-bin libfabric1).
 
-use std::ffi::{c_void, CStr, CString};
-use std::os::raw::{c_char, c_int};
+mod common;
+use common::cdylib;
+use std::ffi::CStr;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -15,21 +16,6 @@ use unimem_fi::addr::service_address;
 use unimem_fi::config::TUNABLES;
 use unimem_fi::ffi;
 use unimem_mailbox::JobId;
-
-/// The cdylib built together with this test: cargo compiles the lib target
-/// (cdylib + rlib) into target/<profile>/deps/, next to the test executable
-/// (it only copies it up to target/<profile>/ on `cargo build`).
-fn cdylib() -> PathBuf {
-    let exe = std::env::current_exe().expect("test executable path");
-    let deps = exe.parent().expect("target/<profile>/deps");
-    [
-        deps.join("libunimem_fi.so"),
-        deps.join("../libunimem_fi.so"),
-    ]
-    .into_iter()
-    .find(|p| p.is_file())
-    .unwrap_or_else(|| panic!("libunimem_fi.so not found near {}", deps.display()))
-}
 
 /// A fresh directory holding `libunimem-fi.so` (the installed name) as a
 /// symlink to the cargo output, plus optional extra files; removed on drop.
@@ -514,43 +500,16 @@ fn objects_through_a_private_core() {
     );
 }
 
-type GetinfoFn = unsafe extern "C" fn(
-    u32,
-    *const c_char,
-    *const c_char,
-    u64,
-    *const ffi::fi_info,
-    *mut *mut ffi::fi_info,
-) -> c_int;
-type DupinfoFn = unsafe extern "C" fn(*const ffi::fi_info) -> *mut ffi::fi_info;
-type FreeinfoFn = unsafe extern "C" fn(*mut ffi::fi_info);
-type FabricFn =
-    unsafe extern "C" fn(*mut ffi::fi_fabric_attr, *mut *mut ffi::fid_fabric, *mut c_void) -> c_int;
-type VersionFn = unsafe extern "C" fn() -> u32;
-
 fn private_core_scenario(_dir: &Path) {
-    let lib = CString::new("libfabric.so.1").unwrap();
-    // SAFETY: plain dlopen; RTLD_LOCAL keeps the core out of the global scope.
-    let h = unsafe { libc::dlopen(lib.as_ptr(), libc::RTLD_NOW | libc::RTLD_LOCAL) };
-    if h.is_null() {
-        println!("SKIPPED: libfabric.so.1 not loadable");
+    let Some(common::Core {
+        getinfo,
+        dupinfo,
+        freeinfo,
+        fabric,
+        version,
+    }) = common::open_core_privately()
+    else {
         return;
-    }
-    // SAFETY: these are libfabric's functions (newest symbol versions) with these prototypes.
-    let (getinfo, dupinfo, freeinfo, fabric, version) = unsafe {
-        let sym = |n: &str| {
-            let c = CString::new(n).unwrap();
-            let p = libc::dlsym(h, c.as_ptr());
-            assert!(!p.is_null(), "{n} missing");
-            p
-        };
-        (
-            std::mem::transmute::<*mut c_void, GetinfoFn>(sym("fi_getinfo")),
-            std::mem::transmute::<*mut c_void, DupinfoFn>(sym("fi_dupinfo")),
-            std::mem::transmute::<*mut c_void, FreeinfoFn>(sym("fi_freeinfo")),
-            std::mem::transmute::<*mut c_void, FabricFn>(sym("fi_fabric")),
-            std::mem::transmute::<*mut c_void, VersionFn>(sym("fi_version")),
-        )
     };
     // SAFETY: libfabric API used as documented; every pointer is from libfabric or a live local.
     unsafe {

@@ -7,9 +7,10 @@
 //! core dlopen'ed; prints a message and passes when libfabric.so.1 is
 //! missing (apt-get install libfabric1).
 
-use std::ffi::{c_void, CStr, CString};
+mod common;
+use common::cdylib;
+use std::ffi::{c_void, CStr};
 use std::os::raw::{c_char, c_int};
-use std::path::PathBuf;
 use std::process::Command;
 use std::ptr::{null, null_mut};
 use std::time::{Duration, Instant};
@@ -17,19 +18,6 @@ use std::time::{Duration, Instant};
 use unimem_fi::ffi::{self, FI_ADDR_NOTAVAIL};
 
 const CHILD_VAR: &str = "UNIMEM_FI_OBJECTS_CHILD";
-
-/// The cdylib built together with this test (see loading.rs).
-fn cdylib() -> PathBuf {
-    let exe = std::env::current_exe().expect("test executable path");
-    let deps = exe.parent().expect("target/<profile>/deps");
-    [
-        deps.join("libunimem_fi.so"),
-        deps.join("../libunimem_fi.so"),
-    ]
-    .into_iter()
-    .find(|p| p.is_file())
-    .unwrap_or_else(|| panic!("libunimem_fi.so not found near {}", deps.display()))
-}
 
 #[test]
 fn objects_through_libfabric() {
@@ -79,20 +67,6 @@ fn objects_through_libfabric() {
     }
 }
 
-type GetinfoFn = unsafe extern "C" fn(
-    u32,
-    *const c_char,
-    *const c_char,
-    u64,
-    *const ffi::fi_info,
-    *mut *mut ffi::fi_info,
-) -> c_int;
-type DupinfoFn = unsafe extern "C" fn(*const ffi::fi_info) -> *mut ffi::fi_info;
-type FreeinfoFn = unsafe extern "C" fn(*mut ffi::fi_info);
-type FabricFn =
-    unsafe extern "C" fn(*mut ffi::fi_fabric_attr, *mut *mut ffi::fid_fabric, *mut c_void) -> c_int;
-type VersionFn = unsafe extern "C" fn() -> u32;
-
 const EAGAIN: isize = -(ffi::FI_EAGAIN as isize);
 const EAVAIL: isize = -(ffi::FI_EAVAIL as isize);
 const EINVAL: c_int = -ffi::FI_EINVAL;
@@ -132,28 +106,15 @@ fn timed<T>(f: impl FnOnce() -> T) -> (T, Duration) {
 }
 
 fn scenario() {
-    let lib = CString::new("libfabric.so.1").unwrap();
-    // SAFETY: plain dlopen.
-    let h = unsafe { libc::dlopen(lib.as_ptr(), libc::RTLD_NOW | libc::RTLD_LOCAL) };
-    if h.is_null() {
-        println!("SKIPPED: libfabric.so.1 not loadable");
+    let Some(common::Core {
+        getinfo,
+        dupinfo,
+        freeinfo,
+        fabric,
+        version,
+    }) = common::open_core_privately()
+    else {
         return;
-    }
-    // SAFETY: these are libfabric's functions with these prototypes.
-    let (getinfo, dupinfo, freeinfo, fabric, version) = unsafe {
-        let sym = |n: &str| {
-            let c = CString::new(n).unwrap();
-            let p = libc::dlsym(h, c.as_ptr());
-            assert!(!p.is_null(), "{n} missing");
-            p
-        };
-        (
-            std::mem::transmute::<*mut c_void, GetinfoFn>(sym("fi_getinfo")),
-            std::mem::transmute::<*mut c_void, DupinfoFn>(sym("fi_dupinfo")),
-            std::mem::transmute::<*mut c_void, FreeinfoFn>(sym("fi_freeinfo")),
-            std::mem::transmute::<*mut c_void, FabricFn>(sym("fi_fabric")),
-            std::mem::transmute::<*mut c_void, VersionFn>(sym("fi_version")),
-        )
     };
     // SAFETY: libfabric API used as documented; every pointer is from libfabric or a live local.
     unsafe {
