@@ -554,19 +554,7 @@ where
     fn fail_receives_from(&mut self, peer: PeerIdx) {
         let addr = self.peers[peer].addr;
         for (tagged, recv) in self.matcher.remove_posted_from(&addr) {
-            self.events.push_back(Event::Error(OpError {
-                context: recv.context,
-                kind: ErrorKind::PeerUnreachable,
-                send: false,
-                tagged,
-                buf: recv.iov.first().map_or(0, |&(buf, _)| buf),
-                len: 0,
-                olen: 0,
-                tag: recv.tag,
-                data: None,
-                src: Some(addr),
-                multi_released: false,
-            }));
+            self.fail_posted(tagged, &recv, ErrorKind::PeerUnreachable, Some(addr), false);
         }
     }
 
@@ -1393,9 +1381,22 @@ where
         else {
             return false;
         };
+        self.fail_posted(tagged, &recv, ErrorKind::Canceled, None, released);
+        true
+    }
+
+    /// Reports a posted receive that ends without data.
+    fn fail_posted(
+        &mut self,
+        tagged: bool,
+        recv: &PostedRecv<M::Addr>,
+        kind: ErrorKind,
+        src: Option<M::Addr>,
+        multi_released: bool,
+    ) {
         self.events.push_back(Event::Error(OpError {
-            context,
-            kind: ErrorKind::Canceled,
+            context: recv.context,
+            kind,
             send: false,
             tagged,
             buf: recv.iov.first().map_or(0, |&(addr, _)| addr),
@@ -1403,10 +1404,9 @@ where
             olen: 0,
             tag: recv.tag,
             data: None,
-            src: None,
-            multi_released: released,
+            src,
+            multi_released,
         }));
-        true
     }
 
     // --- Rendezvous ----------------------------------------------------------------
