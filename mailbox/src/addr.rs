@@ -4,7 +4,7 @@
 use std::fmt;
 use std::str::FromStr;
 
-use crate::node::{JobId, NodeId};
+use crate::node::{BadAddress, JobId, NodeId};
 
 /// Size of an encoded [`MailboxAddr`].
 pub const ADDR_LEN: usize = 16;
@@ -86,17 +86,6 @@ impl fmt::Display for MailboxAddr {
         }
     }
 }
-
-#[derive(Debug, PartialEq, Eq)]
-pub struct BadAddress;
-
-impl fmt::Display for BadAddress {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str("malformed unimem address (expected unimem://<job>/<pid>.<nonce>/<index>)")
-    }
-}
-
-impl std::error::Error for BadAddress {}
 
 impl FromStr for MailboxAddr {
     type Err = BadAddress;

@@ -102,15 +102,15 @@ pub fn monotonic_ns() -> u64 {
 
 /// Parses the `job:pid:nonce` form that `Display` prints.
 impl std::str::FromStr for NodeId {
-    type Err = crate::addr::BadAddress;
+    type Err = BadAddress;
 
     fn from_str(s: &str) -> Result<Self, Self::Err> {
-        let bad = |_| crate::addr::BadAddress;
+        let bad = |_| BadAddress;
         let mut parts = s.split(':');
         let (Some(job), Some(pid), Some(nonce), None) =
             (parts.next(), parts.next(), parts.next(), parts.next())
         else {
-            return Err(crate::addr::BadAddress);
+            return Err(BadAddress);
         };
         Ok(NodeId {
             job: JobId(u32::from_str_radix(job, 16).map_err(bad)?),
@@ -119,6 +119,18 @@ impl std::str::FromStr for NodeId {
         })
     }
 }
+
+/// A node id or mailbox address that does not parse.
+#[derive(Debug, PartialEq, Eq)]
+pub struct BadAddress;
+
+impl fmt::Display for BadAddress {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("malformed unimem address (expected unimem://<job>/<pid>.<nonce>/<index>)")
+    }
+}
+
+impl std::error::Error for BadAddress {}
 
 #[cfg(test)]
 mod tests {

@@ -31,12 +31,13 @@ use std::sync::Arc;
 use parking_lot::{Mutex, RwLock};
 use unimem_mailbox::{JobId, MailboxAddr};
 
-use crate::domain::DomainInner;
+use crate::base::ffi::{self, ret, FI_ADDR_NOTAVAIL};
+use crate::base::fid::{self, Children, Parent, ParentRef};
+use crate::base::guard::{ffi_guard, ffi_guard_or};
 use crate::eq::{self, EqError, EqInner};
-use crate::ffi::{self, ret, FI_ADDR_NOTAVAIL};
-use crate::fid::{self, Children, Parent, ParentRef};
-use crate::guard::{ffi_guard, ffi_guard_or};
-use crate::{addr, getinfo, prov};
+use crate::info::addr;
+use crate::info::getinfo;
+use crate::state::DomainState;
 
 /// Where an address of the reverse map lives.
 #[derive(Debug, Clone, Copy)]
@@ -116,7 +117,7 @@ pub struct Av {
 /// State shared with the endpoints bound to the AV.
 #[derive(Debug)]
 pub struct AvInner {
-    domain: ParentRef<DomainInner>,
+    domain: ParentRef<DomainState>,
     /// Job of `fi_av_insertsvc` service addresses (the configured job).
     job: JobId,
     av_type: ffi::fi_av_type,
@@ -148,7 +149,7 @@ impl AvInner {
     }
 
     /// The domain the AV belongs to (endpoints must share it).
-    pub fn domain(&self) -> &DomainInner {
+    pub fn domain(&self) -> &DomainState {
         &self.domain
     }
 
@@ -301,7 +302,7 @@ static AV_OPS: ffi::fi_ops_av = ffi::fi_ops_av {
 /// # Safety
 /// `attr` must be NULL or a valid `fi_av_attr`; `av` NULL or writable.
 pub unsafe fn open(
-    domain: &Arc<DomainInner>,
+    domain: &Arc<DomainState>,
     attr: *mut ffi::fi_av_attr,
     av: *mut *mut ffi::fid_av,
     context: *mut c_void,
@@ -508,7 +509,7 @@ unsafe extern "C" fn av_insertsvc(
             parse_addr(unsafe { c_bytes(node) })
         } else {
             // SAFETY: node (NULL or not) and service are C strings (API contract).
-            match unsafe { (prov::opt_str(node), prov::opt_str(service)) } {
+            match unsafe { (ffi::opt_str(node), ffi::opt_str(service)) } {
                 (Ok(node), Ok(Some(service))) => inner.service_addr(node, service),
                 _ => Err(ffi::FI_EINVAL),
             }
@@ -540,7 +541,7 @@ unsafe extern "C" fn av_insertsym(
             return rc;
         }
         // SAFETY: node and service are C strings (API contract).
-        let (node, base) = match unsafe { (prov::opt_str(node), prov::opt_str(service)) } {
+        let (node, base) = match unsafe { (ffi::opt_str(node), ffi::opt_str(service)) } {
             (Ok(Some(n)), Ok(Some(s))) => match s.parse::<u32>() {
                 Ok(b) if u64::from(b) + (svccnt as u64) <= u64::from(u32::MAX) + 1 => (n, b),
                 _ => {

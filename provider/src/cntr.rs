@@ -14,11 +14,11 @@ use std::sync::Arc;
 
 use parking_lot::Mutex;
 
-use crate::domain::DomainInner;
-use crate::ffi::{self, ret};
-use crate::fid::{self, Children, Parent, ParentRef};
-use crate::guard::{ffi_guard, ffi_guard_or};
-use crate::progress::ProgressList;
+use crate::base::ffi::{self, ret};
+use crate::base::fid::{self, Children, Parent, ParentRef};
+use crate::base::guard::{ffi_guard, ffi_guard_or};
+use crate::state::progress::ProgressList;
+use crate::state::DomainState;
 use crate::wait::{self, Backoff, Deadline};
 
 /// 2.x `FI_CNTR_EVENTS_BYTES` (absent from the 1.17 headers): counting
@@ -36,7 +36,7 @@ pub struct Cntr {
 /// State shared with the endpoints bound to the counter.
 #[derive(Debug)]
 pub struct CntrInner {
-    domain: ParentRef<DomainInner>,
+    domain: ParentRef<DomainState>,
     wait_obj: ffi::fi_wait_obj,
     spin_yield: usize,
     count: AtomicU64,
@@ -72,7 +72,7 @@ impl CntrInner {
     }
 
     /// The domain the counter belongs to (endpoints must share it).
-    pub fn domain(&self) -> &DomainInner {
+    pub fn domain(&self) -> &DomainState {
         &self.domain
     }
 
@@ -176,7 +176,7 @@ fn check_attr(a: &ffi::fi_cntr_attr) -> Result<(), c_int> {
 /// # Safety
 /// `attr` must be NULL or a valid `fi_cntr_attr`; `cntr` NULL or writable.
 pub unsafe fn open(
-    domain: &Arc<DomainInner>,
+    domain: &Arc<DomainState>,
     attr: *mut ffi::fi_cntr_attr,
     cntr: *mut *mut ffi::fid_cntr,
     context: *mut c_void,

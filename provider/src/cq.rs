@@ -21,7 +21,6 @@
 //!   application's API version (1.0, 1.5, or 1.20 with `src_addr`).
 
 use std::collections::VecDeque;
-use std::ffi::CStr;
 use std::mem::{offset_of, size_of};
 use std::os::raw::{c_char, c_int, c_void};
 use std::ptr;
@@ -30,12 +29,12 @@ use std::sync::Arc;
 
 use parking_lot::Mutex;
 
-use crate::core;
-use crate::domain::DomainInner;
-use crate::ffi::{self, ret};
-use crate::fid::{self, Children, Parent, ParentRef};
-use crate::guard::{ffi_guard, ffi_guard_or};
-use crate::progress::ProgressList;
+use crate::base::errdata;
+use crate::base::ffi::{self, ret};
+use crate::base::fid::{self, Children, Parent, ParentRef};
+use crate::base::guard::{ffi_guard, ffi_guard_or};
+use crate::state::progress::ProgressList;
+use crate::state::DomainState;
 use crate::wait::{self, Backoff, Deadline, IdlePolls, IdleYield};
 
 /// One successful operation, as the endpoint reports it.
@@ -135,60 +134,6 @@ fn err_entry_size(api: u32) -> usize {
     }
 }
 
-/// Where `fi_cq_readerr`/`fi_eq_readerr` put error data: the application's
-/// buffer when it offers one (API >= 1.5, `err_data_size` > 0), otherwise
-/// `saved`, which the queue keeps until the next error read. Returns the
-/// (pointer, size) to report.
-///
-/// # Safety
-/// `user_buf` must be NULL or writable for `user_size` bytes.
-pub(crate) unsafe fn deliver_err_data(
-    api: u32,
-    user_buf: *mut c_void,
-    user_size: usize,
-    data: Vec<u8>,
-    saved: &mut Vec<u8>,
-) -> (*mut c_void, usize) {
-    if !ffi::fi_version_lt(api, V1_5) && user_size > 0 && !user_buf.is_null() {
-        let n = user_size.min(data.len());
-        // SAFETY: user_buf is writable for user_size >= n bytes (caller).
-        unsafe { ptr::copy_nonoverlapping(data.as_ptr(), user_buf as *mut u8, n) };
-        return (user_buf, n);
-    }
-    *saved = data;
-    if saved.is_empty() {
-        (ptr::null_mut(), 0)
-    } else {
-        (saved.as_mut_ptr() as *mut c_void, saved.len())
-    }
-}
-
-/// Text for a provider error code (`fi_cq_strerror`, `fi_eq_strerror`),
-/// copied into `buf` when the application gives one.
-///
-/// # Safety
-/// `buf` must be NULL or writable for `len` bytes.
-pub(crate) unsafe fn strerror(prov_errno: c_int, buf: *mut c_char, len: usize) -> *const c_char {
-    let core_text = core::get()
-        .and_then(|c| c.strerror)
-        // SAFETY: fi_strerror accepts any code and returns a static string.
-        .map(|f| unsafe { f(prov_errno.saturating_abs()) })
-        .filter(|p| !p.is_null());
-    let text = core_text.unwrap_or(c"unimem: provider error".as_ptr());
-    if buf.is_null() || len == 0 {
-        return text;
-    }
-    // SAFETY: text is a NUL-terminated static string.
-    let bytes = unsafe { CStr::from_ptr(text) }.to_bytes();
-    let n = bytes.len().min(len - 1);
-    // SAFETY: buf is writable for len > n bytes (caller); the regions are distinct.
-    unsafe {
-        ptr::copy_nonoverlapping(bytes.as_ptr(), buf as *mut u8, n);
-        *buf.add(n) = 0;
-    }
-    buf
-}
-
 /// The FIFO proper, without the libfabric object around it.
 #[derive(Debug, Default)]
 struct Queue {
@@ -259,7 +204,7 @@ impl Queue {
         let c = e.completion;
         // SAFETY: user_data is the application's err_data buffer of user_size bytes.
         let (err_data, err_data_size) = unsafe {
-            deliver_err_data(
+            errdata::deliver_err_data(
                 api,
                 user_data,
                 user_size,
@@ -353,7 +298,7 @@ pub struct Cq {
 /// State shared with the endpoints bound to the CQ.
 #[derive(Debug)]
 pub struct CqInner {
-    domain: ParentRef<DomainInner>,
+    domain: ParentRef<DomainState>,
     /// Never FI_CQ_FORMAT_UNSPEC (resolved to CONTEXT at open).
     format: ffi::fi_cq_format,
     wait_obj: ffi::fi_wait_obj,
@@ -428,7 +373,7 @@ impl CqInner {
     }
 
     /// The domain the CQ belongs to (endpoints must share it).
-    pub fn domain(&self) -> &DomainInner {
+    pub fn domain(&self) -> &DomainState {
         &self.domain
     }
 
@@ -548,7 +493,7 @@ fn check_attr(a: &ffi::fi_cq_attr) -> Result<ffi::fi_cq_format, c_int> {
 /// # Safety
 /// `attr` must be NULL or a valid `fi_cq_attr`; `cq` NULL or writable.
 pub unsafe fn open(
-    domain: &Arc<DomainInner>,
+    domain: &Arc<DomainState>,
     attr: *mut ffi::fi_cq_attr,
     cq: *mut *mut ffi::fid_cq,
     context: *mut c_void,
@@ -794,7 +739,7 @@ unsafe extern "C" fn cq_strerror(
 ) -> *const c_char {
     ffi_guard_or("fi_cq_strerror", c"unimem: error".as_ptr(), || {
         // SAFETY: buf is NULL or holds len bytes (API contract).
-        unsafe { strerror(prov_errno, buf, len) }
+        unsafe { errdata::strerror(prov_errno, buf, len) }
     })
 }
 
@@ -995,18 +940,6 @@ pub(crate) mod tests {
         assert_eq!(err_entry_size(ffi::fi_version(2, 0)), ERR_ENTRY_1_5 + 8);
     }
 
-    #[test]
-    fn strerror_copies_and_truncates() {
-        let mut buf = [0x55 as c_char; 4];
-        // SAFETY: buf holds 4 bytes.
-        let p = unsafe { strerror(ffi::FI_EIO, buf.as_mut_ptr(), buf.len()) };
-        assert_eq!(p, buf.as_ptr());
-        assert_eq!(buf[3], 0);
-        // SAFETY: no buffer: a static string comes back.
-        let s = unsafe { CStr::from_ptr(strerror(ffi::FI_EIO, ptr::null_mut(), 0)) };
-        assert!(!s.to_bytes().is_empty());
-    }
-
     /// A fabric + domain for object tests; closed by the caller.
     pub(crate) fn fabric_domain() -> (*mut ffi::fid_fabric, *mut ffi::fid_domain) {
         let mut fattr = ffi::fi_fabric_attr::default();
@@ -1119,7 +1052,10 @@ pub(crate) mod tests {
         unsafe {
             let inner = inner_of(cq as *const ffi::fid).unwrap();
             assert_eq!(inner.format(), ffi::FI_CQ_FORMAT_CONTEXT);
-            assert_eq!(inner.size(), crate::config::Config::defaults().cq_size);
+            assert_eq!(
+                inner.size(),
+                crate::base::config::Config::defaults().cq_size
+            );
             assert!(inner_of(dom as *const ffi::fid).is_none());
             drop(inner);
             let mut obj = 0u32;
@@ -1152,7 +1088,7 @@ pub(crate) mod tests {
     #[test]
     fn bound_endpoints_keep_the_cq_open_and_are_progressed() {
         struct Ep(Arc<CqInner>, AtomicBool);
-        impl crate::progress::Progress for Ep {
+        impl crate::state::progress::Progress for Ep {
             fn progress(&self) {
                 if !self.1.swap(true, Ordering::AcqRel) {
                     self.0
@@ -1169,7 +1105,7 @@ pub(crate) mod tests {
         // SAFETY: cq is a live CQ of ours.
         let inner = unsafe { inner_of(cq as *const ffi::fid) }.unwrap();
         let bound = ParentRef::new(&inner);
-        let ep: Arc<dyn crate::progress::Progress> =
+        let ep: Arc<dyn crate::state::progress::Progress> =
             Arc::new(Ep(Arc::clone(&inner), AtomicBool::new(false)));
         inner.progress().add(&ep);
         let mut msg = [ffi::fi_cq_msg_entry::default(); 2];

@@ -9,55 +9,27 @@ use std::mem::size_of;
 use std::os::raw::{c_int, c_void};
 use std::sync::Arc;
 
-use parking_lot::Mutex;
-
-use crate::attr::{self, Hints, Info};
-use crate::config::Config;
-use crate::eq::{self, EqInner};
-use crate::fabric::FabricInner;
-use crate::ffi::{self, ret};
-use crate::fid::{self, Children, Parent, ParentRef};
-use crate::guard::ffi_guard;
-use crate::{av, cntr, core, cq, ep, mr, poll};
+use crate::av;
+use crate::base::core;
+use crate::base::ffi::{self, ret};
+use crate::base::fid::{self, Parent, ParentRef};
+use crate::base::guard::ffi_guard;
+use crate::cntr;
+use crate::cq;
+use crate::ep;
+use crate::eq;
+use crate::info::attr::{self, Hints};
+use crate::mr;
+use crate::poll;
+use crate::state::DomainState;
+use crate::state::FabricState;
 
 /// Our `struct fid_domain`.
 #[repr(C)]
 pub struct Domain {
     /// Must stay first: applications hold a pointer to it.
     fid: ffi::fid_domain,
-    inner: Arc<DomainInner>,
-}
-
-/// State shared with the domain's children (endpoints, CQs, AVs, ...).
-#[derive(Debug)]
-pub struct DomainInner {
-    fabric: ParentRef<FabricInner>,
-    /// API version the application opened the fabric with.
-    pub api_version: u32,
-    /// The attributes resolved against the application's info: threading
-    /// (FI_THREAD_DOMAIN lets the data path skip locks), progress, sizes,
-    /// caps, mr_mode...
-    pub info: Info,
-    /// EQ bound with `fi_domain_bind` (at most one).
-    eq: Mutex<Option<ParentRef<EqInner>>>,
-    children: Children,
-}
-
-impl DomainInner {
-    pub fn config(&self) -> &Arc<Config> {
-        &self.fabric.config
-    }
-
-    /// The EQ bound to the domain, if any.
-    pub fn with_eq<R>(&self, f: impl FnOnce(Option<&EqInner>) -> R) -> R {
-        f(self.eq.lock().as_deref())
-    }
-}
-
-impl Parent for DomainInner {
-    fn children(&self) -> &Children {
-        &self.children
-    }
+    inner: Arc<DomainState>,
 }
 
 static DOMAIN_FI_OPS: ffi::fi_ops = ffi::fi_ops {
@@ -98,7 +70,7 @@ static DOMAIN_MR_OPS: ffi::fi_ops_mr = ffi::fi_ops_mr {
 /// `info` must be NULL or a valid `fi_info` (as libfabric defines it);
 /// `dom` NULL or writable.
 pub unsafe fn open(
-    fabric: &Arc<FabricInner>,
+    fabric: &Arc<FabricState>,
     api_version: u32,
     info: *mut ffi::fi_info,
     dom: *mut *mut ffi::fid_domain,
@@ -128,13 +100,7 @@ pub unsafe fn open(
             ops: fid::ops_ptr(&DOMAIN_OPS),
             mr: fid::ops_ptr(&DOMAIN_MR_OPS),
         },
-        inner: Arc::new(DomainInner {
-            fabric: ParentRef::new(fabric),
-            api_version,
-            info: resolved,
-            eq: Mutex::new(None),
-            children: Children::default(),
-        }),
+        inner: Arc::new(DomainState::new(fabric, api_version, resolved)),
     });
     let d = &obj.inner.info.domain;
     tracing::info!(
@@ -166,7 +132,7 @@ pub unsafe fn domain_of<'a>(fid: *const ffi::fid, op: &str) -> Option<&'a Domain
 
 impl Domain {
     /// Shared state, for children to hold with `ParentRef::new`.
-    pub fn inner(&self) -> &Arc<DomainInner> {
+    pub fn inner(&self) -> &Arc<DomainState> {
         &self.inner
     }
 }
@@ -204,12 +170,11 @@ unsafe extern "C" fn domain_bind(fid: *mut ffi::fid, bfid: *mut ffi::fid, flags:
             tracing::warn!("fi_domain_bind: only a unimem EQ can be bound to a domain");
             return ret::EINVAL;
         };
-        let mut slot = domain.inner.eq.lock();
-        if slot.is_some() {
+        let eq: Arc<dyn Parent> = eq;
+        if !domain.inner.bind_eq(ParentRef::new(&eq)) {
             tracing::warn!("fi_domain_bind: an EQ is already bound");
             return ret::EINVAL;
         }
-        *slot = Some(ParentRef::new(&eq));
         ret::SUCCESS
     })
 }
@@ -221,7 +186,7 @@ unsafe extern "C" fn domain_bind(fid: *mut ffi::fid, bfid: *mut ffi::fid, flags:
 unsafe fn with_domain(
     op: &'static str,
     domain: *mut ffi::fid_domain,
-    f: impl FnOnce(&Arc<DomainInner>) -> c_int,
+    f: impl FnOnce(&Arc<DomainState>) -> c_int,
 ) -> c_int {
     ffi_guard(op, || {
         // SAFETY: fid_domain starts with its fid (caller).
@@ -510,7 +475,7 @@ mod tests {
             assert_eq!(bind(d, e, 0), 0);
             assert_eq!(bind(d, e, 0), ret::EINVAL, "one EQ per domain");
             let inner = domain_of(d, "test").unwrap().inner();
-            assert!(inner.with_eq(|eq| eq.is_some()));
+            assert!(inner.has_eq());
             assert_eq!(close(e), ret::EBUSY);
             assert_eq!(close(d), 0);
             assert_eq!(close(e), 0);

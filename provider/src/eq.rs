@@ -27,11 +27,11 @@ use std::sync::Arc;
 
 use parking_lot::{Condvar, Mutex};
 
-use crate::cq;
-use crate::fabric::FabricInner;
-use crate::ffi::{self, ret};
-use crate::fid::{self, Children, Parent, ParentRef};
-use crate::guard::{ffi_guard, ffi_guard_or};
+use crate::base::errdata;
+use crate::base::ffi::{self, ret};
+use crate::base::fid::{self, Children, Parent, ParentRef};
+use crate::base::guard::{ffi_guard, ffi_guard_or};
+use crate::state::FabricState;
 use crate::wait::Deadline;
 
 /// Default size when `fi_eq_open` asks for 0 (a hint only, see above).
@@ -84,7 +84,7 @@ pub struct Eq {
 /// State shared with the objects bound to the EQ (AVs, domains).
 #[derive(Debug)]
 pub struct EqInner {
-    _fabric: ParentRef<FabricInner>,
+    _fabric: ParentRef<FabricState>,
     api_version: u32,
     wait_obj: ffi::fi_wait_obj,
     /// FI_WAIT_FD only.
@@ -229,7 +229,7 @@ impl EqInner {
         // A peek hands out a copy (e was cloned): the entry keeps its data.
         // SAFETY: user_data is the application's buffer of user_size bytes.
         let (err_data, err_data_size) = unsafe {
-            cq::deliver_err_data(
+            errdata::deliver_err_data(
                 api,
                 user_data,
                 user_size,
@@ -354,7 +354,7 @@ fn check_attr(a: &ffi::fi_eq_attr) -> Result<(), c_int> {
 /// # Safety
 /// `attr` must be NULL or a valid `fi_eq_attr`; `eq` NULL or writable.
 pub unsafe fn open(
-    fabric: &Arc<FabricInner>,
+    fabric: &Arc<FabricState>,
     api_version: u32,
     attr: *mut ffi::fi_eq_attr,
     eq: *mut *mut ffi::fid_eq,
@@ -630,7 +630,7 @@ unsafe extern "C" fn eq_strerror(
 ) -> *const c_char {
     ffi_guard_or("fi_eq_strerror", c"unimem: error".as_ptr(), || {
         // SAFETY: buf is NULL or holds len bytes (API contract).
-        unsafe { cq::strerror(prov_errno, buf, len) }
+        unsafe { errdata::strerror(prov_errno, buf, len) }
     })
 }
 

@@ -6,32 +6,24 @@ use std::mem::size_of;
 use std::os::raw::{c_int, c_void};
 use std::sync::Arc;
 
-use crate::attr::FabricAttr;
-use crate::config::{self, Config};
-use crate::ffi::{self, ret};
-use crate::fid::{self, Children, Parent};
-use crate::guard::ffi_guard;
-use crate::{cntr, cq, domain, eq, prov};
+use crate::base::config;
+use crate::base::ffi::{self, ret};
+use crate::base::fid::{self, Parent};
+use crate::base::guard::ffi_guard;
+use crate::base::provider;
+use crate::cntr;
+use crate::cq;
+use crate::domain;
+use crate::eq;
+use crate::info::attr::FabricAttr;
+use crate::state::FabricState;
 
 /// Our `struct fid_fabric`.
 #[repr(C)]
 pub struct Fabric {
     /// Must stay first: applications hold a pointer to it.
     fid: ffi::fid_fabric,
-    inner: Arc<FabricInner>,
-}
-
-/// State shared with the fabric's children.
-#[derive(Debug)]
-pub struct FabricInner {
-    pub config: Arc<Config>,
-    children: Children,
-}
-
-impl Parent for FabricInner {
-    fn children(&self) -> &Children {
-        &self.children
-    }
+    inner: Arc<FabricState>,
 }
 
 static FABRIC_FI_OPS: ffi::fi_ops = ffi::fi_ops {
@@ -70,8 +62,11 @@ pub unsafe fn open(
     }
     // SAFETY: non-NULL attr is a valid fi_fabric_attr from the core.
     let attr = unsafe { FabricAttr::from_c(&*attr) };
-    if let Some(name) = attr.name.as_deref().filter(|n| *n != prov::NAME) {
-        tracing::warn!("fi_fabric: fabric '{name}' is not ours ('{}')", prov::NAME);
+    if let Some(name) = attr.name.as_deref().filter(|n| *n != provider::NAME) {
+        tracing::warn!(
+            "fi_fabric: fabric '{name}' is not ours ('{}')",
+            provider::NAME
+        );
         return ret::EINVAL;
     }
     let obj = Box::new(Fabric {
@@ -85,10 +80,7 @@ pub unsafe fn open(
             // Set by the core once we return.
             api_version: attr.api_version,
         },
-        inner: Arc::new(FabricInner {
-            config: config::get(),
-            children: Children::default(),
-        }),
+        inner: Arc::new(FabricState::new(config::get())),
     });
     let obj = Box::into_raw(obj);
     tracing::info!("fabric {obj:p} opened");

@@ -17,10 +17,10 @@ use std::ptr;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
-use crate::domain::DomainInner;
-use crate::ffi::{self, ret};
-use crate::fid::{self, ParentRef};
-use crate::guard::ffi_guard;
+use crate::base::ffi::{self, ret};
+use crate::base::fid::{self, ParentRef};
+use crate::base::guard::ffi_guard;
+use crate::state::DomainState;
 
 /// Access bits a registration may ask for.
 const ACCESS: u64 = ffi::FI_SEND
@@ -48,7 +48,7 @@ pub struct Mr {
 /// What a registration recorded.
 #[derive(Debug)]
 pub struct MrInner {
-    domain: ParentRef<DomainInner>,
+    domain: ParentRef<DomainState>,
     /// (address, length) of each registered buffer, in order.
     ranges: Vec<(usize, usize)>,
     access: u64,
@@ -86,7 +86,7 @@ impl MrInner {
     }
 
     /// The domain the region belongs to.
-    pub fn domain(&self) -> &DomainInner {
+    pub fn domain(&self) -> &DomainState {
         &self.domain
     }
 }
@@ -117,7 +117,7 @@ pub struct Request<'a> {
 /// # Safety
 /// `mr` must be NULL or writable.
 pub unsafe fn register(
-    domain: &Arc<DomainInner>,
+    domain: &Arc<DomainState>,
     req: &Request<'_>,
     mr: *mut *mut ffi::fid_mr,
     op: &str,
@@ -199,7 +199,7 @@ pub unsafe fn register(
 /// `attr` must be NULL or a valid `fi_mr_attr` of API `domain.api_version`;
 /// its `mr_iov` valid for `iov_count` entries; `mr` NULL or writable.
 pub unsafe fn register_attr(
-    domain: &Arc<DomainInner>,
+    domain: &Arc<DomainState>,
     attr: *const ffi::fi_mr_attr,
     flags: u64,
     mr: *mut *mut ffi::fid_mr,

@@ -25,12 +25,12 @@ use std::sync::Arc;
 
 use parking_lot::Mutex;
 
+use crate::base::ffi::{self, ret};
+use crate::base::fid::{self, ParentRef};
+use crate::base::guard::ffi_guard;
 use crate::cntr::{self, CntrInner};
 use crate::cq::{self, CqInner};
-use crate::domain::DomainInner;
-use crate::ffi::{self, ret};
-use crate::fid::{self, ParentRef};
-use crate::guard::ffi_guard;
+use crate::state::DomainState;
 
 /// Our `struct fid_poll`.
 #[repr(C)]
@@ -38,7 +38,7 @@ pub struct PollSet {
     /// Must stay first: applications hold a pointer to it.
     fid: ffi::fid_poll,
     /// Held, not read: the domain cannot close while the set is open.
-    _domain: ParentRef<DomainInner>,
+    _domain: ParentRef<DomainState>,
     members: Mutex<Vec<Member>>,
 }
 
@@ -93,7 +93,7 @@ static POLL_OPS: ffi::fi_ops_poll = ffi::fi_ops_poll {
 /// `attr` must be NULL or a valid `fi_poll_attr`; `pollset` NULL or
 /// writable.
 pub unsafe fn open(
-    domain: &Arc<DomainInner>,
+    domain: &Arc<DomainState>,
     attr: *mut ffi::fi_poll_attr,
     pollset: *mut *mut ffi::fid_poll,
 ) -> c_int {
@@ -258,7 +258,7 @@ mod tests {
     use super::*;
     use crate::cq::tests::{close, fabric_domain};
     use crate::cq::Completion;
-    use crate::progress::Progress;
+    use crate::state::progress::Progress;
     use std::ptr;
 
     fn open_set(dom: *mut ffi::fid_domain) -> *mut ffi::fid_poll {

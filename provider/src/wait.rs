@@ -28,7 +28,7 @@ use std::time::{Duration, Instant};
 
 use unimem_mailbox::node::monotonic_ns;
 
-use crate::ffi::{self, ret};
+use crate::base::ffi::{self, ret};
 
 /// Why a request is refused: the error code to return and the reason for
 /// the caller's warning (logged by the caller, under its own subsystem).

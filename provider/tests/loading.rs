@@ -12,9 +12,9 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 use std::sync::atomic::{AtomicUsize, Ordering};
 
-use unimem_fi::addr::service_address;
-use unimem_fi::config::TUNABLES;
-use unimem_fi::ffi;
+use unimem_fi::base::config::TUNABLES;
+use unimem_fi::base::ffi;
+use unimem_fi::info::addr::service_address;
 use unimem_mailbox::JobId;
 
 /// A fresh directory holding `libunimem-fi.so` (the installed name) as a
@@ -329,7 +329,7 @@ fn unmet_hints_give_no_data() {
         // Our own warning names the field that failed.
         let stderr = text(&out.stderr);
         assert!(
-            stderr.contains("unimem_fi::getinfo") && stderr.contains("no match"),
+            stderr.contains("unimem_fi::info::getinfo") && stderr.contains("no match"),
             "{args:?}: {stderr}"
         );
     }
@@ -395,7 +395,7 @@ fn logging_goes_through_libfabric() {
         .stderr,
     );
     assert!(
-        debug.contains("unimem_fi::config():") && debug.contains("<debug> mbx_depth = 1024"),
+        debug.contains("unimem_fi::base::config():") && debug.contains("<debug> mbx_depth = 1024"),
         "{debug}"
     );
     // Nothing from us without FI_LOG_LEVEL.

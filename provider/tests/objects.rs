@@ -15,7 +15,7 @@ use std::process::Command;
 use std::ptr::{null, null_mut};
 use std::time::{Duration, Instant};
 
-use unimem_fi::ffi::{self, FI_ADDR_NOTAVAIL};
+use unimem_fi::base::ffi::{self, FI_ADDR_NOTAVAIL};
 
 const CHILD_VAR: &str = "UNIMEM_FI_OBJECTS_CHILD";
 

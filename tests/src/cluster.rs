@@ -45,7 +45,7 @@ use std::sync::{Arc, Mutex, OnceLock};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use unimem_fi::ffi;
+use unimem_fi::base::ffi;
 use unimem_mailbox::shm::list_objects;
 use unimem_mailbox::JobId;
 

@@ -14,15 +14,15 @@ use std::os::raw::{c_char, c_int};
 use std::ptr::{null, null_mut};
 use std::sync::OnceLock;
 
-use unimem_fi::ffi;
+use unimem_fi::base::ffi;
 
 /// `FI_ADDR_UNSPEC`: any source.
 pub const FI_ADDR_UNSPEC: u64 = u64::MAX;
-pub use unimem_fi::ffi::FI_ADDR_NOTAVAIL;
+pub use unimem_fi::base::ffi::FI_ADDR_NOTAVAIL;
 
 /// Negated libfabric error codes, as the calls return them.
 pub mod rc {
-    use unimem_fi::ffi;
+    use unimem_fi::base::ffi;
     pub const EAGAIN: i32 = -ffi::FI_EAGAIN;
     pub const EAVAIL: i32 = -(ffi::FI_EAVAIL as i32);
     pub const EINVAL: i32 = -ffi::FI_EINVAL;

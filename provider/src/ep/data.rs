@@ -5,12 +5,12 @@ use std::mem::size_of;
 use std::os::raw::{c_int, c_void};
 
 use super::{ep_of, EpInner};
-use crate::ffi::{self, ret};
-use crate::guard::ffi_guard_or;
-use crate::proto::endpoint::SendReq;
-use crate::proto::matching::{Iov, IovList, PostedRecv};
-use crate::proto::wire::MatchInfo;
-use crate::proto::PostError;
+use crate::base::ffi::{self, ret};
+use crate::base::guard::ffi_guard_or;
+use unimem_proto::endpoint::SendReq;
+use unimem_proto::matching::{Iov, IovList, PostedRecv};
+use unimem_proto::wire::MatchInfo;
+use unimem_proto::PostError;
 
 /// `FI_ADDR_UNSPEC` (`(uint64_t) -1`, a cast bindgen does not translate).
 const FI_ADDR_UNSPEC: ffi::fi_addr_t = u64::MAX;

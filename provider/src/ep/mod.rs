@@ -19,16 +19,16 @@ use unimem_dma::{DmaRegion, RegionConfig, ShmDmaEngine};
 use unimem_mailbox::{JobId, MailboxAddr, Profile, ShmMailbox, ShmMailboxConfig};
 
 use crate::av::{self, AvInner};
+use crate::base::config::Config;
+use crate::base::ffi::{self, ret};
+use crate::base::fid::{self, ParentRef};
+use crate::base::guard::ffi_guard;
 use crate::cntr::{self, CntrInner};
-use crate::config::Config;
 use crate::cq::{self, Completion, CompletionError, CqInner};
-use crate::domain::DomainInner;
 use crate::eq::{self, EqInner};
-use crate::ffi::{self, ret};
-use crate::fid::{self, ParentRef};
-use crate::guard::ffi_guard;
-use crate::progress::Progress;
-use crate::proto::{self, ErrorKind, Event, ProtoConfig};
+use crate::state::progress::Progress;
+use crate::state::DomainState;
+use unimem_proto::{self as proto, ErrorKind, Event, ProtoConfig};
 
 /// The protocol over the shared-memory emulation.
 pub type Core = proto::Endpoint<ShmMailbox, ShmDmaEngine>;
@@ -58,7 +58,7 @@ struct Bindings {
 
 pub struct EpInner {
     /// Held, not read: the domain cannot close while the endpoint is open.
-    _domain: ParentRef<DomainInner>,
+    _domain: ParentRef<DomainState>,
     caps: u64,
     tx_op_flags: u64,
     rx_op_flags: u64,
@@ -220,7 +220,7 @@ fn let_go(region: Arc<DmaRegion>) {
 /// # Safety
 /// `info` must be NULL or a valid `fi_info`; `ep` NULL or writable.
 pub unsafe fn open(
-    domain: &Arc<DomainInner>,
+    domain: &Arc<DomainState>,
     info: *mut ffi::fi_info,
     ep: *mut *mut ffi::fid_ep,
     context: *mut c_void,
@@ -250,7 +250,7 @@ pub unsafe fn open(
         let bytes =
             unsafe { std::slice::from_raw_parts(info.src_addr as *const u8, info.src_addrlen) };
         let text = bytes.split(|&b| b == 0).next().unwrap_or_default();
-        match crate::addr::parse(text) {
+        match crate::info::addr::parse(text) {
             Some(addr) => Some(addr),
             None => {
                 tracing::warn!("fi_endpoint: src_addr is not a unimem address");

@@ -5,7 +5,7 @@
 use std::mem::size_of;
 use std::os::raw::{c_int, c_void};
 
-use crate::ffi::*;
+use crate::base::ffi::*;
 
 /// A typed function that ignores its arguments and returns -FI_ENOSYS.
 macro_rules! enosys {

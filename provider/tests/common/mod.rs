@@ -8,7 +8,7 @@ use std::ffi::{c_void, CString};
 use std::os::raw::{c_char, c_int};
 use std::path::PathBuf;
 
-use unimem_fi::ffi;
+use unimem_fi::base::ffi;
 
 /// The cdylib built together with the tests.
 pub fn cdylib() -> PathBuf {

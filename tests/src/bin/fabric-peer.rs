@@ -45,7 +45,7 @@ use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::mpsc::{self, Receiver, RecvTimeoutError, TryRecvError};
 use std::time::{Duration, Instant};
 
-use unimem_fi::ffi;
+use unimem_fi::base::ffi;
 use unimem_tests::cluster::{parse_num, Completion, Kind};
 use unimem_tests::fabric::{
     self, rc, Api, Av, Cq, CqEntry, CqError, Domain, Ep, Fabric, Hints, Info, Match, Object,

@@ -20,11 +20,11 @@ use unimem_dma::{DmaBuf, DmaEngine, DmaError, DmaId, RegId};
 use unimem_mailbox::{Error as MailboxError, Mailbox, Message};
 use unimem_regcache::RegCache;
 
-use super::iov::{gather, scatter, total_len};
-use super::matching::{Cancelled, IovList, Matcher, MultiDone, Placement, PostedRecv, Unexpected};
-use super::pool::{Chunk, ChunkPool};
-use super::wire::{inline_capacity, InlineBytes, MatchInfo, Wire, NODE_LEN};
-use super::{ErrorKind, Event, OpError, PostError, ProtoConfig, RecvDone, WireNode};
+use crate::iov::{gather, scatter, total_len};
+use crate::matching::{Cancelled, IovList, Matcher, MultiDone, Placement, PostedRecv, Unexpected};
+use crate::pool::{Chunk, ChunkPool};
+use crate::wire::{inline_capacity, InlineBytes, MatchInfo, Wire, NODE_LEN};
+use crate::{ErrorKind, Event, OpError, PostError, ProtoConfig, RecvDone, WireNode};
 
 type PeerIdx = usize;
 

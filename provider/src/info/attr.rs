@@ -40,10 +40,10 @@ use std::ffi::CStr;
 use std::fmt;
 use std::os::raw::c_int;
 
-use crate::config::Config;
-use crate::core;
-use crate::ffi::{self, *};
-use crate::prov;
+use crate::base::config::Config;
+use crate::base::core;
+use crate::base::ffi::{self, *};
+use crate::base::provider;
 
 /// Capabilities of the RDM endpoint (primary and secondary).
 pub const CAPS: u64 = FI_MSG
@@ -330,7 +330,7 @@ pub fn template(cfg: &Config) -> Info {
             auth_key_size: 0,
         },
         domain: DomainAttr {
-            name: Some(prov::NAME.to_owned()),
+            name: Some(provider::NAME.to_owned()),
             threading: FI_THREAD_SAFE,
             control_progress: FI_PROGRESS_MANUAL,
             data_progress: FI_PROGRESS_MANUAL,
@@ -357,7 +357,7 @@ pub fn template(cfg: &Config) -> Info {
             tclass: 0,
         },
         fabric: FabricAttr {
-            name: Some(prov::NAME.to_owned()),
+            name: Some(provider::NAME.to_owned()),
             // Filled in by the core (prov_name must stay NULL for a core provider).
             prov_name: None,
             prov_version: 0,
@@ -429,17 +429,17 @@ fn check_fabric(prov: &Info, f: &FabricAttr) -> Check {
         if Some(name) != prov.fabric.name.as_ref() {
             return fail(
                 "fabric_attr.name",
-                format!("'{name}' requested, ours is '{}'", prov::NAME),
+                format!("'{name}' requested, ours is '{}'", provider::NAME),
             );
         }
     }
-    if f.prov_version > prov::PROVIDER_VERSION {
+    if f.prov_version > provider::PROVIDER_VERSION {
         return fail(
             "fabric_attr.prov_version",
             format!(
                 "{:#x} requested, ours is {:#x}",
                 f.prov_version,
-                prov::PROVIDER_VERSION
+                provider::PROVIDER_VERSION
             ),
         );
     }
@@ -469,7 +469,7 @@ fn check_domain(api: u32, prov: &Info, hints: &Hints, d: &DomainAttr) -> Check {
         if Some(name) != p.name.as_ref() {
             return fail(
                 "domain_attr.name",
-                format!("'{name}' requested, ours is '{}'", prov::NAME),
+                format!("'{name}' requested, ours is '{}'", provider::NAME),
             );
         }
     }
@@ -1097,7 +1097,7 @@ impl Hints {
         self.fabric
             .as_ref()
             .and_then(|f| f.prov_name.as_deref())
-            .is_some_and(|n| n.split(';').any(|p| p.eq_ignore_ascii_case(prov::NAME)))
+            .is_some_and(|n| n.split(';').any(|p| p.eq_ignore_ascii_case(provider::NAME)))
     }
 }
 
@@ -1255,7 +1255,7 @@ mod tests {
         });
         assert_eq!(check(API, &ours(), &h), Ok(()));
         assert!(h.names_us());
-        let h = c_hints(|_, _, _, _, _, f| f.prov_version = prov::PROVIDER_VERSION + 1);
+        let h = c_hints(|_, _, _, _, _, f| f.prov_version = provider::PROVIDER_VERSION + 1);
         assert_eq!(
             field_of(check(API, &ours(), &h)),
             "fabric_attr.prov_version"

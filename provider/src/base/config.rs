@@ -30,7 +30,9 @@ use std::sync::Arc;
 
 use parking_lot::Mutex;
 
-use crate::{core, ffi, prov};
+use crate::base::core;
+use crate::base::ffi;
+use crate::base::provider;
 
 /// File name looked up next to the loaded library.
 pub const CONF_FILE_NAME: &str = "fi_info.conf";
@@ -423,7 +425,7 @@ fn show(v: &Value) -> String {
 
 /// `FI_UNIMEM_<NAME>`.
 pub fn env_name(name: &str) -> String {
-    format!("FI_{}_{}", prov::NAME, name).to_ascii_uppercase()
+    format!("FI_{}_{}", provider::NAME, name).to_ascii_uppercase()
 }
 
 /// Register every tunable (and the file path) as a libfabric parameter.
@@ -444,7 +446,7 @@ pub fn define_params() {
         // SAFETY: NUL-terminated strings that outlive the call; "%s" consumes the one argument.
         let rc = unsafe {
             (core.param_define)(
-                prov::provider(),
+                provider::provider(),
                 cname.as_ptr(),
                 ffi::FI_PARAM_STRING,
                 c"%s".as_ptr(),
@@ -468,7 +470,7 @@ fn param_text(name: &str) -> Option<String> {
         // SAFETY: a string parameter stores a `char *` into `value`.
         let rc = unsafe {
             (core.param_get)(
-                prov::provider_mut(),
+                provider::provider_mut(),
                 cname.as_ptr(),
                 &mut value as *mut *mut c_char as *mut c_void,
             )

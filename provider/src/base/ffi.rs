@@ -16,7 +16,8 @@ mod bindings {
 }
 pub use bindings::*;
 
-use std::os::raw::c_int;
+use std::ffi::CStr;
+use std::os::raw::{c_char, c_int};
 
 /// `FI_VERSION(major, minor)` (a function-like macro in C).
 pub const fn fi_version(major: u32, minor: u32) -> u32 {
@@ -58,4 +59,16 @@ pub mod ret {
     pub const ETOOSMALL: c_int = -(FI_ETOOSMALL as c_int);
     pub const EBADFLAGS: c_int = -(FI_EBADFLAGS as c_int);
     pub const ENOEQ: c_int = -(FI_ENOEQ as c_int);
+}
+
+/// `Some(&str)` for a non-NULL C string, `None` for NULL.
+///
+/// # Safety
+/// `p` must be NULL or a NUL-terminated string valid for `'a`.
+pub unsafe fn opt_str<'a>(p: *const c_char) -> Result<Option<&'a str>, std::str::Utf8Error> {
+    if p.is_null() {
+        return Ok(None);
+    }
+    // SAFETY: guaranteed by the caller.
+    unsafe { CStr::from_ptr(p) }.to_str().map(Some)
 }

@@ -12,8 +12,8 @@ use std::ptr;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
-use crate::ffi::{self, ret};
-use crate::guard::ffi_guard;
+use crate::base::ffi::{self, ret};
+use crate::base::guard::ffi_guard;
 
 /// Recover our object `T` from a fid pointer.
 ///
@@ -58,24 +58,29 @@ pub trait Parent: Send + Sync + 'static {
 /// Held by a child for its whole life: keeps the parent's state alive and
 /// counted, so closing the parent first fails with -FI_EBUSY instead of
 /// leaving the child with a dangling parent.
-#[derive(Debug)]
-pub struct ParentRef<P: Parent>(Arc<P>);
+pub struct ParentRef<P: Parent + ?Sized>(Arc<P>);
 
-impl<P: Parent> ParentRef<P> {
+impl<P: Parent + ?Sized> ParentRef<P> {
     pub fn new(parent: &Arc<P>) -> Self {
         parent.children().0.fetch_add(1, Ordering::AcqRel);
         ParentRef(Arc::clone(parent))
     }
 }
 
-impl<P: Parent> std::ops::Deref for ParentRef<P> {
+impl<P: Parent + ?Sized> std::ops::Deref for ParentRef<P> {
     type Target = P;
     fn deref(&self) -> &P {
         &self.0
     }
 }
 
-impl<P: Parent> Drop for ParentRef<P> {
+impl<P: Parent + ?Sized> std::fmt::Debug for ParentRef<P> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "ParentRef({:p})", Arc::as_ptr(&self.0))
+    }
+}
+
+impl<P: Parent + ?Sized> Drop for ParentRef<P> {
     fn drop(&mut self) {
         self.0.children().0.fetch_sub(1, Ordering::AcqRel);
     }

@@ -31,10 +31,11 @@ use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, ToSocketAddrs};
 use std::os::raw::{c_char, c_int};
 use std::ptr;
 
-use crate::attr::{self, Hints, Info};
-use crate::config::{self, Config};
-use crate::ffi::{self, ret, FI_NUMERICHOST, FI_SOURCE};
-use crate::{addr, prov};
+use crate::base::config::{self, Config};
+use crate::base::ffi::{self, ret, FI_NUMERICHOST, FI_SOURCE};
+use crate::base::provider;
+use crate::info::addr;
+use crate::info::attr::{self, Hints, Info};
 
 /// Internal flags (include/ofi.h: OFI_GETINFO_INTERNAL, OFI_CORE_PROV_ONLY,
 /// unchanged from 1.x to 2.x) marking a utility provider's probe.
@@ -276,12 +277,13 @@ impl CInfo {
 
             fi.domain_attr = calloc_struct()?;
             info.domain.to_c(&mut *fi.domain_attr);
-            (*fi.domain_attr).name = c_strdup(info.domain.name.as_deref().unwrap_or(prov::NAME))?;
+            (*fi.domain_attr).name =
+                c_strdup(info.domain.name.as_deref().unwrap_or(provider::NAME))?;
 
             fi.fabric_attr = calloc_struct()?;
             let fab = &mut *fi.fabric_attr;
-            fab.name = c_strdup(info.fabric.name.as_deref().unwrap_or(prov::NAME))?;
-            fab.prov_version = prov::PROVIDER_VERSION;
+            fab.name = c_strdup(info.fabric.name.as_deref().unwrap_or(provider::NAME))?;
+            fab.prov_version = provider::PROVIDER_VERSION;
             fab.api_version = info.fabric.api_version;
         }
         Some(c)

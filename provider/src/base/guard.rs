@@ -5,7 +5,7 @@ use std::any::Any;
 use std::os::raw::c_int;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 
-use crate::ffi::ret;
+use crate::base::ffi::ret;
 
 /// Run `body`; a panic becomes `-FI_EOTHER` (and a FI_WARN line).
 pub fn ffi_guard<F: FnOnce() -> c_int>(entry: &'static str, body: F) -> c_int {

@@ -50,7 +50,9 @@ use tracing::span::{Attributes, Id, Record};
 use tracing::subscriber::Interest;
 use tracing::{Event, Level, Metadata, Subscriber};
 
-use crate::{core, ffi, prov};
+use crate::base::core;
+use crate::base::ffi;
+use crate::base::provider;
 
 /// Bit `level * 16 + subsys` set = enabled; `ARMED` = the mask is valid.
 static MASK: AtomicU64 = AtomicU64::new(0);
@@ -84,7 +86,7 @@ pub fn refresh() {
     for level in LEVELS {
         for subsys in ffi::FI_LOG_CORE..ffi::FI_LOG_SUBSYS_MAX {
             // SAFETY: the provider pointer is the registered, static provider.
-            if unsafe { (core.log_enabled)(prov::provider(), level, subsys) } != 0 {
+            if unsafe { (core.log_enabled)(provider::provider(), level, subsys) } != 0 {
                 mask |= bit(level, subsys);
             }
         }
@@ -152,7 +154,7 @@ fn enabled_for(level: ffi::fi_log_level, subsys: ffi::fi_log_subsys) -> bool {
     }
     match core::get() {
         // SAFETY: the provider pointer is the registered, static provider.
-        Some(core) => unsafe { (core.log_enabled)(prov::provider(), level, subsys) != 0 },
+        Some(core) => unsafe { (core.log_enabled)(provider::provider(), level, subsys) != 0 },
         None => false,
     }
 }
@@ -207,7 +209,7 @@ impl Subscriber for FiLogSubscriber {
         // SAFETY: NUL-terminated strings that outlive the call; "%s" consumes the one argument.
         unsafe {
             (core.log)(
-                prov::provider(),
+                provider::provider(),
                 level,
                 subsys,
                 func.as_ptr(),

@@ -8,7 +8,7 @@ use unimem_dma::{DmaRegion, RegionConfig, ShmDmaEngine};
 use unimem_mailbox::{MailboxAddr, Profile, ShmMailbox, ShmMailboxConfig};
 
 use super::*;
-use crate::proto::test_job;
+use crate::test_job;
 
 type Ep = Endpoint<ShmMailbox, ShmDmaEngine>;
 

@@ -70,7 +70,7 @@ mod tests {
     #[test]
     fn chunks_are_distinct_and_recycled() {
         let region = DmaRegion::for_process(&RegionConfig {
-            job: crate::proto::test_job(),
+            job: crate::test_job(),
             segment_size: 1 << 20,
             max_size: 1 << 20,
         })

@@ -1,0 +1,16 @@
+//! The bottom layer: what every libfabric object of ours stands on, and
+//! nothing of the provider above it. libfabric's types and error codes
+//! (`ffi`), the core functions found at load time (`core`), who we are to
+//! the core (`provider`), fid plumbing (`fid`), the panic guard around
+//! every entry point (`guard`), logging into `fi_log` (`log`), tunables
+//! (`config`) and the exit-time cleanup of our shared objects (`shutdown`).
+
+pub mod config;
+pub mod core;
+pub mod errdata;
+pub mod ffi;
+pub mod fid;
+pub mod guard;
+pub mod log;
+pub mod provider;
+pub(crate) mod shutdown;

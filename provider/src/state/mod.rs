@@ -1,0 +1,17 @@
+//! What a fabric and a domain share with the objects opened from them,
+//! below those objects: a child (an EQ, a CQ, an endpoint...) holds its
+//! parent's state through a [`ParentRef`](crate::base::fid::ParentRef) and
+//! never imports the parent's module, so the arrows between the libfabric
+//! objects point one way, from the parent that opens to the child opened.
+//!
+//! - `fabric`: the tunables snapshot of one `fi_fabric`;
+//! - `domain`: the resolved attributes of one `fi_domain` and the
+//!   resources its endpoints share;
+//! - `progress`: the endpoints a CQ or counter read advances.
+
+pub mod domain;
+pub mod fabric;
+pub mod progress;
+
+pub use domain::DomainState;
+pub use fabric::FabricState;
