@@ -902,10 +902,8 @@ pub(crate) mod tests {
         let data = unsafe { std::slice::from_raw_parts(e.err_data as *const u8, 3) };
         assert_eq!(data, b"why");
         // SAFETY: as above.
-        assert_eq!(
-            unsafe { q.read_err(ffi::fi_version(1, 20), &mut e) },
-            ret::EAGAIN as isize
-        );
+        let again = unsafe { q.read_err(ffi::fi_version(1, 20), &mut e) };
+        assert_eq!(again, ret::EAGAIN as isize);
         assert_eq!(read(&mut q, 3), 1);
         assert_eq!(read(&mut q, 0), ret::EAGAIN as isize);
     }

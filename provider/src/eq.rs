@@ -647,10 +647,8 @@ mod tests {
         };
         let mut fab: *mut ffi::fid_fabric = ptr::null_mut();
         // SAFETY: live locals.
-        assert_eq!(
-            unsafe { crate::fabric::open(&mut attr, &mut fab, ptr::null_mut()) },
-            0
-        );
+        let rc = unsafe { crate::fabric::open(&mut attr, &mut fab, ptr::null_mut()) };
+        assert_eq!(rc, 0);
         fab
     }
 

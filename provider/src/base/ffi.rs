@@ -9,7 +9,9 @@
     dead_code,
     unused_qualifications,
     clippy::all,
-    clippy::pedantic
+    clippy::pedantic,
+    clippy::undocumented_unsafe_blocks,
+    unsafe_op_in_unsafe_fn
 )]
 mod bindings {
     include!(concat!(env!("OUT_DIR"), "/fi_bindings.rs"));

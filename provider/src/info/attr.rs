@@ -1074,7 +1074,7 @@ impl Hints {
     /// `info` and every non-NULL pointer in it must be valid as libfabric
     /// defines them (strings NUL-terminated, addresses `*_addrlen` bytes).
     pub unsafe fn from_c(info: &fi_info) -> Self {
-        // SAFETY (all derefs below): guaranteed by the caller.
+        // SAFETY: every deref below is of a pointer the caller guarantees valid.
         unsafe {
             Hints {
                 caps: info.caps,
