@@ -661,7 +661,8 @@ impl Cluster {
         let peer = &self.peers[i];
         peer.signal(libc::SIGSTOP);
         let stat = format!("/proc/{}/stat", peer.child.id());
-        let deadline = Instant::now() + Duration::from_secs(5);
+        // A guard against a hang only: stopping is quick, but not under load.
+        let deadline = Instant::now() + Duration::from_secs(60);
         // The state follows the command name, which ends with ')'.
         let stopped = || {
             std::fs::read_to_string(&stat)

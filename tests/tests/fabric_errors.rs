@@ -112,7 +112,9 @@ fn messages_over_the_limits_are_refused_before_reading() {
     c.cmd(0, format!("inject 1 {EAGER} 7"));
     c.cmd(1, format!("recv 0 {EAGER} 1"));
     c.cmd(1, "wait recvs=1");
-    c.cmd(0, "quiet 50"); // an inject has no completion
+    // An inject has no completion: none may come while p0 keeps polling
+    // for a while (the wait is what is tested, not a synchronisation).
+    c.cmd(0, "quiet 50");
     still_works(&mut c);
     let stderr = c.finish_with_warnings().swap_remove(0);
     for op in ["fi_send", "fi_tsenddata"] {
@@ -189,9 +191,11 @@ fn receiver_without_room_for_an_eager_ring() {
         c.cmd(0, msg.send_cmd(1, i as u64));
     }
     let n = msgs.len();
+    // The children's own wait limit ($FABRIC_PEER_WAIT, 30 s) tells a
+    // hang; how fast the messages come is not this test's business.
     let replies = c.all(&[
-        (0, format!("wait sends={n} within=5000")),
-        (1, format!("wait recvs={n} within=5000")),
+        (0, format!("wait sends={n}")),
+        (1, format!("wait recvs={n}")),
     ]);
     for done in replies[1].completions() {
         msgs[done.ctx as usize].check_recv(&done, 0);
