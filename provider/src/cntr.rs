@@ -458,15 +458,18 @@ mod tests {
             let bump = Arc::clone(&inner);
             let t = std::thread::spawn(move || {
                 for _ in 0..3 {
+                    // Not a synchronisation: likely lets wait block first.
                     std::thread::sleep(Duration::from_millis(5));
                     bump.inc();
                 }
             });
-            assert_eq!(wait(c, 3, 5000), 0);
+            // 60 s: only a guard against a hang.
+            assert_eq!(wait(c, 3, 60_000), 0);
             t.join().unwrap();
 
             let bump = Arc::clone(&inner);
             let t = std::thread::spawn(move || {
+                // Not a synchronisation: likely lets wait block first.
                 std::thread::sleep(Duration::from_millis(10));
                 bump.inc_err();
             });

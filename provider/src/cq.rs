@@ -1154,25 +1154,23 @@ pub(crate) mod tests {
                 ret::EAGAIN as isize
             );
             let waited = t.elapsed();
-            assert!(
-                waited >= Duration::from_millis(100) && waited < Duration::from_secs(2),
-                "{waited:?}"
-            );
+            // It waited; how much longer is up to the machine's load.
+            assert!(waited >= Duration::from_millis(100), "{waited:?}");
 
             assert_eq!(ops.signal.unwrap()(cq), 0);
-            let t = Instant::now();
             assert_eq!(
                 ops.sread.unwrap()(cq, buf, 1, ptr::null(), -1),
                 ret::EAGAIN as isize
             );
-            assert!(t.elapsed() < Duration::from_secs(1));
 
             let inner = inner_of(cq as *const ffi::fid).unwrap();
             let writer = std::thread::spawn(move || {
+                // Not a synchronisation: likely lets sread block first.
                 std::thread::sleep(Duration::from_millis(20));
                 inner.write(Completion::new(9 as *mut c_void, ffi::FI_RECV));
             });
-            assert_eq!(ops.sread.unwrap()(cq, buf, 1, ptr::null(), 5000), 1);
+            // 60 s: only a guard against a hang.
+            assert_eq!(ops.sread.unwrap()(cq, buf, 1, ptr::null(), 60_000), 1);
             assert_eq!(e[0].op_context as usize, 9);
             writer.join().unwrap();
 

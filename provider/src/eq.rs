@@ -875,6 +875,7 @@ mod tests {
             assert!(t.elapsed() >= Duration::from_millis(100));
             let inner = inner_of(eq as *const ffi::fid).unwrap();
             let writer = std::thread::spawn(move || {
+                // Not a synchronisation: likely lets sread block first.
                 std::thread::sleep(Duration::from_millis(20));
                 inner.write_entry(ffi::FI_NOTIFY, ptr::null_mut(), 8 as *mut c_void, 0);
             });

@@ -252,8 +252,11 @@ mod tests {
         assert!(!Deadline::after_ms(-1).expired());
         assert!(Deadline::after_ms(-1).instant().is_none());
         assert!(Deadline::after_ms(0).expired());
+        // Not expired long before its time (a short deadline could pass
+        // before the check on a loaded machine)...
+        assert!(!Deadline::after_ms(60_000).expired());
+        // ...expired once its time has passed (the sleep is what is tested).
         let d = Deadline::after_ms(20);
-        assert!(!d.expired());
         std::thread::sleep(Duration::from_millis(25));
         assert!(d.expired());
     }

@@ -2,8 +2,8 @@
 //! libfabric, `fi_info` listings and parameters, logging, configuration
 //! precedence, and fabric/domain objects through a core loaded RTLD_LOCAL.
 //!
-//! Tests that need `fi_info` or libfabric.so.1 print a message and pass when
-//! they are missing (apt-get install libfabric-bin libfabric1).
+//! Tests that need `fi_info` or libfabric.so.1 fail, saying what to
+//! install, when they are missing (scripts/install-deps installs both).
 
 mod common;
 use common::cdylib;
@@ -50,12 +50,14 @@ fn provider_dir(files: &[(&str, &str)]) -> ProviderDir {
     ProviderDir(dir)
 }
 
-fn have_fi_info() -> bool {
-    let ok = Command::new("fi_info").arg("--version").output().is_ok();
-    if !ok {
-        println!("SKIPPED: fi_info not found (apt-get install libfabric-bin)");
+/// Fails the test, saying what to install, when `fi_info` cannot run.
+fn require_fi_info() {
+    if let Err(e) = Command::new("fi_info").arg("--version").output() {
+        panic!(
+            "fi_info cannot run ({e}): install libfabric-bin \
+             (apt-get install libfabric-bin libfabric-dev, or run scripts/install-deps)"
+        );
     }
-    ok
 }
 
 /// Run fi_info with only our provider directory and the given environment.
@@ -74,7 +76,7 @@ fn fi_info(dir: &Path, args: &[&str], env: &[(&str, &str)]) -> Output {
     for (k, v) in env {
         cmd.env(k, v);
     }
-    cmd.output().expect("run fi_info")
+    common::output_with_hang_guard(&mut cmd)
 }
 
 fn text(bytes: &[u8]) -> String {
@@ -191,9 +193,7 @@ fn no_link_dependency_on_libfabric() {
 
 #[test]
 fn fi_info_lists_the_rdm_endpoint() {
-    if !have_fi_info() {
-        return;
-    }
+    require_fi_info();
     let dir = provider_dir(&[]);
     let out = fi_info(&dir, &["-p", "unimem", "-v"], &[]);
     let stdout = text(&out.stdout);
@@ -261,9 +261,7 @@ fn fi_info_lists_the_rdm_endpoint() {
 
 #[test]
 fn fi_info_addresses_from_node_and_service() {
-    if !have_fi_info() {
-        return;
-    }
+    require_fi_info();
     let dir = provider_dir(&[]);
     let server = text(
         &fi_info(
@@ -303,9 +301,7 @@ fn fi_info_addresses_from_node_and_service() {
 
 #[test]
 fn unmet_hints_give_no_data() {
-    if !have_fi_info() {
-        return;
-    }
+    require_fi_info();
     let dir = provider_dir(&[]);
     for args in [
         &["-c", "FI_RMA"][..],
@@ -349,9 +345,7 @@ fn unmet_hints_give_no_data() {
 
 #[test]
 fn fi_info_env_lists_every_tunable() {
-    if !have_fi_info() {
-        return;
-    }
+    require_fi_info();
     let dir = provider_dir(&[]);
     let out = text(&fi_info(&dir, &["-e"], &[]).stdout);
     for t in TUNABLES {
@@ -367,9 +361,7 @@ fn fi_info_env_lists_every_tunable() {
 
 #[test]
 fn logging_goes_through_libfabric() {
-    if !have_fi_info() {
-        return;
-    }
+    require_fi_info();
     let dir = provider_dir(&[]);
     let info = text(&fi_info(&dir, &["-p", "unimem"], &[("FI_LOG_LEVEL", "info")]).stderr);
     assert!(info.contains(":unimem:core:unimem_fi::prov():"), "{info}");
@@ -405,9 +397,7 @@ fn logging_goes_through_libfabric() {
 
 #[test]
 fn configuration_file_and_environment() {
-    if !have_fi_info() {
-        return;
-    }
+    require_fi_info();
     // fi_info.conf next to the library.
     let dir = provider_dir(&[(
         "fi_info.conf",
@@ -465,26 +455,23 @@ fn objects_through_a_private_core() {
         return;
     }
     let dir = provider_dir(&[]);
-    let out = Command::new(std::env::current_exe().unwrap())
-        .args([
-            "--exact",
-            "objects_through_a_private_core",
-            "--nocapture",
-            "--test-threads=1",
-        ])
-        .env(CHILD_VAR, &*dir)
-        .env("FI_PROVIDER_PATH", &*dir)
-        .env("FI_PROVIDER", "unimem")
-        .env("FI_LOG_LEVEL", "info")
-        .env("FI_LOG_PROV", "unimem")
-        .output()
-        .unwrap();
+    let out = common::output_with_hang_guard(
+        Command::new(std::env::current_exe().unwrap())
+            .args([
+                "--exact",
+                "objects_through_a_private_core",
+                "--nocapture",
+                "--test-threads=1",
+            ])
+            .env(CHILD_VAR, &*dir)
+            .env("FI_PROVIDER_PATH", &*dir)
+            .env("FI_PROVIDER", "unimem")
+            .env("FI_LOG_LEVEL", "info")
+            .env("FI_LOG_PROV", "unimem"),
+    );
     let stdout = text(&out.stdout);
     let stderr = text(&out.stderr);
     assert!(out.status.success(), "child failed:\n{stdout}\n{stderr}");
-    if stdout.contains("SKIPPED") {
-        return;
-    }
     assert!(stdout.contains("scenario complete"), "{stdout}\n{stderr}");
     assert!(
         stderr.contains("core found via object that called fi_prov_ini"),
@@ -501,16 +488,13 @@ fn objects_through_a_private_core() {
 }
 
 fn private_core_scenario(_dir: &Path) {
-    let Some(common::Core {
+    let common::Core {
         getinfo,
         dupinfo,
         freeinfo,
         fabric,
         version,
-    }) = common::open_core_privately()
-    else {
-        return;
-    };
+    } = common::open_core_privately();
     // SAFETY: libfabric API used as documented; every pointer is from libfabric or a live local.
     unsafe {
         let hints = dupinfo(std::ptr::null()); // fi_allocinfo()

@@ -1,11 +1,11 @@
 //! EQ, CQ, counter, AV and MR objects as an application sees them through
 //! the real libfabric core: opened from `fi_getinfo`'s answer, driven
 //! through the ops tables (what the `fi_*` inline wrappers call), including
-//! the error paths and the timing of blocking reads.
+//! the error paths and that timed blocking reads do wait.
 //!
 //! Runs in a child process (libfabric reads its environment once) with the
-//! core dlopen'ed; prints a message and passes when libfabric.so.1 is
-//! missing (apt-get install libfabric1).
+//! core dlopen'ed; fails, saying what to install, when libfabric.so.1 is
+//! missing (scripts/install-deps).
 
 mod common;
 use common::cdylib;
@@ -29,28 +29,25 @@ fn objects_through_libfabric() {
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).unwrap();
     std::os::unix::fs::symlink(cdylib(), dir.join("libunimem-fi.so")).unwrap();
-    let out = Command::new(std::env::current_exe().unwrap())
-        .args([
-            "--exact",
-            "objects_through_libfabric",
-            "--nocapture",
-            "--test-threads=1",
-        ])
-        .env(CHILD_VAR, "1")
-        .env("FI_PROVIDER_PATH", &dir)
-        .env("FI_PROVIDER", "unimem")
-        .env("FI_LOG_LEVEL", "warn")
-        .env("FI_LOG_PROV", "unimem")
-        .env_remove("FI_UNIMEM_CONF")
-        .output()
-        .unwrap();
+    let out = common::output_with_hang_guard(
+        Command::new(std::env::current_exe().unwrap())
+            .args([
+                "--exact",
+                "objects_through_libfabric",
+                "--nocapture",
+                "--test-threads=1",
+            ])
+            .env(CHILD_VAR, "1")
+            .env("FI_PROVIDER_PATH", &dir)
+            .env("FI_PROVIDER", "unimem")
+            .env("FI_LOG_LEVEL", "warn")
+            .env("FI_LOG_PROV", "unimem")
+            .env_remove("FI_UNIMEM_CONF"),
+    );
     let _ = std::fs::remove_dir_all(&dir);
     let stdout = String::from_utf8_lossy(&out.stdout);
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "child failed:\n{stdout}\n{stderr}");
-    if stdout.contains("SKIPPED") {
-        return;
-    }
     assert!(stdout.contains("scenario complete"), "{stdout}\n{stderr}");
     // Error paths explain themselves in FI_LOG.
     for warning in [
@@ -106,16 +103,13 @@ fn timed<T>(f: impl FnOnce() -> T) -> (T, Duration) {
 }
 
 fn scenario() {
-    let Some(common::Core {
+    let common::Core {
         getinfo,
         dupinfo,
         freeinfo,
         fabric,
         version,
-    }) = common::open_core_privately()
-    else {
-        return;
-    };
+    } = common::open_core_privately();
     // SAFETY: libfabric API used as documented; every pointer is from libfabric or a live local.
     unsafe {
         let hints = dupinfo(null()); // fi_allocinfo()
@@ -265,9 +259,10 @@ unsafe fn eq_checks(fab: *mut ffi::fid_fabric) -> *mut ffi::fid_eq {
         let sread = ops.sread.unwrap();
         let (n, waited) = timed(|| sread(eq, &mut event, &mut got as *mut _ as _, size, 200, 0));
         assert_eq!(n, EAGAIN);
+        // It did wait; how much longer it took is up to the machine's load.
         assert!(
-            waited >= Duration::from_millis(200) && waited < Duration::from_millis(1500),
-            "fi_eq_sread(200 ms) took {waited:?}"
+            waited >= Duration::from_millis(200),
+            "fi_eq_sread(200 ms) gave up after {waited:?}"
         );
         eq
     }
@@ -319,13 +314,14 @@ unsafe fn cq_checks(dom: *mut ffi::fid_domain) -> *mut ffi::fid_cq {
         let (n, waited) = timed(|| sread(cq, buf, 4, null(), 200));
         assert_eq!(n, EAGAIN);
         assert!(
-            waited >= Duration::from_millis(200) && waited < Duration::from_millis(1500),
-            "fi_cq_sread(200 ms) took {waited:?}"
+            waited >= Duration::from_millis(200),
+            "fi_cq_sread(200 ms) gave up after {waited:?}"
         );
         assert_eq!(ops.signal.unwrap()(cq), 0);
-        let (n, waited) = timed(|| sread(cq, buf, 4, null(), -1));
+        // Were the signal lost, this would wait forever: the parent's hang
+        // guard (common::CHILD_LIMIT) fails the test then.
+        let n = sread(cq, buf, 4, null(), -1);
         assert_eq!(n, EAGAIN, "a signal ends an infinite wait");
-        assert!(waited < Duration::from_millis(500), "{waited:?}");
 
         let mut text = [0 as c_char; 64];
         let s = ops.strerror.unwrap()(cq, ffi::FI_EIO, null(), text.as_mut_ptr(), text.len());
@@ -370,8 +366,8 @@ unsafe fn cntr_checks(dom: *mut ffi::fid_domain) -> *mut ffi::fid_cntr {
         let (rc, waited) = timed(|| ops.wait.unwrap()(c, 8, 100));
         assert_eq!(rc, -ffi::FI_ETIMEDOUT);
         assert!(
-            waited >= Duration::from_millis(100) && waited < Duration::from_millis(1000),
-            "{waited:?}"
+            waited >= Duration::from_millis(100),
+            "fi_cntr_wait(100 ms) gave up after {waited:?}"
         );
         c
     }

@@ -63,6 +63,9 @@ static void barrier_check(MPI_Comm comm)
 {
     for (int late = 0; late < cp; late += cp - 1 > 0 ? cp - 1 : 1) {
         MPI_Barrier(comm);
+        /* Not a synchronisation: one rank comes late to the barrier, and
+         * nobody may leave it before that rank entered. The check holds
+         * whatever the delay; the delay only makes a broken barrier show. */
         if (cr == late)
             sleep_ms(20);
         double entered = now();

@@ -148,6 +148,9 @@ static void bsend_ring(void)
         }
         memset(sbuf, 0xee, (size_t)sizes[i]);
     }
+    /* Not a synchronisation: a pause before receiving, so that the messages
+     * are likely to arrive unexpected. The checks below hold whatever the
+     * timing (on a slow machine they just test the posted path more). */
     sleep_ms(20);
     for (int i = 0; i < count; i++) {
         MPI_Status st;

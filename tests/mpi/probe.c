@@ -197,6 +197,9 @@ static void order_recv(int p)
         MPI_Send(NULL, 0, MPI_BYTE, p, ORDER_TAG + 1, MPI_COMM_WORLD);
         MPI_Waitall(ORDER_MSGS, req, st);
     } else {
+        /* Not a synchronisation: the receiver stays away for a while so
+         * that the messages are likely to be unexpected when it comes. The
+         * checks hold whatever the timing. */
         sleep_ms(30);
         for (int i = 0; i < ORDER_MSGS; i++)
             MPI_Recv(buf + (size_t)i * ORDER_MAX, ORDER_MAX, MPI_BYTE, MPI_ANY_SOURCE, ORDER_TAG,

@@ -405,7 +405,10 @@ impl FabricPeer {
         }
     }
 
-    /// Everything the child wrote to stderr so far.
+    /// What the child wrote to stderr so far, as far as the reader thread
+    /// has taken it from the pipe: a line written just before the child's
+    /// last answer may still be on its way. Use the stderr that
+    /// [`Cluster::finish`] returns (complete) for checks.
     pub fn stderr(&self) -> String {
         self.stderr.lock().unwrap().clone()
     }
@@ -418,8 +421,15 @@ impl FabricPeer {
 
     /// The end of its stderr, headed by its name (for failure reports).
     fn stderr_tail(&self) -> String {
-        // Let the reader collect what the child wrote last.
-        std::thread::sleep(Duration::from_millis(50));
+        // Once the child is gone its stderr reaches its end: wait for the
+        // reader to take all of it (bounded, in case a stray process still
+        // holds the pipe).
+        if self.exited {
+            let deadline = Instant::now() + Duration::from_secs(5);
+            while !self.readers.iter().all(JoinHandle::is_finished) && Instant::now() < deadline {
+                std::thread::sleep(Duration::from_millis(1));
+            }
+        }
         let stderr = self.stderr();
         let mut start = stderr.len().saturating_sub(6000);
         while !stderr.is_char_boundary(start) {
@@ -651,7 +661,8 @@ impl Cluster {
         let peer = &self.peers[i];
         peer.signal(libc::SIGSTOP);
         let stat = format!("/proc/{}/stat", peer.child.id());
-        let deadline = Instant::now() + Duration::from_secs(5);
+        // A guard against a hang only: stopping is quick, but not under load.
+        let deadline = Instant::now() + Duration::from_secs(60);
         // The state follows the command name, which ends with ')'.
         let stopped = || {
             std::fs::read_to_string(&stat)

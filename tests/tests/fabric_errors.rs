@@ -41,7 +41,7 @@ fn send_to_an_address_not_in_the_av() {
     expect_rc(&mut c, 0, "try-recv 9 10 1", rc::EINVAL);
     expect_rc(&mut c, 0, "try-recv 9 10 2 tag=1", rc::EINVAL);
     still_works(&mut c);
-    let stderr = c[0].stderr();
+    let stderr = c.finish_with_warnings().swap_remove(0);
     assert_warned(
         &stderr,
         &["fi_send", "fi_addr 0x3039", "not in the endpoint's AV"],
@@ -62,7 +62,6 @@ fn send_to_an_address_not_in_the_av() {
         &stderr,
         &["fi_trecv", "fi_addr 0x9", "not in the endpoint's AV"],
     );
-    c.finish_with_warnings();
 }
 
 #[test]
@@ -113,9 +112,11 @@ fn messages_over_the_limits_are_refused_before_reading() {
     c.cmd(0, format!("inject 1 {EAGER} 7"));
     c.cmd(1, format!("recv 0 {EAGER} 1"));
     c.cmd(1, "wait recvs=1");
-    c.cmd(0, "quiet 50"); // an inject has no completion
+    // An inject has no completion: none may come while p0 keeps polling
+    // for a while (the wait is what is tested, not a synchronisation).
+    c.cmd(0, "quiet 50");
     still_works(&mut c);
-    let stderr = c[0].stderr();
+    let stderr = c.finish_with_warnings().swap_remove(0);
     for op in ["fi_send", "fi_tsenddata"] {
         let any_of = ["TooLong", "max_msg_size", "too long", "exceed"];
         let found = stderr
@@ -132,7 +133,6 @@ fn messages_over_the_limits_are_refused_before_reading() {
         &stderr,
         &["fi_tinject", "16385 bytes exceed the inject size 16384"],
     );
-    c.finish_with_warnings();
 }
 
 #[test]
@@ -144,12 +144,11 @@ fn unmet_getinfo_hints_give_no_data() {
     expect_rc(&mut c, 0, "getinfo ep=msg", rc::ENODATA);
     expect_rc(&mut c, 0, "getinfo ep=dgram", rc::ENODATA);
     expect_rc(&mut c, 0, "getinfo caps=msg|tagged ep=rdm", 0);
-    let stderr = c[0].stderr();
+    let stderr = c.finish_with_warnings().swap_remove(0);
     assert_warned(&stderr, &["fi_getinfo: no match", "FI_RMA"]);
     assert_warned(&stderr, &["fi_getinfo: no match", "FI_ATOMIC"]);
     assert_warned(&stderr, &["fi_getinfo: no match", "FI_EP_MSG"]);
     assert_warned(&stderr, &["fi_getinfo: no match", "FI_EP_DGRAM"]);
-    c.finish_with_warnings();
 }
 
 #[test]
@@ -167,12 +166,11 @@ fn busy_domain_and_endpoints_not_enabled() {
         );
     }
     still_works(&mut c);
-    let stderr = c[0].stderr();
+    let stderr = c.finish_with_warnings().swap_remove(0);
     assert_warned(&stderr, &["fi_close(domain)", "still open"]);
     for op in ["fi_send", "fi_tsend", "fi_inject", "fi_recv", "fi_trecv"] {
         assert_warned(&stderr, &[&format!("{op}: the endpoint is not enabled")]);
     }
-    c.finish_with_warnings();
 }
 
 /// A receiver whose dmable memory is bounded to what its endpoint needs
@@ -193,16 +191,15 @@ fn receiver_without_room_for_an_eager_ring() {
         c.cmd(0, msg.send_cmd(1, i as u64));
     }
     let n = msgs.len();
+    // The children's own wait limit ($FABRIC_PEER_WAIT, 30 s) tells a
+    // hang; how fast the messages come is not this test's business.
     let replies = c.all(&[
-        (0, format!("wait sends={n} within=5000")),
-        (1, format!("wait recvs={n} within=5000")),
+        (0, format!("wait sends={n}")),
+        (1, format!("wait recvs={n}")),
     ]);
     for done in replies[1].completions() {
         msgs[done.ctx as usize].check_recv(&done, 0);
     }
-    assert_warned(
-        &c[1].stderr(),
-        &["no dmable memory for a peer's eager ring"],
-    );
-    c.finish_with_warnings();
+    let stderr = c.finish_with_warnings().swap_remove(1);
+    assert_warned(&stderr, &["no dmable memory for a peer's eager ring"]);
 }

@@ -43,7 +43,10 @@ fn by_ctx(completions: Vec<Completion>) -> HashMap<u64, Completion> {
     completions.into_iter().map(|c| (c.ctx, c)).collect()
 }
 
-/// Nothing completes on child `i` for a while.
+/// Nothing completes on child `i` for a while (it polls 100 ms and fails
+/// on any completion). The wait is what is tested, not a synchronisation:
+/// on a slow machine a wrong late completion may go unseen, never a right
+/// one be reported.
 fn quiet(c: &mut Cluster, i: usize) {
     c.cmd(i, "quiet 100");
 }

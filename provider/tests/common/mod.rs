@@ -1,12 +1,15 @@
 //! Pieces shared by the provider's integration tests (`loading.rs`,
-//! `objects.rs`): where the cdylib is, and the libfabric core opened
-//! privately.
+//! `objects.rs`): where the cdylib is, the libfabric core opened
+//! privately, and child processes run with a hang guard.
 
 #![allow(dead_code)] // each test binary uses its own part
 
-use std::ffi::{c_void, CString};
+use std::ffi::{c_void, CStr, CString};
+use std::io::Read;
 use std::os::raw::{c_char, c_int};
 use std::path::PathBuf;
+use std::process::{Command, Output, Stdio};
+use std::time::{Duration, Instant};
 
 use unimem_fi::base::ffi;
 
@@ -47,15 +50,26 @@ pub struct Core {
     pub version: VersionFn,
 }
 
-/// libfabric.so.1 `dlopen`ed with RTLD_LOCAL (out of the global scope), or
-/// `None` (with a message) where it is not installed.
-pub fn open_core_privately() -> Option<Core> {
+/// libfabric.so.1 `dlopen`ed with RTLD_LOCAL (out of the global scope).
+/// Panics where it is not installed: a missing prerequisite fails the test.
+pub fn open_core_privately() -> Core {
     let lib = CString::new("libfabric.so.1").unwrap();
     // SAFETY: plain dlopen; RTLD_LOCAL keeps the core out of the global scope.
     let h = unsafe { libc::dlopen(lib.as_ptr(), libc::RTLD_NOW | libc::RTLD_LOCAL) };
     if h.is_null() {
-        println!("SKIPPED: libfabric.so.1 not loadable");
-        return None;
+        // SAFETY: dlerror returns NULL or a C string valid until the next dl* call.
+        let why = unsafe {
+            let e = libc::dlerror();
+            if e.is_null() {
+                "unknown error".to_string()
+            } else {
+                CStr::from_ptr(e).to_string_lossy().into_owned()
+            }
+        };
+        panic!(
+            "libfabric.so.1 is not loadable ({why}): install libfabric1 \
+             (apt-get install libfabric-dev libfabric-bin, or run scripts/install-deps)"
+        );
     }
     let sym = |n: &str| {
         let c = CString::new(n).unwrap();
@@ -66,12 +80,60 @@ pub fn open_core_privately() -> Option<Core> {
     };
     // SAFETY: these are libfabric's functions (newest symbol versions) with these prototypes.
     unsafe {
-        Some(Core {
+        Core {
             getinfo: std::mem::transmute::<*mut c_void, GetinfoFn>(sym("fi_getinfo")),
             dupinfo: std::mem::transmute::<*mut c_void, DupinfoFn>(sym("fi_dupinfo")),
             freeinfo: std::mem::transmute::<*mut c_void, FreeinfoFn>(sym("fi_freeinfo")),
             fabric: std::mem::transmute::<*mut c_void, FabricFn>(sym("fi_fabric")),
             version: std::mem::transmute::<*mut c_void, VersionFn>(sym("fi_version")),
+        }
+    }
+}
+
+/// Longest a child process of these tests may run. Not a time requirement
+/// (the children take a second or two): only a guard that turns a hang
+/// into a failure with the child's output.
+pub const CHILD_LIMIT: Duration = Duration::from_secs(120);
+
+/// Runs `cmd` to its end with stdout and stderr captured, like
+/// [`Command::output`], but kills it and fails the test if it is still
+/// running after [`CHILD_LIMIT`].
+pub fn output_with_hang_guard(cmd: &mut Command) -> Output {
+    let what = format!("{cmd:?}");
+    let mut child = cmd
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap_or_else(|e| panic!("cannot run {what}: {e}"));
+    let drain = |pipe: Option<Box<dyn Read + Send>>| {
+        std::thread::spawn(move || {
+            let mut bytes = Vec::new();
+            if let Some(mut pipe) = pipe {
+                let _ = pipe.read_to_end(&mut bytes);
+            }
+            bytes
         })
+    };
+    let stdout = drain(child.stdout.take().map(|p| Box::new(p) as _));
+    let stderr = drain(child.stderr.take().map(|p| Box::new(p) as _));
+    let deadline = Instant::now() + CHILD_LIMIT;
+    let status = loop {
+        if let Some(status) = child.try_wait().expect("wait for child") {
+            break status;
+        }
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            let out = String::from_utf8_lossy(&stdout.join().unwrap_or_default()).into_owned();
+            let err = String::from_utf8_lossy(&stderr.join().unwrap_or_default()).into_owned();
+            panic!("{what} still running after {CHILD_LIMIT:?} (hung?), killed it:\n{out}\n{err}");
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    };
+    Output {
+        status,
+        stdout: stdout.join().expect("stdout reader"),
+        stderr: stderr.join().expect("stderr reader"),
     }
 }
