@@ -8,13 +8,14 @@
 
 mod alloc;
 mod engine;
+mod error;
 mod region;
 
 use std::fmt;
 use std::hash::Hash;
-use std::io;
 
 pub use engine::ShmDmaEngine;
+pub use error::DmaError;
 pub use region::{host_nodes, DmaBuf, DmaRegion, RegionConfig, ALLOC_ALIGN, MAX_SEGMENTS};
 
 /// Handle of a remote registration.
@@ -24,54 +25,6 @@ pub struct RegId(pub u64);
 /// Identifier of a submitted transfer, reported back by [`DmaEngine::poll`].
 #[derive(Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Debug)]
 pub struct DmaId(pub u64);
-
-/// Why a DMA operation was refused. A refused transfer moves no byte.
-#[derive(Debug)]
-pub enum DmaError {
-    /// The local range is not (entirely) dmable memory.
-    LocalNotDmable,
-    /// The registration handle is unknown or was deregistered.
-    NotRegistered,
-    /// The remote range is not inside the registration, or (when
-    /// registering) not inside the node's dmable memory.
-    OutOfBounds,
-    /// An address plus length overflows.
-    LengthOverflow,
-    /// No such node in this job.
-    NoSuchNode,
-    /// The node's process is gone.
-    DeadNode,
-    /// The dmable region reached its bound.
-    OutOfMemory,
-    /// A parameter is invalid (zero length, conflicting configuration).
-    Invalid,
-    /// The host refused a resource.
-    Io(io::Error),
-}
-
-impl fmt::Display for DmaError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            DmaError::LocalNotDmable => f.write_str("local buffer is not dmable memory"),
-            DmaError::NotRegistered => f.write_str("remote range is not registered"),
-            DmaError::OutOfBounds => f.write_str("remote range is out of bounds"),
-            DmaError::LengthOverflow => f.write_str("address plus length overflows"),
-            DmaError::NoSuchNode => f.write_str("no such node"),
-            DmaError::DeadNode => f.write_str("remote node is dead"),
-            DmaError::OutOfMemory => f.write_str("dmable memory exhausted"),
-            DmaError::Invalid => f.write_str("invalid argument"),
-            DmaError::Io(e) => write!(f, "DMA resource error: {e}"),
-        }
-    }
-}
-
-impl std::error::Error for DmaError {}
-
-impl From<io::Error> for DmaError {
-    fn from(e: io::Error) -> Self {
-        DmaError::Io(e)
-    }
-}
 
 /// An asynchronous DMA engine with remote registration.
 ///

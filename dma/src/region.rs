@@ -16,7 +16,7 @@ use unimem_mailbox::shm::{object_name, SharedObject, HEADER_SIZE};
 use unimem_mailbox::{JobId, NodeId};
 
 use crate::alloc::RangeAllocator;
-use crate::DmaError;
+use crate::error::DmaError;
 
 /// Every allocation is aligned to (and rounded up to) a cache line.
 pub const ALLOC_ALIGN: usize = 64;

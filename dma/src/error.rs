@@ -1,0 +1,52 @@
+//! Why a DMA operation was refused.
+
+use std::fmt;
+use std::io;
+
+/// Why a DMA operation was refused. A refused transfer moves no byte.
+#[derive(Debug)]
+pub enum DmaError {
+    /// The local range is not (entirely) dmable memory.
+    LocalNotDmable,
+    /// The registration handle is unknown or was deregistered.
+    NotRegistered,
+    /// The remote range is not inside the registration, or (when
+    /// registering) not inside the node's dmable memory.
+    OutOfBounds,
+    /// An address plus length overflows.
+    LengthOverflow,
+    /// No such node in this job.
+    NoSuchNode,
+    /// The node's process is gone.
+    DeadNode,
+    /// The dmable region reached its bound.
+    OutOfMemory,
+    /// A parameter is invalid (zero length, conflicting configuration).
+    Invalid,
+    /// The host refused a resource.
+    Io(io::Error),
+}
+
+impl fmt::Display for DmaError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            DmaError::LocalNotDmable => f.write_str("local buffer is not dmable memory"),
+            DmaError::NotRegistered => f.write_str("remote range is not registered"),
+            DmaError::OutOfBounds => f.write_str("remote range is out of bounds"),
+            DmaError::LengthOverflow => f.write_str("address plus length overflows"),
+            DmaError::NoSuchNode => f.write_str("no such node"),
+            DmaError::DeadNode => f.write_str("remote node is dead"),
+            DmaError::OutOfMemory => f.write_str("dmable memory exhausted"),
+            DmaError::Invalid => f.write_str("invalid argument"),
+            DmaError::Io(e) => write!(f, "DMA resource error: {e}"),
+        }
+    }
+}
+
+impl std::error::Error for DmaError {}
+
+impl From<io::Error> for DmaError {
+    fn from(e: io::Error) -> Self {
+        DmaError::Io(e)
+    }
+}
