@@ -18,13 +18,13 @@
 //! leave each peer queue in order, and matching follows arrival order, which
 //! gives `FI_ORDER_SAS`.
 
-pub mod endpoint;
 pub mod iov;
 pub mod matching;
+pub mod messenger;
 pub mod pool;
 pub mod wire;
 
-pub use endpoint::Endpoint;
+pub use messenger::Messenger;
 
 use std::time::Duration;
 

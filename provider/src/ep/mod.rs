@@ -1,5 +1,5 @@
 //! The endpoint object (`fi_endpoint`, `FI_EP_RDM`): the libfabric face of
-//! one [`proto::Endpoint`] over the emulated hardware.
+//! one [`proto::Messenger`] over the emulated hardware.
 //!
 //! The protocol state sits behind one lock; every call that touches it
 //! (posting, `fi_cancel`, progress from a CQ or counter read) turns the
@@ -31,7 +31,7 @@ use crate::state::DomainState;
 use unimem_proto::{self as proto, ErrorKind, Event, ProtoConfig};
 
 /// The protocol over the shared-memory emulation.
-pub type Core = proto::Endpoint<ShmMailbox, ShmDmaEngine>;
+pub type Core = proto::Messenger<ShmMailbox, ShmDmaEngine>;
 
 /// Our `struct fid_ep`.
 #[repr(C)]

@@ -1,4 +1,4 @@
-//! The protocol over the real emulation, endpoints in one process. Small
+//! The protocol over the real emulation, messengers in one process. Small
 //! thresholds (22-byte inline, 1 KiB eager, 4 KiB segments) so that every
 //! path and boundary is crossed with small buffers.
 
@@ -10,7 +10,7 @@ use unimem_mailbox::{MailboxAddr, Profile, ShmMailbox, ShmMailboxConfig};
 use super::*;
 use crate::test_job;
 
-type Ep = Endpoint<ShmMailbox, ShmDmaEngine>;
+type Shm = Messenger<ShmMailbox, ShmDmaEngine>;
 
 const EAGER: usize = 1024;
 const SEGMENT: usize = 4096;
@@ -28,11 +28,11 @@ fn config() -> ProtoConfig {
     }
 }
 
-fn endpoint_with(depth: usize, cfg: ProtoConfig) -> Ep {
-    endpoint_profile(depth, cfg, Profile::Native)
+fn messenger_with(depth: usize, cfg: ProtoConfig) -> Shm {
+    messenger_profile(depth, cfg, Profile::Native)
 }
 
-fn endpoint_profile(depth: usize, cfg: ProtoConfig, profile: Profile) -> Ep {
+fn messenger_profile(depth: usize, cfg: ProtoConfig, profile: Profile) -> Shm {
     let mbx = ShmMailbox::open(&ShmMailboxConfig {
         job: test_job(),
         depth,
@@ -45,11 +45,11 @@ fn endpoint_profile(depth: usize, cfg: ProtoConfig, profile: Profile) -> Ep {
         max_size: 256 << 20,
     })
     .unwrap();
-    Endpoint::new(mbx, ShmDmaEngine::new(region, profile), cfg).unwrap()
+    Messenger::new(mbx, ShmDmaEngine::new(region, profile), cfg).unwrap()
 }
 
-fn endpoint() -> Ep {
-    endpoint_with(64, config())
+fn messenger() -> Shm {
+    messenger_with(64, config())
 }
 
 fn pattern(len: usize, seed: u8) -> Vec<u8> {
@@ -59,7 +59,7 @@ fn pattern(len: usize, seed: u8) -> Vec<u8> {
 }
 
 fn send(
-    ep: &mut Ep,
+    ep: &mut Shm,
     dest: MailboxAddr,
     data: &[u8],
     tag: Option<u64>,
@@ -79,7 +79,7 @@ fn send(
 
 /// Injects `data` from `a` to `b`, retrying while the provider says
 /// -FI_EAGAIN and progressing both, as an application would.
-fn inject(a: &mut Ep, b: &mut Ep, data: &[u8]) {
+fn inject(a: &mut Shm, b: &mut Shm, data: &[u8]) {
     let req = SendReq {
         dest: b.addr(),
         iov: IovList::One((data.as_ptr() as usize, data.len())),
@@ -121,13 +121,13 @@ fn recv_spec(
     }
 }
 
-fn post(ep: &mut Ep, tagged: bool, recv: PostedRecv<MailboxAddr>) {
+fn post(ep: &mut Shm, tagged: bool, recv: PostedRecv<MailboxAddr>) {
     // SAFETY: the tests keep the buffer alive until the receive completes.
     unsafe { ep.post_recv(tagged, recv) }
 }
 
-/// Progresses every endpoint until `n` events are collected from `ep_index`.
-fn collect(eps: &mut [&mut Ep], ep_index: usize, n: usize) -> Vec<Event<MailboxAddr>> {
+/// Progresses every messenger until `n` events are collected from `ep_index`.
+fn collect(eps: &mut [&mut Shm], ep_index: usize, n: usize) -> Vec<Event<MailboxAddr>> {
     let deadline = Instant::now() + Duration::from_secs(10);
     let mut events = Vec::new();
     while events.len() < n {
@@ -155,8 +155,8 @@ fn recv_done(event: &Event<MailboxAddr>) -> &RecvDone<MailboxAddr> {
 
 #[test]
 fn every_size_around_every_threshold_arrives_intact() {
-    let mut a = endpoint();
-    let mut b = endpoint();
+    let mut a = messenger();
+    let mut b = messenger();
     let inline = inline_capacity(&MatchInfo::default());
     let mut sizes = vec![0, 1, 100_000, 3 * SEGMENT + 5];
     for limit in [inline, EAGER, SEGMENT, 2 * SEGMENT] {
@@ -186,8 +186,8 @@ fn every_size_around_every_threshold_arrives_intact() {
 
 #[test]
 fn unexpected_messages_wait_for_their_receives_in_order() {
-    let mut a = endpoint();
-    let mut b = endpoint();
+    let mut a = messenger();
+    let mut b = messenger();
     let messages: Vec<Vec<u8>> = [5, 700, 9000, 12, 3000]
         .iter()
         .map(|&n| pattern(n, n as u8))
@@ -216,9 +216,9 @@ fn unexpected_messages_wait_for_their_receives_in_order() {
 
 #[test]
 fn tags_ignore_masks_and_directed_receives() {
-    let mut a = endpoint();
-    let mut b = endpoint();
-    let mut c = endpoint();
+    let mut a = messenger();
+    let mut b = messenger();
+    let mut c = messenger();
     let mut from_c = [0u8; 4];
     let mut masked = [0u8; 4];
     let mut any = [0u8; 4];
@@ -247,9 +247,9 @@ fn tags_ignore_masks_and_directed_receives() {
 
 #[test]
 fn fast_sender_never_overruns_a_slow_receiver() {
-    let mut a = endpoint();
+    let mut a = messenger();
     // A shallow mailbox and 4 eager credits: the sender must queue.
-    let mut b = endpoint_with(8, config());
+    let mut b = messenger_with(8, config());
     let count = 200;
     let messages: Vec<Vec<u8>> = (0..count)
         .map(|i| pattern(40 + (i * 97) % 3000, i as u8))
@@ -292,8 +292,8 @@ fn fast_sender_never_overruns_a_slow_receiver() {
 
 #[test]
 fn truncation_reports_the_overflow() {
-    let mut a = endpoint();
-    let mut b = endpoint();
+    let mut a = messenger();
+    let mut b = messenger();
     for (len, cap) in [(20, 8), (900, 100), (3 * SEGMENT, SEGMENT + 1)] {
         let data = pattern(len, 3);
         let mut buf = vec![0u8; cap];
@@ -316,8 +316,8 @@ fn truncation_reports_the_overflow() {
 
 #[test]
 fn multi_receive_buffer_fills_in_order_and_is_released_last() {
-    let mut a = endpoint();
-    let mut b = endpoint();
+    let mut a = messenger();
+    let mut b = messenger();
     b.set_min_multi_recv(1000);
     let mut buf = vec![0u8; 4000];
     let mut spec = recv_spec(&mut buf, 77, None, 0, 0);
@@ -355,8 +355,8 @@ fn multi_receive_buffer_fills_in_order_and_is_released_last() {
 
 #[test]
 fn cancel_completes_with_canceled() {
-    let mut a = endpoint();
-    let mut b = endpoint();
+    let mut a = messenger();
+    let mut b = messenger();
     let mut x = [0u8; 8];
     let mut y = [0u8; 8];
     post(&mut b, true, recv_spec(&mut x, 1, None, 5, 0));
@@ -375,8 +375,8 @@ fn cancel_completes_with_canceled() {
 
 #[test]
 fn peek_claim_and_discard() {
-    let mut a = endpoint();
-    let mut b = endpoint();
+    let mut a = messenger();
+    let mut b = messenger();
     let (small, large) = (pattern(500, 1), pattern(5000, 2));
     send(&mut a, b.addr(), &small, Some(1), 0).unwrap();
     send(&mut a, b.addr(), &large, Some(2), 1).unwrap();
@@ -416,8 +416,8 @@ fn peek_claim_and_discard() {
 
 #[test]
 fn rendezvous_straight_into_dmable_receive_buffers() {
-    let mut a = endpoint();
-    let mut b = endpoint();
+    let mut a = messenger();
+    let mut b = messenger();
     let len = 10 * SEGMENT + 3;
     let target = b.dma.alloc(len).unwrap();
     let source = a.dma.alloc(len).unwrap();
@@ -455,7 +455,7 @@ fn rendezvous_straight_into_dmable_receive_buffers() {
 
 #[test]
 fn sends_to_oneself() {
-    let mut a = endpoint();
+    let mut a = messenger();
     for len in [3, 500, 20_000] {
         let data = pattern(len, 4);
         let mut buf = vec![0u8; len];
@@ -476,8 +476,8 @@ fn sends_to_oneself() {
 /// inject size.
 #[test]
 fn inject_counts_without_a_completion_and_rejects_large() {
-    let mut a = endpoint();
-    let mut b = endpoint();
+    let mut a = messenger();
+    let mut b = messenger();
     let data = pattern(500, 1);
     inject(&mut a, &mut b, &data);
     let big = pattern(EAGER + 1, 1);
@@ -517,8 +517,8 @@ fn inject_counts_without_a_completion_and_rejects_large() {
 /// no CQ entry.
 #[test]
 fn every_inject_is_counted_once() {
-    let mut a = endpoint();
-    let mut b = endpoint_with(4, config());
+    let mut a = messenger();
+    let mut b = messenger_with(4, config());
     let small = pattern(8, 2);
     let medium = pattern(500, 3);
     let n = 12;
@@ -552,8 +552,8 @@ fn every_inject_is_counted_once() {
 /// being granted twice or past their end, and every message arrives whole.
 #[test]
 fn concurrent_rendezvous_share_few_staging_buffers() {
-    let mut a = endpoint();
-    let mut b = endpoint();
+    let mut a = messenger();
+    let mut b = messenger();
     let len = 3 * SEGMENT + 5;
     let messages: Vec<Vec<u8>> = (0..6).map(|i| pattern(len, i as u8)).collect();
     let mut bufs: Vec<Vec<u8>> = messages.iter().map(|_| vec![0u8; len]).collect();
@@ -586,8 +586,8 @@ fn concurrent_rendezvous_share_few_staging_buffers() {
 /// with the last completion that touches the buffer).
 #[test]
 fn cancel_of_a_multi_recv_buffer_in_use_releases_it_after_the_piece() {
-    let mut a = endpoint();
-    let mut b = endpoint();
+    let mut a = messenger();
+    let mut b = messenger();
     b.set_min_multi_recv(64);
     let mut buf = vec![0u8; 8 * SEGMENT];
     let spec = PostedRecv {
@@ -631,8 +631,8 @@ fn cancel_of_a_multi_recv_buffer_in_use_releases_it_after_the_piece() {
 
 #[test]
 fn eager_messages_go_by_rendezvous_to_a_receiver_without_a_ring() {
-    let mut a = endpoint();
-    let mut b = endpoint_with(
+    let mut a = messenger();
+    let mut b = messenger_with(
         64,
         ProtoConfig {
             eager_credits: 0,
@@ -687,8 +687,8 @@ fn eager_messages_go_by_rendezvous_to_a_receiver_without_a_ring() {
 /// call returns, the message must leave within the call all the same.
 #[test]
 fn injects_leave_within_the_call_even_with_modeled_dma() {
-    let mut a = endpoint_profile(64, config(), Profile::Paper);
-    let mut b = endpoint_profile(64, config(), Profile::Paper);
+    let mut a = messenger_profile(64, config(), Profile::Paper);
+    let mut b = messenger_profile(64, config(), Profile::Paper);
     // First contact: hellos both ways, with both progressing.
     let first = pattern(100, 1);
     let mut buf = vec![0u8; 100];
@@ -743,8 +743,8 @@ fn error_of(event: &Event<MailboxAddr>) -> &OpError<MailboxAddr> {
 
 #[test]
 fn receives_directed_at_a_peer_that_dies_fail() {
-    let mut a = endpoint_with(64, quick_peer_check());
-    let mut b = endpoint();
+    let mut a = messenger_with(64, quick_peer_check());
+    let mut b = messenger();
     let b_addr = b.addr();
     let mut first = [0u8; 4];
     post(&mut a, true, recv_spec(&mut first, 1, Some(b_addr), 7, 0));
@@ -776,8 +776,8 @@ fn receives_directed_at_a_peer_that_dies_fail() {
 
 #[test]
 fn a_rendezvous_from_a_peer_that_died_fails_when_matched() {
-    let mut a = endpoint();
-    let mut b = endpoint_with(64, quick_peer_check());
+    let mut a = messenger();
+    let mut b = messenger_with(64, quick_peer_check());
     let big = pattern(4 * SEGMENT, 3);
     send(&mut a, b.addr(), &big, Some(9), 1).unwrap();
     // The request arrives unexpected, then its sender dies.
@@ -809,8 +809,8 @@ fn a_rendezvous_from_a_peer_that_died_fails_when_matched() {
 
 #[test]
 fn tag_and_data_arrive_intact_around_the_inline_limit() {
-    let mut a = endpoint();
-    let mut b = endpoint();
+    let mut a = messenger();
+    let mut b = messenger();
     // MPICH's shape: protocol bits at the top of the tag, the rank as data.
     let info = MatchInfo {
         tag: Some(0x8000_0000_0012_3456),

@@ -1,10 +1,13 @@
-//! One endpoint's protocol state machine: peers, queues, transfers.
+//! The messenger: the protocol state machine behind one libfabric endpoint
+//! (peers, queues, transfers). It is named apart from the endpoint object
+//! of the provider, which wraps it in a lock and turns its events into CQ
+//! entries.
 //!
 //! Everything here runs inside the application's calls (manual progress):
-//! posting a send or a receive, and [`Endpoint::progress`], which reaps DMA
+//! posting a send or a receive, and [`Messenger::progress`], which reaps DMA
 //! completions, handles arrived mailbox messages, retries what waited for a
 //! resource and flushes the peers' queues. Finished operations come out of
-//! [`Endpoint::next_event`].
+//! [`Messenger::next_event`].
 //!
 //! Each peer has two outgoing queues. *Data* (inline messages, eager
 //! announcements, rendezvous requests) leaves strictly in order, which is
@@ -227,7 +230,7 @@ impl std::fmt::Debug for Held {
     }
 }
 
-pub struct Endpoint<M: Mailbox, D: DmaEngine> {
+pub struct Messenger<M: Mailbox, D: DmaEngine> {
     mbx: M,
     dma: D,
     cfg: ProtoConfig,
@@ -273,7 +276,7 @@ fn post_error(e: MailboxError) -> PostError {
     }
 }
 
-impl<M, D> Endpoint<M, D>
+impl<M, D> Messenger<M, D>
 where
     M: Mailbox,
     M::Addr: Hash,
@@ -297,7 +300,7 @@ where
             cfg.segment_size,
             cfg.staging_segments.max(1),
         )?;
-        Ok(Endpoint {
+        Ok(Messenger {
             regcache: RegCache::new(cfg.regcache),
             mbx,
             dma,
