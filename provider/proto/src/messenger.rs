@@ -12,7 +12,7 @@
 //! Each peer has two outgoing queues. *Data* (inline messages, eager
 //! announcements, rendezvous requests) leaves strictly in order, which is
 //! what makes matching order follow send order. *Control* (hello, grants,
-//! segment reports, FINs, credits) never waits behind data: a data message
+//! fragment reports, FINs, credits) never waits behind data: a data message
 //! blocked on credits must not hold back the very messages that free them.
 
 use std::collections::{HashMap, VecDeque};
@@ -25,7 +25,7 @@ use unimem_regcache::RegCache;
 
 use crate::iov::{gather, scatter, total_len};
 use crate::matching::{Cancelled, IovList, Matcher, MultiDone, Placement, PostedRecv, Unexpected};
-use crate::pool::{Chunk, ChunkPool};
+use crate::pool::{Buffer, BufferPool};
 use crate::wire::{inline_capacity, InlineBytes, MatchInfo, Wire, NODE_LEN};
 use crate::{ErrorKind, Event, OpError, PostError, ProtoConfig, RecvDone, WireNode};
 
@@ -157,13 +157,13 @@ enum EagerState {
 enum TxKind {
     Inline,
     Eager {
-        chunk: Chunk,
+        bounce: Buffer,
         state: EagerState,
     },
     /// `bounce` holds the data of an eager send that had to go this way.
     Rendezvous {
         iov: IovList,
-        bounce: Option<Chunk>,
+        bounce: Option<Buffer>,
     },
 }
 
@@ -180,7 +180,7 @@ struct TxOp {
 #[derive(Clone, Copy, Debug)]
 struct Grant {
     op: usize,
-    segment: u32,
+    fragment: u32,
     addr: u64,
     len: usize,
     recv_id: u16,
@@ -195,23 +195,23 @@ struct RxXfer<A> {
     placement: Placement,
     msg_len: usize,
     xfer_len: usize,
-    segments: u32,
+    fragments: u32,
     next_grant: u32,
     done: u32,
     /// Granting straight into the (dmable, contiguous) user buffer.
     direct: bool,
-    staged: HashMap<u32, Chunk>,
+    staged: HashMap<u32, Buffer>,
 }
 
 enum Waiter {
     Eager {
         op: usize,
     },
-    Segment {
+    Fragment {
         op: usize,
-        segment: u32,
+        fragment: u32,
         recv_id: u16,
-        chunk: Option<Chunk>,
+        staging: Option<Buffer>,
     },
 }
 
@@ -248,13 +248,13 @@ pub struct Messenger<M: Mailbox, D: DmaEngine> {
     tx_ops: Slab<TxOp>,
     rx_xfers: Slab<RxXfer<M::Addr>>,
     outstanding_sends: usize,
-    bounce: ChunkPool,
-    tx_staging: ChunkPool,
-    rx_staging: ChunkPool,
+    bounce_pool: BufferPool,
+    tx_staging: BufferPool,
+    rx_staging: BufferPool,
     regcache: RegCache<D::Node, RegId>,
     dma_waiters: HashMap<DmaId, Waiter>,
     deferred_grants: VecDeque<usize>,
-    deferred_segments: VecDeque<Grant>,
+    deferred_fragments: VecDeque<Grant>,
     events: VecDeque<Event<M::Addr>>,
     /// Progress calls since the last look at the clock for a peer check.
     calls_since_clock: u32,
@@ -285,20 +285,20 @@ where
 {
     pub fn new(mbx: M, dma: D, mut cfg: ProtoConfig) -> Result<Self, DmaError> {
         cfg.eager_size = cfg.eager_size.max(1);
-        cfg.segment_size = cfg.segment_size.max(4096);
+        cfg.fragment_size = cfg.fragment_size.max(4096);
         cfg.tx_size = cfg.tx_size.clamp(1, u16::MAX as usize);
         let slot_size = cfg.eager_size.next_power_of_two();
-        let bounce =
-            ChunkPool::allocate(|len| dma.alloc(len), slot_size, cfg.bounce_buffers.max(1))?;
-        let tx_staging = ChunkPool::allocate(
+        let bounce_pool =
+            BufferPool::allocate(|len| dma.alloc(len), slot_size, cfg.bounce_buffers.max(1))?;
+        let tx_staging = BufferPool::allocate(
             |len| dma.alloc(len),
-            cfg.segment_size,
-            cfg.staging_segments.max(1),
+            cfg.fragment_size,
+            cfg.staging_buffers.max(1),
         )?;
-        let rx_staging = ChunkPool::allocate(
+        let rx_staging = BufferPool::allocate(
             |len| dma.alloc(len),
-            cfg.segment_size,
-            cfg.staging_segments.max(1),
+            cfg.fragment_size,
+            cfg.staging_buffers.max(1),
         )?;
         Ok(Messenger {
             regcache: RegCache::new(cfg.regcache),
@@ -314,12 +314,12 @@ where
             tx_ops: Slab::new(),
             rx_xfers: Slab::new(),
             outstanding_sends: 0,
-            bounce,
+            bounce_pool,
             tx_staging,
             rx_staging,
             dma_waiters: HashMap::new(),
             deferred_grants: VecDeque::new(),
-            deferred_segments: VecDeque::new(),
+            deferred_fragments: VecDeque::new(),
             events: VecDeque::new(),
             calls_since_clock: 0,
             next_peer_check: Instant::now(),
@@ -597,11 +597,11 @@ where
     /// Gives back the bounce buffer a finished send held, if any.
     fn release_bounce(&mut self, kind: &TxKind) {
         match *kind {
-            TxKind::Eager { chunk, .. }
+            TxKind::Eager { bounce, .. }
             | TxKind::Rendezvous {
-                bounce: Some(chunk),
+                bounce: Some(bounce),
                 ..
-            } => self.bounce.put(chunk),
+            } => self.bounce_pool.put(bounce),
             _ => {}
         }
     }
@@ -654,12 +654,12 @@ where
             return self.send_inline(peer, &req, len);
         }
         let kind = if len <= self.cfg.eager_size {
-            let chunk = self.bounce.get().ok_or(PostError::Again)?;
-            // SAFETY: the iov is valid (caller); the chunk holds a slot, at
+            let bounce = self.bounce_pool.get().ok_or(PostError::Again)?;
+            // SAFETY: the iov is valid (caller); the bounce buffer holds a slot, at
             // least eager_size >= len bytes, of our own dmable memory.
-            unsafe { gather(&req.iov, 0, self.bounce.addr(chunk), len) };
+            unsafe { gather(&req.iov, 0, self.bounce_pool.addr(bounce), len) };
             TxKind::Eager {
-                chunk,
+                bounce,
                 state: EagerState::Waiting,
             }
         } else {
@@ -897,7 +897,7 @@ where
             };
             let tx = self.tx_ops.slots[op].as_mut().expect("queued op exists");
             let TxKind::Eager {
-                chunk,
+                bounce,
                 state: ref mut eager,
             } = tx.kind
             else {
@@ -912,7 +912,7 @@ where
             let remote = ring.base + (ring.next * ring.slot_size) as u64;
             match self
                 .dma
-                .put(self.bounce.addr(chunk), tx.len, ring.reg, remote)
+                .put(self.bounce_pool.addr(bounce), tx.len, ring.reg, remote)
             {
                 Ok(id) => {
                     ring.credits -= 1;
@@ -937,12 +937,12 @@ where
                 continue;
             };
             let tx = self.tx_ops.slots[op].as_mut().expect("queued op exists");
-            let TxKind::Eager { chunk, .. } = tx.kind else {
+            let TxKind::Eager { bounce, .. } = tx.kind else {
                 continue;
             };
             tx.kind = TxKind::Rendezvous {
-                iov: IovList::One((self.bounce.addr(chunk) as usize, tx.len)),
-                bounce: Some(chunk),
+                iov: IovList::One((self.bounce_pool.addr(bounce) as usize, tx.len)),
+                bounce: Some(bounce),
             };
             *item = DataItem::Rts { op };
         }
@@ -968,7 +968,7 @@ where
         if self.dma_waiters.is_empty()
             && self.active.is_empty()
             && self.deferred_grants.is_empty()
-            && self.deferred_segments.is_empty()
+            && self.deferred_fragments.is_empty()
             && !self.mbx.has_message()
         {
             self.check_peers();
@@ -1013,20 +1013,20 @@ where
                         self.mark_active(peer);
                     }
                 }
-                Some(Waiter::Segment {
+                Some(Waiter::Fragment {
                     op,
-                    segment,
+                    fragment,
                     recv_id,
-                    chunk,
+                    staging,
                 }) => {
-                    if let Some(chunk) = chunk {
-                        self.tx_staging.put(chunk);
+                    if let Some(staging) = staging {
+                        self.tx_staging.put(staging);
                     }
                     if let Some(tx) = self.tx_ops.get_mut(op) {
                         let peer = tx.peer;
-                        let done = Wire::SegDone {
+                        let done = Wire::FragDone {
                             send_id: op as u16,
-                            segment,
+                            fragment,
                             recv_id,
                         };
                         self.queue_control(peer, done.encode());
@@ -1059,9 +1059,9 @@ where
             self.deferred_grants.pop_front();
             self.continue_granting(id);
         }
-        while let Some(grant) = self.deferred_segments.pop_front() {
-            if !self.put_segment(grant) {
-                self.deferred_segments.push_front(grant);
+        while let Some(grant) = self.deferred_fragments.pop_front() {
+            if !self.put_fragment(grant) {
+                self.deferred_fragments.push_front(grant);
                 break;
             }
         }
@@ -1117,25 +1117,25 @@ where
             }
             Wire::Grant {
                 send_id,
-                segment,
+                fragment,
                 addr,
                 len,
                 recv_id,
             } => {
                 let grant = Grant {
                     op: send_id as usize,
-                    segment,
+                    fragment,
                     addr,
                     len: len as usize,
                     recv_id,
                 };
-                if !self.deferred_segments.is_empty() || !self.put_segment(grant) {
-                    self.deferred_segments.push_back(grant);
+                if !self.deferred_fragments.is_empty() || !self.put_fragment(grant) {
+                    self.deferred_fragments.push_back(grant);
                 }
             }
-            Wire::SegDone {
-                segment, recv_id, ..
-            } => self.on_segment_done(recv_id as usize, segment),
+            Wire::FragDone {
+                fragment, recv_id, ..
+            } => self.on_fragment_done(recv_id as usize, fragment),
             Wire::Fin { send_id } => self.complete_send(send_id as usize),
             Wire::Credit { credits } => self.add_credits(peer, credits),
         }
@@ -1429,7 +1429,7 @@ where
             return;
         }
         let xfer_len = msg_len.min(placement.capacity());
-        let segments = xfer_len.div_ceil(self.cfg.segment_size) as u32;
+        let fragments = xfer_len.div_ceil(self.cfg.fragment_size) as u32;
         let direct = placement.iov.len() == 1
             && self
                 .dma
@@ -1442,20 +1442,20 @@ where
             placement,
             msg_len,
             xfer_len,
-            segments,
+            fragments,
             next_grant: 0,
             done: 0,
             direct,
             staged: HashMap::new(),
         });
-        if segments == 0 {
+        if fragments == 0 {
             self.finish_rx(id);
             return;
         }
         self.continue_granting(id);
     }
 
-    /// Whether transfer `id` exists and may be granted another segment:
+    /// Whether transfer `id` exists and may be granted another fragment:
     /// some are left and its window is not full.
     fn wants_grant(&self, id: usize) -> bool {
         let window = self.cfg.rendezvous_window.max(1) as u32;
@@ -1463,10 +1463,10 @@ where
             .slots
             .get(id)
             .and_then(Option::as_ref)
-            .is_some_and(|x| x.next_grant < x.segments && x.next_grant - x.done < window)
+            .is_some_and(|x| x.next_grant < x.fragments && x.next_grant - x.done < window)
     }
 
-    /// Grants segments of transfer `id` up to its window. Transfers waiting
+    /// Grants fragments of transfer `id` up to its window. Transfers waiting
     /// for staging buffers are served in turn: while some wait, `id` queues
     /// behind them (once: a queued transfer is granted up to its window
     /// when its turn comes).
@@ -1482,30 +1482,30 @@ where
         }
     }
 
-    /// Grants the next segment of `id` (which [`Self::wants_grant`]); false
+    /// Grants the next fragment of `id` (which [`Self::wants_grant`]); false
     /// if no staging buffer is free.
     fn grant_next(&mut self, id: usize) -> bool {
-        let segment_size = self.cfg.segment_size;
+        let fragment_size = self.cfg.fragment_size;
         let Some(xfer) = self.rx_xfers.get_mut(id) else {
             return true;
         };
-        let segment = xfer.next_grant;
-        let offset = segment as usize * segment_size;
-        let len = segment_size.min(xfer.xfer_len - offset);
+        let fragment = xfer.next_grant;
+        let offset = fragment as usize * fragment_size;
+        let len = fragment_size.min(xfer.xfer_len - offset);
         let addr = if xfer.direct {
             (xfer.placement.iov[0].0 + offset) as u64
         } else {
-            let Some(chunk) = self.rx_staging.get() else {
+            let Some(staging) = self.rx_staging.get() else {
                 return false;
             };
-            xfer.staged.insert(segment, chunk);
-            self.rx_staging.addr(chunk) as u64
+            xfer.staged.insert(fragment, staging);
+            self.rx_staging.addr(staging) as u64
         };
         xfer.next_grant += 1;
         let (peer, send_id) = (xfer.peer, xfer.send_id);
         let grant = Wire::Grant {
             send_id,
-            segment,
+            fragment,
             addr,
             len: len as u32,
             recv_id: id as u16,
@@ -1514,29 +1514,29 @@ where
         true
     }
 
-    fn on_segment_done(&mut self, id: usize, segment: u32) {
-        let segment_size = self.cfg.segment_size;
+    fn on_fragment_done(&mut self, id: usize, fragment: u32) {
+        let fragment_size = self.cfg.fragment_size;
         let Some(xfer) = self.rx_xfers.get_mut(id) else {
-            tracing::warn!(id, "segment report for an unknown transfer");
+            tracing::warn!(id, "fragment report for an unknown transfer");
             return;
         };
-        if let Some(chunk) = xfer.staged.remove(&segment) {
-            let offset = segment as usize * segment_size;
-            let len = segment_size.min(xfer.xfer_len - offset);
-            // SAFETY: the staging chunk holds the segment (its DMA completed
+        if let Some(staging) = xfer.staged.remove(&fragment) {
+            let offset = fragment as usize * fragment_size;
+            let len = fragment_size.min(xfer.xfer_len - offset);
+            // SAFETY: the staging buffer holds the fragment (its DMA completed
             // before the sender reported it); the iov is the posted buffer.
             unsafe {
                 scatter(
                     &xfer.placement.iov,
                     offset,
-                    self.rx_staging.addr(chunk),
+                    self.rx_staging.addr(staging),
                     len,
                 )
             };
-            self.rx_staging.put(chunk);
+            self.rx_staging.put(staging);
         }
         xfer.done += 1;
-        if xfer.done == xfer.segments {
+        if xfer.done == xfer.fragments {
             self.finish_rx(id);
         } else {
             self.continue_granting(id);
@@ -1563,14 +1563,14 @@ where
     }
 
     fn release_staged(&mut self, xfer: &RxXfer<M::Addr>) {
-        for &chunk in xfer.staged.values() {
-            self.rx_staging.put(chunk);
+        for &staging in xfer.staged.values() {
+            self.rx_staging.put(staging);
         }
     }
 
-    /// Puts one granted segment; false if no staging buffer is free.
-    fn put_segment(&mut self, grant: Grant) -> bool {
-        let segment_size = self.cfg.segment_size;
+    /// Puts one granted fragment; false if no staging buffer is free.
+    fn put_fragment(&mut self, grant: Grant) -> bool {
+        let fragment_size = self.cfg.fragment_size;
         let Some(tx) = self.tx_ops.slots.get(grant.op).and_then(Option::as_ref) else {
             tracing::warn!(op = grant.op, "grant for an unknown send");
             return true;
@@ -1579,7 +1579,7 @@ where
             tracing::warn!(op = grant.op, "grant for a send that is not a rendezvous");
             return true;
         };
-        let offset = grant.segment as usize * segment_size;
+        let offset = grant.fragment as usize * fragment_size;
         let len = grant.len.min(tx.len.saturating_sub(offset));
         let peer = tx.peer;
         let Some(node) = self.peers[peer].node else {
@@ -1590,24 +1590,24 @@ where
             && self
                 .dma
                 .is_dmable((iov[0].0 + offset) as *const u8, len.max(1));
-        let (src, chunk) = if direct {
+        let (src, staging) = if direct {
             ((iov[0].0 + offset) as *const u8, None)
         } else {
-            let Some(chunk) = self.tx_staging.get() else {
+            let Some(staging) = self.tx_staging.get() else {
                 return false;
             };
-            let at = self.tx_staging.addr(chunk);
-            // SAFETY: the send's iov is valid until it completes; the chunk
-            // holds segment_size >= len bytes.
+            let at = self.tx_staging.addr(staging);
+            // SAFETY: the send's iov is valid until it completes; the staging buffer
+            // holds fragment_size >= len bytes.
             unsafe { gather(iov, offset, at, len) };
-            (at as *const u8, Some(chunk))
+            (at as *const u8, Some(staging))
         };
         let reg = match self.registration(node, grant.addr, len) {
             Ok(reg) => reg,
             Err(e) => {
-                tracing::warn!(%node, "cannot register a granted segment: {e}");
-                if let Some(chunk) = chunk {
-                    self.tx_staging.put(chunk);
+                tracing::warn!(%node, "cannot register a granted fragment: {e}");
+                if let Some(staging) = staging {
+                    self.tx_staging.put(staging);
                 }
                 self.fail_peer(peer);
                 return true;
@@ -1621,19 +1621,19 @@ where
             Ok(id) => {
                 self.dma_waiters.insert(
                     id,
-                    Waiter::Segment {
+                    Waiter::Fragment {
                         op: grant.op,
-                        segment: grant.segment,
+                        fragment: grant.fragment,
                         recv_id: grant.recv_id,
-                        chunk,
+                        staging,
                     },
                 );
                 self.reap_dma();
             }
             Err(e) => {
-                tracing::warn!("segment DMA refused: {e}");
-                if let Some(chunk) = chunk {
-                    self.tx_staging.put(chunk);
+                tracing::warn!("fragment DMA refused: {e}");
+                if let Some(staging) = staging {
+                    self.tx_staging.put(staging);
                 }
                 self.fail_peer(peer);
             }

@@ -114,9 +114,9 @@ fn proto_config(cfg: &Config) -> ProtoConfig {
         eager_size: cfg.eager_size,
         eager_credits: cfg.eager_credits,
         bounce_buffers: cfg.bounce_buffers,
-        segment_size: cfg.segment_size,
+        fragment_size: cfg.segment_size,
         rendezvous_window: cfg.rendezvous_window,
-        staging_segments: cfg.staging_segments,
+        staging_buffers: cfg.staging_segments,
         tx_size: cfg.tx_size,
         peer_check: (cfg.peer_check_ms > 0)
             .then(|| std::time::Duration::from_millis(cfg.peer_check_ms as u64)),

@@ -1,5 +1,5 @@
 //! The protocol over the real emulation, messengers in one process. Small
-//! thresholds (22-byte inline, 1 KiB eager, 4 KiB segments) so that every
+//! thresholds (22-byte inline, 1 KiB eager, 4 KiB fragments) so that every
 //! path and boundary is crossed with small buffers.
 
 use std::time::{Duration, Instant};
@@ -13,16 +13,16 @@ use crate::test_job;
 type Shm = Messenger<ShmMailbox, ShmDmaEngine>;
 
 const EAGER: usize = 1024;
-const SEGMENT: usize = 4096;
+const FRAGMENT: usize = 4096;
 
 fn config() -> ProtoConfig {
     ProtoConfig {
         eager_size: EAGER,
         eager_credits: 4,
         bounce_buffers: 8,
-        segment_size: SEGMENT,
+        fragment_size: FRAGMENT,
         rendezvous_window: 2,
-        staging_segments: 3,
+        staging_buffers: 3,
         tx_size: 256,
         ..ProtoConfig::default()
     }
@@ -158,8 +158,8 @@ fn every_size_around_every_threshold_arrives_intact() {
     let mut a = messenger();
     let mut b = messenger();
     let inline = inline_capacity(&MatchInfo::default());
-    let mut sizes = vec![0, 1, 100_000, 3 * SEGMENT + 5];
-    for limit in [inline, EAGER, SEGMENT, 2 * SEGMENT] {
+    let mut sizes = vec![0, 1, 100_000, 3 * FRAGMENT + 5];
+    for limit in [inline, EAGER, FRAGMENT, 2 * FRAGMENT] {
         sizes.extend([limit - 1, limit, limit + 1]);
     }
     for (i, &len) in sizes.iter().enumerate() {
@@ -294,7 +294,7 @@ fn fast_sender_never_overruns_a_slow_receiver() {
 fn truncation_reports_the_overflow() {
     let mut a = messenger();
     let mut b = messenger();
-    for (len, cap) in [(20, 8), (900, 100), (3 * SEGMENT, SEGMENT + 1)] {
+    for (len, cap) in [(20, 8), (900, 100), (3 * FRAGMENT, FRAGMENT + 1)] {
         let data = pattern(len, 3);
         let mut buf = vec![0u8; cap];
         post(&mut b, false, recv_spec(&mut buf, 9, None, 0, 0));
@@ -418,7 +418,7 @@ fn peek_claim_and_discard() {
 fn rendezvous_straight_into_dmable_receive_buffers() {
     let mut a = messenger();
     let mut b = messenger();
-    let len = 10 * SEGMENT + 3;
+    let len = 10 * FRAGMENT + 3;
     let target = b.dma.alloc(len).unwrap();
     let source = a.dma.alloc(len).unwrap();
     let data = pattern(len, 9);
@@ -554,7 +554,7 @@ fn every_inject_is_counted_once() {
 fn concurrent_rendezvous_share_few_staging_buffers() {
     let mut a = messenger();
     let mut b = messenger();
-    let len = 3 * SEGMENT + 5;
+    let len = 3 * FRAGMENT + 5;
     let messages: Vec<Vec<u8>> = (0..6).map(|i| pattern(len, i as u8)).collect();
     let mut bufs: Vec<Vec<u8>> = messages.iter().map(|_| vec![0u8; len]).collect();
     for (i, buf) in bufs.iter_mut().enumerate() {
@@ -589,13 +589,13 @@ fn cancel_of_a_multi_recv_buffer_in_use_releases_it_after_the_piece() {
     let mut a = messenger();
     let mut b = messenger();
     b.set_min_multi_recv(64);
-    let mut buf = vec![0u8; 8 * SEGMENT];
+    let mut buf = vec![0u8; 8 * FRAGMENT];
     let spec = PostedRecv {
         multi_recv: true,
         ..recv_spec(&mut buf, 80, None, 0, 0)
     };
     post(&mut b, false, spec);
-    let data = pattern(3 * SEGMENT + 5, 6);
+    let data = pattern(3 * FRAGMENT + 5, 6);
     send(&mut a, b.addr(), &data, None, 1).unwrap();
     // The receiver matches the request and grants; the sender does not run.
     let deadline = Instant::now() + Duration::from_secs(10);
@@ -671,7 +671,7 @@ fn eager_messages_go_by_rendezvous_to_a_receiver_without_a_ring() {
     assert!(buf == pattern(EAGER, 7));
     // The receiver's FIN hands the bounce buffer back.
     let deadline = Instant::now() + Duration::from_secs(10);
-    while a.bounce.available() < config().bounce_buffers {
+    while a.bounce_pool.available() < config().bounce_buffers {
         assert!(
             Instant::now() < deadline,
             "the bounce buffer never came back"
@@ -778,7 +778,7 @@ fn receives_directed_at_a_peer_that_dies_fail() {
 fn a_rendezvous_from_a_peer_that_died_fails_when_matched() {
     let mut a = messenger();
     let mut b = messenger_with(64, quick_peer_check());
-    let big = pattern(4 * SEGMENT, 3);
+    let big = pattern(4 * FRAGMENT, 3);
     send(&mut a, b.addr(), &big, Some(9), 1).unwrap();
     // The request arrives unexpected, then its sender dies.
     let deadline = Instant::now() + Duration::from_secs(10);
