@@ -8,7 +8,10 @@ use unimem_dma::{DmaRegion, RegionConfig, ShmDmaEngine};
 use unimem_mailbox::{MailboxAddr, Profile, ShmMailbox, ShmMailboxConfig};
 
 use super::*;
+use crate::matching::PostedRecv;
 use crate::test_job;
+use crate::wire::inline_capacity;
+use crate::{ErrorKind, OpError, RecvDone};
 
 type Shm = Messenger<ShmMailbox, ShmDmaEngine>;
 
