@@ -19,12 +19,14 @@
 //! leave each peer queue in order, and matching follows arrival order, which
 //! gives `FI_ORDER_SAS`.
 
+pub mod dma;
 pub mod iov;
 pub mod matching;
 pub mod messenger;
 pub mod pool;
 pub mod wire;
 
+pub use dma::{DmaView, DomainDma};
 pub use messenger::Messenger;
 
 use std::time::Duration;
