@@ -15,6 +15,9 @@
 //!   a time, the sender puts each and reports it, and the receiver ends with
 //!   a FIN. Data moves only into matched receives.
 //!
+//! A domain's messengers share one DMA engine and one registration cache,
+//! a [`DomainDma`]: see [`dma`].
+//!
 //! Ordering: one sender's mailbox messages arrive in order, data messages
 //! leave each peer queue in order, and matching follows arrival order, which
 //! gives `FI_ORDER_SAS`.
@@ -63,7 +66,6 @@ pub struct ProtoConfig {
     pub poll_budget: usize,
     /// How often progress checks that known peers are alive; `None`: never.
     pub peer_check: Option<Duration>,
-    pub regcache: unimem_regcache::Config,
 }
 
 impl Default for ProtoConfig {
@@ -79,7 +81,6 @@ impl Default for ProtoConfig {
             max_msg_size: 1 << 30,
             poll_budget: 256,
             peer_check: Some(Duration::from_millis(100)),
-            regcache: unimem_regcache::Config::default(),
         }
     }
 }

@@ -1,6 +1,7 @@
-//! Ids that travel on the wire: a [`Slab`] hands out the small integers
-//! that name sends (`send_id`) and rendezvous receives (`recv_id`) in the
-//! peers' messages, and takes them back when the operation ends.
+//! Small integer ids: a [`Slab`] hands out the ids that name sends
+//! (`send_id`) and rendezvous receives (`recv_id`) in the peers' messages,
+//! and the tokens of our DMAs in flight, and takes them back when the
+//! operation ends.
 //!
 //! Owns: nothing of the messenger; plain storage its other modules use.
 
@@ -29,6 +30,11 @@ impl<T> Slab<T> {
                 self.entries.len() - 1
             }
         }
+    }
+
+    /// The id the next [`insert`](Self::insert) returns.
+    pub(crate) fn next_id(&self) -> usize {
+        self.free.last().copied().unwrap_or(self.entries.len())
     }
 
     pub(crate) fn get(&self, i: usize) -> Option<&T> {
@@ -76,7 +82,9 @@ mod tests {
         assert_eq!(slab.remove(a), Some('a'));
         assert_eq!(slab.remove(a), None, "removed twice");
         assert_eq!(slab.get(a), None);
+        assert_eq!(slab.next_id(), a);
         assert_eq!(slab.insert('c'), a);
+        assert_eq!(slab.next_id(), 2);
         *slab.get_mut(b).unwrap() = 'B';
         assert_eq!(slab.ids_where(|&v| v == 'B'), vec![b]);
         assert!(!slab.is_empty());

@@ -64,9 +64,8 @@ where
         }
         self.fail_receives_from(peer);
         if let Some(node) = self.peers[peer].node {
-            for reg in self.regcache.invalidate_node(node) {
-                let _ = self.dma.deregister(reg);
-            }
+            // For every messenger of the domain: the cache is shared.
+            self.dma.invalidate_node(node);
         }
         let failed = self.events.len() - events_before;
         let addr = self.peers[peer].addr;

@@ -48,10 +48,10 @@ use std::collections::{HashMap, VecDeque};
 use std::hash::Hash;
 use std::time::Instant;
 
-use unimem_dma::{DmaEngine, DmaError, DmaId, RegId};
+use unimem_dma::{DmaEngine, DmaError};
 use unimem_mailbox::{Error as MailboxError, Mailbox};
-use unimem_regcache::RegCache;
 
+use crate::dma::{DmaView, DomainDma, Token};
 use crate::matching::{IovList, Matcher};
 use crate::pool::BufferPool;
 use crate::wire::MatchInfo;
@@ -83,7 +83,8 @@ pub struct SendReq<A> {
 /// it through that module's methods.
 pub struct Messenger<M: Mailbox, D: DmaEngine> {
     mbx: M,
-    dma: D,
+    /// This messenger's view of its domain's DMA engine and cache.
+    dma: DmaView<D>,
     cfg: ProtoConfig,
     /// Size of an eager ring slot (and of a bounce buffer): `eager_size`
     /// rounded up to a power of two.
@@ -114,9 +115,11 @@ pub struct Messenger<M: Mailbox, D: DmaEngine> {
     // send::rendezvous
     tx_staging: BufferPool,
     deferred_fragments: VecDeque<Grant>,
-    regcache: RegCache<D::Node, RegId>,
     // progress
-    dma_waiters: HashMap<DmaId, Waiter>,
+    /// What each of our DMAs in flight is for; its id is the DMA's token.
+    dma_waiters: Slab<Waiter>,
+    /// Tokens of completed DMAs, kept between uses for its allocation.
+    dma_done: Vec<Token>,
     // liveness
     /// Progress calls since the last look at the clock for a peer check.
     calls_since_clock: u32,
@@ -141,7 +144,11 @@ where
     D: DmaEngine,
     D::Node: WireNode,
 {
-    pub fn new(mbx: M, dma: D, mut cfg: ProtoConfig) -> Result<Self, DmaError> {
+    /// A messenger over mailbox `mbx`, using its domain's DMA (`dma`: its
+    /// engine, and its registration cache, shared with the domain's other
+    /// messengers).
+    pub fn new(mbx: M, dma: &DomainDma<D>, mut cfg: ProtoConfig) -> Result<Self, DmaError> {
+        let dma = dma.view();
         cfg.eager_size = cfg.eager_size.max(1);
         cfg.fragment_size = cfg.fragment_size.max(4096);
         cfg.tx_size = cfg.tx_size.clamp(1, u16::MAX as usize);
@@ -159,7 +166,6 @@ where
             cfg.staging_buffers.max(1),
         )?;
         Ok(Messenger {
-            regcache: RegCache::new(cfg.regcache),
             mbx,
             dma,
             slot_size,
@@ -175,7 +181,8 @@ where
             bounce_pool,
             tx_staging,
             rx_staging,
-            dma_waiters: HashMap::new(),
+            dma_waiters: Slab::new(),
+            dma_done: Vec::new(),
             deferred_grants: VecDeque::new(),
             deferred_fragments: VecDeque::new(),
             events: VecDeque::new(),
@@ -184,6 +191,18 @@ where
             peers_lost: 0,
             cfg,
         })
+    }
+
+    /// A messenger with a DMA engine and registration cache of its own,
+    /// shared with no other (tests; a domain of one endpoint).
+    pub fn with_private_dma(mbx: M, engine: D, cfg: ProtoConfig) -> Result<Self, DmaError> {
+        let dma = DomainDma::new(engine, unimem_regcache::Config::default());
+        Self::new(mbx, &dma, cfg)
+    }
+
+    /// The domain's DMA this messenger uses.
+    pub fn domain_dma(&self) -> &DomainDma<D> {
+        self.dma.domain()
     }
 
     pub fn addr(&self) -> M::Addr {

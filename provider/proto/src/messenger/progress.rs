@@ -80,8 +80,15 @@ where
     }
 
     pub(crate) fn reap_dma(&mut self) {
-        while let Some(id) = self.dma.poll() {
-            match self.dma_waiters.remove(&id) {
+        // Nothing of ours in flight: no lock to take (inline messages never
+        // do).
+        if self.dma_waiters.is_empty() {
+            return;
+        }
+        let mut done = std::mem::take(&mut self.dma_done);
+        self.dma.completed(&mut done);
+        for &token in &done {
+            match self.dma_waiters.remove(token) {
                 Some(Waiter::Eager { op }) => {
                     if let Some(tx) = self.tx_ops.get_mut(op) {
                         if let TxKind::Eager { state, .. } = &mut tx.kind {
@@ -110,9 +117,11 @@ where
                         self.queue_control(peer, done.encode());
                     }
                 }
-                None => tracing::warn!(?id, "completion of an unknown DMA"),
+                None => tracing::warn!(token, "completion of an unknown DMA"),
             }
         }
+        done.clear();
+        self.dma_done = done;
     }
 
     pub(crate) fn retry_deferred(&mut self) {

@@ -36,19 +36,26 @@ fn messenger_with(depth: usize, cfg: ProtoConfig) -> Shm {
 }
 
 fn messenger_profile(depth: usize, cfg: ProtoConfig, profile: Profile) -> Shm {
-    let mbx = ShmMailbox::open(&ShmMailboxConfig {
+    Messenger::with_private_dma(mailbox(depth, profile), engine(profile), cfg).unwrap()
+}
+
+fn mailbox(depth: usize, profile: Profile) -> ShmMailbox {
+    ShmMailbox::open(&ShmMailboxConfig {
         job: test_job(),
         depth,
         profile,
     })
-    .unwrap();
+    .unwrap()
+}
+
+fn engine(profile: Profile) -> ShmDmaEngine {
     let region = DmaRegion::for_process(&RegionConfig {
         job: test_job(),
         segment_size: 16 << 20,
         max_size: 256 << 20,
     })
     .unwrap();
-    Messenger::new(mbx, ShmDmaEngine::new(region, profile), cfg).unwrap()
+    ShmDmaEngine::new(region, profile)
 }
 
 fn messenger() -> Shm {
@@ -851,4 +858,77 @@ fn tag_and_data_arrive_intact_around_the_inline_limit() {
         assert!(buf == data, "data of a {len}-byte message differs");
         collect(&mut [&mut a, &mut b], 0, 1);
     }
+}
+
+/// Two messengers of one domain send to one receiver at once, with modeled
+/// DMA times so that their transfers are in flight together: whichever polls
+/// the shared engine, each gets its own completions; the registrations one
+/// made of the receiver's staging buffers serve the other; and when the
+/// receiver dies, its node leaves the cache for both.
+#[test]
+fn messengers_of_one_domain_share_its_dma() {
+    let domain = DomainDma::new(engine(Profile::Paper), unimem_regcache::Config::default());
+    let shared = |cfg| Messenger::new(mailbox(64, Profile::Paper), &domain, cfg).unwrap();
+    let mut a1: Shm = shared(quick_peer_check());
+    let mut a2: Shm = shared(config());
+    assert_eq!(domain.views(), 2);
+    let mut b = messenger_profile(64, config(), Profile::Paper);
+    let lens = [EAGER, 3 * FRAGMENT + 5, 500, 2 * FRAGMENT];
+    let fragments: usize = 2 * lens
+        .iter()
+        .filter(|&&len| len > EAGER)
+        .map(|len| len.div_ceil(FRAGMENT))
+        .sum::<usize>();
+    let data: Vec<Vec<u8>> = (0..2 * lens.len())
+        .map(|i| pattern(lens[i / 2], i as u8))
+        .collect();
+    let mut bufs: Vec<Vec<u8>> = data.iter().map(|d| vec![0u8; d.len()]).collect();
+    let (a1_addr, a2_addr) = (a1.addr(), a2.addr());
+    for (i, buf) in bufs.iter_mut().enumerate() {
+        let src = if i % 2 == 0 { a1_addr } else { a2_addr };
+        post(&mut b, true, recv_spec(buf, i, Some(src), i as u64, 0));
+    }
+    for (i, d) in data.iter().enumerate() {
+        let sender = if i % 2 == 0 { &mut a1 } else { &mut a2 };
+        send(sender, b.addr(), d, Some(i as u64), i).unwrap();
+    }
+    let got = collect(&mut [&mut a1, &mut a2, &mut b], 2, data.len());
+    assert_eq!(got.len(), data.len());
+    for (i, (buf, d)) in bufs.iter().zip(&data).enumerate() {
+        assert!(buf == d, "message {i} of {} bytes", d.len());
+    }
+    collect(&mut [&mut a1, &mut a2, &mut b], 0, lens.len());
+    collect(&mut [&mut a1, &mut a2, &mut b], 1, lens.len());
+    assert!(!a1.busy() && !a2.busy());
+    // Each of the receiver's staging buffers was registered once, for both.
+    let stats = domain.regcache_stats();
+    assert!(stats.misses <= 3, "{stats:?}");
+    assert_eq!(stats.hits + stats.misses, fragments as u64, "{stats:?}");
+    assert!(stats.entries > 0);
+
+    // a1's eager DMA is submitted before a2's: a2, progressing alone, reaps
+    // it on its way to its own and keeps it for a1.
+    let (x, y) = (pattern(EAGER, 100), pattern(EAGER, 101));
+    let (mut bx, mut by) = (vec![0u8; EAGER], vec![0u8; EAGER]);
+    post(&mut b, true, recv_spec(&mut bx, 100, Some(a1_addr), 100, 0));
+    post(&mut b, true, recv_spec(&mut by, 101, Some(a2_addr), 101, 0));
+    send(&mut a1, b.addr(), &x, Some(100), 100).unwrap();
+    send(&mut a2, b.addr(), &y, Some(101), 101).unwrap();
+    collect(&mut [&mut a2, &mut b], 0, 1);
+    collect(&mut [&mut a1, &mut b], 0, 1);
+    collect(&mut [&mut b], 0, 2);
+    assert!(bx == x && by == y);
+
+    drop(b);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while a1.peers_lost() == 0 {
+        a1.progress();
+        assert!(
+            Instant::now() < deadline,
+            "the dead receiver was never noticed"
+        );
+    }
+    assert_eq!(domain.regcache_stats().entries, 0);
+    drop(a1);
+    assert_eq!(domain.views(), 1);
 }

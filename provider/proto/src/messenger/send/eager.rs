@@ -66,7 +66,29 @@ where
             }
             return;
         };
-        for item in &state.data {
+        // The first eager send waiting for its DMA, if any: only then is the
+        // DMA lock taken (inline messages queued here never take it).
+        let tx_ops = &self.tx_ops;
+        let Some(first) = state.data.iter().position(|item| match *item {
+            DataItem::Eager { op } => matches!(
+                tx_ops.get(op),
+                Some(TxOp {
+                    kind: TxKind::Eager {
+                        state: EagerState::Waiting,
+                        ..
+                    },
+                    ..
+                })
+            ),
+            _ => false,
+        }) else {
+            return;
+        };
+        if ring.credits == 0 {
+            return;
+        }
+        let mut dma = self.dma.lock();
+        for item in state.data.iter().skip(first) {
             let DataItem::Eager { op } = *item else {
                 continue;
             };
@@ -85,15 +107,20 @@ where
                 break;
             }
             let remote = ring.base + (ring.next * ring.slot_size) as u64;
-            match self
-                .dma
-                .put(self.bounce_pool.addr(bounce), tx.len, ring.reg, remote)
-            {
-                Ok(id) => {
+            let token = self.dma_waiters.next_id();
+            match dma.put(
+                self.bounce_pool.addr(bounce),
+                tx.len,
+                ring.reg,
+                remote,
+                token,
+            ) {
+                Ok(()) => {
                     ring.credits -= 1;
                     ring.next = (ring.next + 1) % ring.slots;
                     *eager = EagerState::InFlight;
-                    self.dma_waiters.insert(id, Waiter::Eager { op });
+                    let id = self.dma_waiters.insert(Waiter::Eager { op });
+                    debug_assert_eq!(id, token);
                 }
                 Err(e) => {
                     tracing::warn!("eager DMA refused: {e}");

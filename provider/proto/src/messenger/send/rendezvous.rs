@@ -6,11 +6,13 @@
 //!
 //! Owns: `deferred_fragments` (grants waiting for a staging buffer) and the
 //! send-side staging pool. Registers the receiver's ranges through the
-//! domain's registration cache.
+//! domain's registration cache ([`DmaSession::cached_registration`]).
+//!
+//! [`DmaSession::cached_registration`]: crate::dma::DmaSession::cached_registration
 
 use std::hash::Hash;
 
-use unimem_dma::{DmaEngine, DmaError, RegId};
+use unimem_dma::DmaEngine;
 use unimem_mailbox::Mailbox;
 
 use super::super::progress::Waiter;
@@ -70,9 +72,12 @@ where
             unsafe { gather(iov, offset, at, len) };
             (at as *const u8, Some(staging))
         };
-        let reg = match self.registration(node, grant.addr, len) {
+        let token = self.dma_waiters.next_id();
+        let mut dma = self.dma.lock();
+        let (reg, stale) = match dma.cached_registration(node, grant.addr, len) {
             Ok(reg) => reg,
             Err(e) => {
+                drop(dma);
                 tracing::warn!(%node, "cannot register a granted fragment: {e}");
                 if let Some(staging) = staging {
                     self.tx_staging.put(staging);
@@ -81,21 +86,18 @@ where
                 return true;
             }
         };
-        let result = self.dma.put(src, len, reg.0, grant.addr);
-        for stale in reg.1 {
-            let _ = self.dma.deregister(stale);
-        }
+        let result = dma.put(src, len, reg, grant.addr, token);
+        dma.release(stale);
+        drop(dma);
         match result {
-            Ok(id) => {
-                self.dma_waiters.insert(
-                    id,
-                    Waiter::Fragment {
-                        op: grant.op,
-                        fragment: grant.fragment,
-                        recv_id: grant.recv_id,
-                        staging,
-                    },
-                );
+            Ok(()) => {
+                let id = self.dma_waiters.insert(Waiter::Fragment {
+                    op: grant.op,
+                    fragment: grant.fragment,
+                    recv_id: grant.recv_id,
+                    staging,
+                });
+                debug_assert_eq!(id, token);
                 self.reap_dma();
             }
             Err(e) => {
@@ -107,35 +109,6 @@ where
             }
         }
         true
-    }
-
-    /// A registration covering `[addr, addr + len)` of `node`, from the cache
-    /// if it can, with the registrations to release once the caller's DMA
-    /// has been submitted.
-    pub(crate) fn registration(
-        &mut self,
-        node: D::Node,
-        addr: u64,
-        len: usize,
-    ) -> Result<(RegId, Vec<RegId>), DmaError> {
-        let ticket = match self.regcache.lookup(node, addr, len as u64) {
-            Ok(&reg) => return Ok((reg, Vec::new())),
-            Err(ticket) => ticket,
-        };
-        let (start, aligned) = self
-            .regcache
-            .page_range(addr, len as u64)
-            .ok_or(DmaError::LengthOverflow)?;
-        let reg = match self.dma.register(node, start, aligned as usize) {
-            Ok(reg) => reg,
-            // The page-aligned range may poke past the node's memory.
-            Err(DmaError::OutOfBounds) => {
-                let reg = self.dma.register(node, addr, len)?;
-                return Ok((reg, vec![reg]));
-            }
-            Err(e) => return Err(e),
-        };
-        Ok((reg, self.regcache.insert(ticket, node, start, aligned, reg)))
     }
 
     /// A grant arrived: put its fragment now, unless grants that came before
