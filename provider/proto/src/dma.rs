@@ -215,31 +215,9 @@ impl<D: DmaEngine> DmaView<D> {
         }
     }
 
-    /// Appends to `done` the tokens of this view's completed transfers:
-    /// those another view polled for it first, then those it polls now.
-    /// Completions of other views' transfers go to their queues.
+    /// See [`DmaSession::completed`].
     pub fn completed(&mut self, done: &mut Vec<Token>) {
-        let mut shared = self.domain.shared.lock();
-        let Shared {
-            engine,
-            owners,
-            routed,
-            ..
-        } = &mut *shared;
-        if let Some(mine) = routed[self.slot as usize].as_mut() {
-            done.append(mine);
-        }
-        while let Some(id) = engine.poll() {
-            match owners.remove(&id) {
-                Some((slot, token)) if slot == self.slot => done.push(token),
-                Some((ORPHAN, _)) => {}
-                Some((slot, token)) => routed[slot as usize]
-                    .as_mut()
-                    .expect("a view with transfers in flight is attached")
-                    .push(token),
-                None => tracing::warn!(?id, "completion of an unknown DMA"),
-            }
-        }
+        self.lock().completed(done);
     }
 }
 
@@ -296,6 +274,32 @@ impl<D: DmaEngine> DmaSession<'_, D> {
         let id = self.shared.engine.get(local, len, reg, remote_addr)?;
         self.shared.submitted(id, self.slot, token);
         Ok(())
+    }
+
+    /// Appends to `done` the tokens of this view's completed transfers:
+    /// those another view polled for it first, then those it polls now.
+    /// Completions of other views' transfers go to their queues.
+    pub fn completed(&mut self, done: &mut Vec<Token>) {
+        let Shared {
+            engine,
+            owners,
+            routed,
+            ..
+        } = &mut *self.shared;
+        if let Some(mine) = routed[self.slot as usize].as_mut() {
+            done.append(mine);
+        }
+        while let Some(id) = engine.poll() {
+            match owners.remove(&id) {
+                Some((slot, token)) if slot == self.slot => done.push(token),
+                Some((ORPHAN, _)) => {}
+                Some((slot, token)) => routed[slot as usize]
+                    .as_mut()
+                    .expect("a view with transfers in flight is attached")
+                    .push(token),
+                None => tracing::warn!(?id, "completion of an unknown DMA"),
+            }
+        }
     }
 
     /// A registration covering `[addr, addr + len)` of `node`, from the

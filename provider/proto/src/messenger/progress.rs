@@ -14,6 +14,7 @@ use unimem_mailbox::{Mailbox, Message};
 use super::send::rendezvous::Grant;
 use super::send::{EagerState, TxKind};
 use super::Messenger;
+use crate::dma::Token;
 use crate::pool::Buffer;
 use crate::wire::Wire;
 use crate::WireNode;
@@ -87,6 +88,12 @@ where
         }
         let mut done = std::mem::take(&mut self.dma_done);
         self.dma.completed(&mut done);
+        self.on_dma_done(done);
+    }
+
+    /// Acts on the completed DMAs whose tokens are in `done`, then keeps it
+    /// (empty) for its allocation.
+    pub(crate) fn on_dma_done(&mut self, mut done: Vec<Token>) {
         for &token in &done {
             match self.dma_waiters.remove(token) {
                 Some(Waiter::Eager { op }) => {

@@ -58,13 +58,15 @@ where
     }
 
     /// Starts the DMA of queued eager sends that have a credit, in order.
-    pub(crate) fn start_eager_dma(&mut self, peer: PeerIdx) {
+    /// If it took the DMA lock for that, it reaps completions under it too,
+    /// and says so: one lock for the whole step.
+    pub(crate) fn start_eager_dma(&mut self, peer: PeerIdx) -> bool {
         let state = &mut self.peers[peer];
         let Some(ring) = state.tx.as_mut() else {
             if state.hello_received {
                 self.eager_by_rendezvous(peer);
             }
-            return;
+            return false;
         };
         // The first eager send waiting for its DMA, if any: only then is the
         // DMA lock taken (inline messages queued here never take it).
@@ -82,10 +84,10 @@ where
             ),
             _ => false,
         }) else {
-            return;
+            return false;
         };
         if ring.credits == 0 {
-            return;
+            return false;
         }
         let mut dma = self.dma.lock();
         for item in state.data.iter().skip(first) {
@@ -128,6 +130,11 @@ where
                 }
             }
         }
+        let mut done = std::mem::take(&mut self.dma_done);
+        dma.completed(&mut done);
+        drop(dma);
+        self.on_dma_done(done);
+        true
     }
 
     /// A peer that offers no eager ring (it had no dmable memory for one, or

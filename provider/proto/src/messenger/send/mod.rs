@@ -165,8 +165,9 @@ where
                 }
             }
         }
-        self.start_eager_dma(peer);
-        self.reap_dma();
+        if !self.start_eager_dma(peer) {
+            self.reap_dma();
+        }
         while let Some(item) = self.peers[peer].data.front() {
             let (message, op, piggyback) = match *item {
                 DataItem::Inline { message, op } => (message, Some(op), 0),

@@ -88,6 +88,11 @@ where
         };
         let result = dma.put(src, len, reg, grant.addr, token);
         dma.release(stale);
+        // Reaped under the same lock, acted on once the waiter is in.
+        let mut done = std::mem::take(&mut self.dma_done);
+        if result.is_ok() {
+            dma.completed(&mut done);
+        }
         drop(dma);
         match result {
             Ok(()) => {
@@ -98,9 +103,10 @@ where
                     staging,
                 });
                 debug_assert_eq!(id, token);
-                self.reap_dma();
+                self.on_dma_done(done);
             }
             Err(e) => {
+                self.dma_done = done;
                 tracing::warn!("fragment DMA refused: {e}");
                 if let Some(staging) = staging {
                     self.tx_staging.put(staging);
