@@ -11,9 +11,15 @@
 //! and a node dropped from the cache (its peer died) is dropped for all.
 //!
 //! The lock is taken only by operations that carry DMA (allocation of
-//! dmable memory, registration, transfers and their completions), once for
-//! each; a messenger with no transfer in flight never takes it, so inline
-//! messages, which only use the mailbox, do not.
+//! dmable memory, registration, transfers and their completions); a
+//! [`DmaSession`] holds it for a sequence of them. The messenger takes it
+//! once to start an eager flush's DMAs and reap, once per rendezvous
+//! fragment (plus one look whether the source is dmable), and once per reap
+//! of completions while a DMA of its own is in flight: never for inline
+//! messages, which only use the mailbox, nor for an idle progress call.
+//!
+//! A domain's messengers also share the engine's modeled time: transfers of
+//! all of them queue on the one engine, as on one node's hardware.
 //!
 //! Owns: the engine, the cache, the routing of completions
 //! (`owners`, `routed`), and the registrations a view made for itself (its

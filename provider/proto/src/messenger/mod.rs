@@ -21,17 +21,17 @@
 //! spread over the modules below by concern, each an `impl Messenger` block
 //! that says at its top what it owns and what it may touch:
 //!
-//! - [`peers`]: the peer table, first contact (Hello), lookup, the queues;
-//! - [`liveness`]: peer checks, and failing what a dead peer leaves behind;
-//! - [`send`]: posting sends and flushing queues; [`send::inline`],
-//!   [`send::eager`], [`send::rendezvous`] carry them;
-//! - [`recv`]: posting receives, matching, unexpected messages;
-//!   [`recv::eager`] consumes the eager ring, [`recv::rendezvous`] grants
+//! - `peers`: the peer table, first contact (Hello), lookup, the queues;
+//! - `liveness`: peer checks, and failing what a dead peer leaves behind;
+//! - `send`: posting sends and flushing queues; `send::inline`,
+//!   `send::eager`, `send::rendezvous` carry them;
+//! - `recv`: posting receives, matching, unexpected messages;
+//!   `recv::eager` consumes the eager ring, `recv::rendezvous` grants
 //!   and stages fragments;
-//! - [`credits`]: eager credits spent, owed and returned;
-//! - [`completion`]: events for finished and failed operations;
-//! - [`progress`]: the progress loop and the dispatch of mailbox messages;
-//! - [`ids`]: the [`Slab`](ids::Slab) of ids that travel on the wire.
+//! - `credits`: eager credits spent, owed and returned;
+//! - `completion`: events for finished and failed operations;
+//! - `progress`: the progress loop and the dispatch of mailbox messages;
+//! - `ids`: the `Slab` of ids that travel on the wire.
 
 mod completion;
 mod credits;
