@@ -10,21 +10,27 @@
 //!   ring's slots are credits, returned by the receiver (piggybacked when it
 //!   can), so a fast sender never overruns a slow receiver;
 //! - **rendezvous**: a request to send; once matched, the receiver grants
-//!   segments (its staging buffers, or the user buffer itself when it is
-//!   dmable) a window at a time, the sender puts each and reports it, and
-//!   the receiver ends with a FIN. Data moves only into matched receives.
+//!   the message's *fragments* (each one DMA, into one of its staging
+//!   buffers, or into the user buffer itself when it is dmable) a window at
+//!   a time, the sender puts each and reports it, and the receiver ends with
+//!   a FIN. Data moves only into matched receives.
+//!
+//! A domain's messengers share one DMA engine and one registration cache,
+//! a [`DomainDma`]: see [`dma`].
 //!
 //! Ordering: one sender's mailbox messages arrive in order, data messages
 //! leave each peer queue in order, and matching follows arrival order, which
 //! gives `FI_ORDER_SAS`.
 
-pub mod endpoint;
+pub mod dma;
 pub mod iov;
 pub mod matching;
+pub mod messenger;
 pub mod pool;
 pub mod wire;
 
-pub use endpoint::Endpoint;
+pub use dma::{DmaView, DomainDma};
+pub use messenger::Messenger;
 
 use std::time::Duration;
 
@@ -42,12 +48,16 @@ pub struct ProtoConfig {
     pub eager_credits: usize,
     /// Bounce buffers for eager sends from non-dmable memory.
     pub bounce_buffers: usize,
-    /// Rendezvous segment size.
-    pub segment_size: usize,
-    /// Segments granted ahead per rendezvous transfer.
+    /// Size of a rendezvous fragment (the piece of a message one DMA
+    /// moves, one grant at a time), and so of each staging buffer. Set from
+    /// the provider tunable `segment_size` (`FI_UNIMEM_SEGMENT_SIZE`).
+    pub fragment_size: usize,
+    /// Fragments granted ahead per rendezvous transfer.
     pub rendezvous_window: usize,
-    /// Staging segments per endpoint, on each side.
-    pub staging_segments: usize,
+    /// Staging buffers (`fragment_size` each) per messenger on each side,
+    /// for rendezvous from or into memory that is not dmable. Set from the
+    /// provider tunable `staging_segments` (`FI_UNIMEM_STAGING_SEGMENTS`).
+    pub staging_buffers: usize,
     /// Most sends outstanding at once (`tx_size`); beyond it, -FI_EAGAIN.
     pub tx_size: usize,
     /// Largest message.
@@ -56,7 +66,6 @@ pub struct ProtoConfig {
     pub poll_budget: usize,
     /// How often progress checks that known peers are alive; `None`: never.
     pub peer_check: Option<Duration>,
-    pub regcache: unimem_regcache::Config,
 }
 
 impl Default for ProtoConfig {
@@ -65,14 +74,13 @@ impl Default for ProtoConfig {
             eager_size: 16 << 10,
             eager_credits: 16,
             bounce_buffers: 64,
-            segment_size: 256 << 10,
+            fragment_size: 256 << 10,
             rendezvous_window: 4,
-            staging_segments: 8,
+            staging_buffers: 8,
             tx_size: 1024,
             max_msg_size: 1 << 30,
             poll_budget: 256,
             peer_check: Some(Duration::from_millis(100)),
-            regcache: unimem_regcache::Config::default(),
         }
     }
 }

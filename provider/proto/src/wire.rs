@@ -8,19 +8,21 @@
 //! sends a 64-bit tag and its rank as CQ data, and an 8-byte MPI message
 //! still fits.
 //!
-//! | op      | layout after byte 0                                          |
-//! |---------|--------------------------------------------------------------|
-//! | Hello   | slot shift u8, slots u16, node [u8; 12], ring address u64     |
-//! | Inline  | len u8, [sizes u8, tag bytes, data bytes], payload            |
-//! | Eager   | credits u8, len u32, [tag u64], [data u64]                    |
-//! | Rts     | credits u8, send id u16, len u32, [tag u64], [data u64]       |
-//! | Grant   | pad u8, send id u16, segment u32, address u64, len u32, recv id u16 |
-//! | SegDone | pad u8, send id u16, segment u32, recv id u16                 |
-//! | Fin     | pad u8, send id u16                                           |
-//! | Credit  | credits u8                                                    |
+//! | op       | layout after byte 0                                            |
+//! |----------|----------------------------------------------------------------|
+//! | Hello    | slot shift u8, slots u16, node [u8; 12], ring address u64       |
+//! | Inline   | len u8, [sizes u8, tag bytes, data bytes], payload              |
+//! | Eager    | credits u8, len u32, [tag u64], [data u64]                      |
+//! | Rts      | credits u8, send id u16, len u32, [tag u64], [data u64]         |
+//! | Grant    | pad u8, send id u16, fragment u32, address u64, len u32, recv id u16 |
+//! | FragDone | pad u8, send id u16, fragment u32, recv id u16                  |
+//! | Fin      | pad u8, send id u16                                             |
+//! | Credit   | credits u8                                                      |
 //!
 //! Eager data sits in the next slot of the receiver's ring for this sender,
 //! so it needs no address: the mailbox keeps each sender's messages in order.
+//! A rendezvous message moves in *fragments*, one DMA each: a Grant says
+//! where fragment `n` goes, a FragDone that it is there.
 
 use unimem_mailbox::{Message, MESSAGE_LEN};
 
@@ -101,18 +103,18 @@ pub enum Wire {
         len: u32,
         credits: u8,
     },
-    /// Receiver to sender: put segment `segment` of `send_id` at `addr`.
+    /// Receiver to sender: put fragment `fragment` of `send_id` at `addr`.
     Grant {
         send_id: u16,
-        segment: u32,
+        fragment: u32,
         addr: u64,
         len: u32,
         recv_id: u16,
     },
-    /// Sender to receiver: segment `segment` is in place.
-    SegDone {
+    /// Sender to receiver: fragment `fragment` is in place.
+    FragDone {
         send_id: u16,
-        segment: u32,
+        fragment: u32,
         recv_id: u16,
     },
     /// Receiver to sender: the large message is delivered.
@@ -127,7 +129,7 @@ mod op {
     pub const EAGER: u8 = 3;
     pub const RTS: u8 = 4;
     pub const GRANT: u8 = 5;
-    pub const SEGDONE: u8 = 6;
+    pub const FRAGDONE: u8 = 6;
     pub const FIN: u8 = 7;
     pub const CREDIT: u8 = 8;
 }
@@ -253,7 +255,7 @@ impl Wire {
             }
             Wire::Grant {
                 send_id,
-                segment,
+                fragment,
                 addr,
                 len,
                 recv_id,
@@ -261,20 +263,20 @@ impl Wire {
                 w = Writer::new(op::GRANT, None);
                 w.put(&[0])
                     .put(&send_id.to_le_bytes())
-                    .put(&segment.to_le_bytes())
+                    .put(&fragment.to_le_bytes())
                     .put(&addr.to_le_bytes())
                     .put(&len.to_le_bytes())
                     .put(&recv_id.to_le_bytes());
             }
-            Wire::SegDone {
+            Wire::FragDone {
                 send_id,
-                segment,
+                fragment,
                 recv_id,
             } => {
-                w = Writer::new(op::SEGDONE, None);
+                w = Writer::new(op::FRAGDONE, None);
                 w.put(&[0])
                     .put(&send_id.to_le_bytes())
-                    .put(&segment.to_le_bytes())
+                    .put(&fragment.to_le_bytes())
                     .put(&recv_id.to_le_bytes());
             }
             Wire::Fin { send_id } => {
@@ -351,17 +353,17 @@ impl Wire {
                 r.u8();
                 Wire::Grant {
                     send_id: r.u16(),
-                    segment: r.u32(),
+                    fragment: r.u32(),
                     addr: r.u64(),
                     len: r.u32(),
                     recv_id: r.u16(),
                 }
             }
-            op::SEGDONE => {
+            op::FRAGDONE => {
                 r.u8();
-                Wire::SegDone {
+                Wire::FragDone {
                     send_id: r.u16(),
-                    segment: r.u32(),
+                    fragment: r.u32(),
                     recv_id: r.u16(),
                 }
             }
@@ -420,14 +422,14 @@ mod tests {
             },
             Wire::Grant {
                 send_id: 65535,
-                segment: 1 << 20,
+                fragment: 1 << 20,
                 addr: u64::MAX - 1,
                 len: 262_144,
                 recv_id: 9,
             },
-            Wire::SegDone {
+            Wire::FragDone {
                 send_id: 3,
-                segment: 4,
+                fragment: 4,
                 recv_id: 5,
             },
             Wire::Fin { send_id: 42 },
@@ -460,6 +462,33 @@ mod tests {
                 "{message:?}"
             );
         }
+    }
+
+    /// The fragment messages were called segment messages once: renaming
+    /// them must not move a byte.
+    #[test]
+    fn fragment_messages_keep_their_bytes() {
+        let grant = Wire::Grant {
+            send_id: 0x0102,
+            fragment: 7,
+            addr: 0x1122_3344_5566_7788,
+            len: 9,
+            recv_id: 10,
+        };
+        let mut expected = [0u8; MESSAGE_LEN];
+        expected[..22].copy_from_slice(&[
+            5, 0, 2, 1, 7, 0, 0, 0, 0x88, 0x77, 0x66, 0x55, 0x44, 0x33, 0x22, 0x11, 9, 0, 0, 0, 10,
+            0,
+        ]);
+        assert_eq!(grant.encode(), expected);
+        let done = Wire::FragDone {
+            send_id: 3,
+            fragment: 4,
+            recv_id: 5,
+        };
+        let mut expected = [0u8; MESSAGE_LEN];
+        expected[..10].copy_from_slice(&[6, 0, 3, 0, 4, 0, 0, 0, 5, 0]);
+        assert_eq!(done.encode(), expected);
     }
 
     #[test]

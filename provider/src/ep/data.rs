@@ -7,8 +7,8 @@ use std::os::raw::{c_int, c_void};
 use super::{ep_of, EpInner};
 use crate::base::ffi::{self, ret};
 use crate::base::guard::ffi_guard_or;
-use unimem_proto::endpoint::SendReq;
 use unimem_proto::matching::{Iov, IovList, PostedRecv};
+use unimem_proto::messenger::SendReq;
 use unimem_proto::wire::MatchInfo;
 use unimem_proto::PostError;
 

@@ -1,5 +1,5 @@
 //! The endpoint object (`fi_endpoint`, `FI_EP_RDM`): the libfabric face of
-//! one [`proto::Endpoint`] over the emulated hardware.
+//! one [`proto::Messenger`] over the emulated hardware.
 //!
 //! The protocol state sits behind one lock; every call that touches it
 //! (posting, `fi_cancel`, progress from a CQ or counter read) turns the
@@ -31,7 +31,10 @@ use crate::state::DomainState;
 use unimem_proto::{self as proto, ErrorKind, Event, ProtoConfig};
 
 /// The protocol over the shared-memory emulation.
-pub type Core = proto::Endpoint<ShmMailbox, ShmDmaEngine>;
+pub type Core = proto::Messenger<ShmMailbox, ShmDmaEngine>;
+
+/// The DMA engine and registration cache a domain's endpoints share.
+pub type SharedDma = proto::DomainDma<ShmDmaEngine>;
 
 /// Our `struct fid_ep`.
 #[repr(C)]
@@ -114,20 +117,33 @@ fn proto_config(cfg: &Config) -> ProtoConfig {
         eager_size: cfg.eager_size,
         eager_credits: cfg.eager_credits,
         bounce_buffers: cfg.bounce_buffers,
-        segment_size: cfg.segment_size,
+        fragment_size: cfg.segment_size,
         rendezvous_window: cfg.rendezvous_window,
-        staging_segments: cfg.staging_segments,
+        staging_buffers: cfg.staging_segments,
         tx_size: cfg.tx_size,
         peer_check: (cfg.peer_check_ms > 0)
             .then(|| std::time::Duration::from_millis(cfg.peer_check_ms as u64)),
-        regcache: unimem_regcache::Config {
-            max_entries: cfg.regcache_max_entries,
-            max_bytes: cfg.regcache_max_size,
-            enabled: cfg.regcache_enable,
-            ..unimem_regcache::Config::default()
-        },
         ..ProtoConfig::default()
     }
+}
+
+/// The registration cache's sizing from the provider configuration.
+fn regcache_config(cfg: &Config) -> unimem_regcache::Config {
+    unimem_regcache::Config {
+        max_entries: cfg.regcache_max_entries,
+        max_bytes: cfg.regcache_max_size,
+        enabled: cfg.regcache_enable,
+        ..unimem_regcache::Config::default()
+    }
+}
+
+/// A domain's DMA: its engine over `region` and its registration cache.
+/// For now each endpoint makes its own; a domain would make one, to share.
+fn shared_dma(cfg: &Config, region: Arc<DmaRegion>) -> SharedDma {
+    SharedDma::new(
+        ShmDmaEngine::new(region, profile(cfg)),
+        regcache_config(cfg),
+    )
 }
 
 fn profile(cfg: &Config) -> Profile {
@@ -270,11 +286,7 @@ pub unsafe fn open(
             return ret::ENOMEM;
         }
     };
-    let core = match Core::new(
-        mailbox,
-        ShmDmaEngine::new(region, profile(cfg)),
-        proto_config(cfg),
-    ) {
+    let core = match Core::new(mailbox, &shared_dma(cfg, region), proto_config(cfg)) {
         Ok(core) => core,
         Err(e) => {
             tracing::warn!("fi_endpoint: cannot set up the endpoint's buffers: {e}");

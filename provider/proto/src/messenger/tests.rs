@@ -1,5 +1,5 @@
-//! The protocol over the real emulation, endpoints in one process. Small
-//! thresholds (22-byte inline, 1 KiB eager, 4 KiB segments) so that every
+//! The protocol over the real emulation, messengers in one process. Small
+//! thresholds (22-byte inline, 1 KiB eager, 4 KiB fragments) so that every
 //! path and boundary is crossed with small buffers.
 
 use std::time::{Duration, Instant};
@@ -8,12 +8,15 @@ use unimem_dma::{DmaRegion, RegionConfig, ShmDmaEngine};
 use unimem_mailbox::{MailboxAddr, Profile, ShmMailbox, ShmMailboxConfig};
 
 use super::*;
+use crate::matching::PostedRecv;
 use crate::test_job;
+use crate::wire::inline_capacity;
+use crate::{ErrorKind, OpError, RecvDone};
 
-type Ep = Endpoint<ShmMailbox, ShmDmaEngine>;
+type Shm = Messenger<ShmMailbox, ShmDmaEngine>;
 
 const EAGER: usize = 1024;
-const SEGMENT: usize = 4096;
+const FRAGMENT: usize = 4096;
 /// How long a loop waits for something that must happen before it calls
 /// it a hang (not a time requirement).
 const HANG_GUARD: Duration = Duration::from_secs(60);
@@ -23,36 +26,43 @@ fn config() -> ProtoConfig {
         eager_size: EAGER,
         eager_credits: 4,
         bounce_buffers: 8,
-        segment_size: SEGMENT,
+        fragment_size: FRAGMENT,
         rendezvous_window: 2,
-        staging_segments: 3,
+        staging_buffers: 3,
         tx_size: 256,
         ..ProtoConfig::default()
     }
 }
 
-fn endpoint_with(depth: usize, cfg: ProtoConfig) -> Ep {
-    endpoint_profile(depth, cfg, Profile::Native)
+fn messenger_with(depth: usize, cfg: ProtoConfig) -> Shm {
+    messenger_profile(depth, cfg, Profile::Native)
 }
 
-fn endpoint_profile(depth: usize, cfg: ProtoConfig, profile: Profile) -> Ep {
-    let mbx = ShmMailbox::open(&ShmMailboxConfig {
+fn messenger_profile(depth: usize, cfg: ProtoConfig, profile: Profile) -> Shm {
+    Messenger::with_private_dma(mailbox(depth, profile), engine(profile), cfg).unwrap()
+}
+
+fn mailbox(depth: usize, profile: Profile) -> ShmMailbox {
+    ShmMailbox::open(&ShmMailboxConfig {
         job: test_job(),
         depth,
         profile,
     })
-    .unwrap();
+    .unwrap()
+}
+
+fn engine(profile: Profile) -> ShmDmaEngine {
     let region = DmaRegion::for_process(&RegionConfig {
         job: test_job(),
         segment_size: 16 << 20,
         max_size: 256 << 20,
     })
     .unwrap();
-    Endpoint::new(mbx, ShmDmaEngine::new(region, profile), cfg).unwrap()
+    ShmDmaEngine::new(region, profile)
 }
 
-fn endpoint() -> Ep {
-    endpoint_with(64, config())
+fn messenger() -> Shm {
+    messenger_with(64, config())
 }
 
 fn pattern(len: usize, seed: u8) -> Vec<u8> {
@@ -62,7 +72,7 @@ fn pattern(len: usize, seed: u8) -> Vec<u8> {
 }
 
 fn send(
-    ep: &mut Ep,
+    ep: &mut Shm,
     dest: MailboxAddr,
     data: &[u8],
     tag: Option<u64>,
@@ -82,7 +92,7 @@ fn send(
 
 /// Injects `data` from `a` to `b`, retrying while the provider says
 /// -FI_EAGAIN and progressing both, as an application would.
-fn inject(a: &mut Ep, b: &mut Ep, data: &[u8]) {
+fn inject(a: &mut Shm, b: &mut Shm, data: &[u8]) {
     let req = SendReq {
         dest: b.addr(),
         iov: IovList::One((data.as_ptr() as usize, data.len())),
@@ -124,13 +134,13 @@ fn recv_spec(
     }
 }
 
-fn post(ep: &mut Ep, tagged: bool, recv: PostedRecv<MailboxAddr>) {
+fn post(ep: &mut Shm, tagged: bool, recv: PostedRecv<MailboxAddr>) {
     // SAFETY: the tests keep the buffer alive until the receive completes.
     unsafe { ep.post_recv(tagged, recv) }
 }
 
-/// Progresses every endpoint until `n` events are collected from `ep_index`.
-fn collect(eps: &mut [&mut Ep], ep_index: usize, n: usize) -> Vec<Event<MailboxAddr>> {
+/// Progresses every messenger until `n` events are collected from `ep_index`.
+fn collect(eps: &mut [&mut Shm], ep_index: usize, n: usize) -> Vec<Event<MailboxAddr>> {
     let deadline = Instant::now() + HANG_GUARD;
     let mut events = Vec::new();
     while events.len() < n {
@@ -158,11 +168,11 @@ fn recv_done(event: &Event<MailboxAddr>) -> &RecvDone<MailboxAddr> {
 
 #[test]
 fn every_size_around_every_threshold_arrives_intact() {
-    let mut a = endpoint();
-    let mut b = endpoint();
+    let mut a = messenger();
+    let mut b = messenger();
     let inline = inline_capacity(&MatchInfo::default());
-    let mut sizes = vec![0, 1, 100_000, 3 * SEGMENT + 5];
-    for limit in [inline, EAGER, SEGMENT, 2 * SEGMENT] {
+    let mut sizes = vec![0, 1, 100_000, 3 * FRAGMENT + 5];
+    for limit in [inline, EAGER, FRAGMENT, 2 * FRAGMENT] {
         sizes.extend([limit - 1, limit, limit + 1]);
     }
     for (i, &len) in sizes.iter().enumerate() {
@@ -189,8 +199,8 @@ fn every_size_around_every_threshold_arrives_intact() {
 
 #[test]
 fn unexpected_messages_wait_for_their_receives_in_order() {
-    let mut a = endpoint();
-    let mut b = endpoint();
+    let mut a = messenger();
+    let mut b = messenger();
     let messages: Vec<Vec<u8>> = [5, 700, 9000, 12, 3000]
         .iter()
         .map(|&n| pattern(n, n as u8))
@@ -219,9 +229,9 @@ fn unexpected_messages_wait_for_their_receives_in_order() {
 
 #[test]
 fn tags_ignore_masks_and_directed_receives() {
-    let mut a = endpoint();
-    let mut b = endpoint();
-    let mut c = endpoint();
+    let mut a = messenger();
+    let mut b = messenger();
+    let mut c = messenger();
     let mut from_c = [0u8; 4];
     let mut masked = [0u8; 4];
     let mut any = [0u8; 4];
@@ -250,9 +260,9 @@ fn tags_ignore_masks_and_directed_receives() {
 
 #[test]
 fn fast_sender_never_overruns_a_slow_receiver() {
-    let mut a = endpoint();
+    let mut a = messenger();
     // A shallow mailbox and 4 eager credits: the sender must queue.
-    let mut b = endpoint_with(8, config());
+    let mut b = messenger_with(8, config());
     let count = 200;
     let messages: Vec<Vec<u8>> = (0..count)
         .map(|i| pattern(40 + (i * 97) % 3000, i as u8))
@@ -295,9 +305,9 @@ fn fast_sender_never_overruns_a_slow_receiver() {
 
 #[test]
 fn truncation_reports_the_overflow() {
-    let mut a = endpoint();
-    let mut b = endpoint();
-    for (len, cap) in [(20, 8), (900, 100), (3 * SEGMENT, SEGMENT + 1)] {
+    let mut a = messenger();
+    let mut b = messenger();
+    for (len, cap) in [(20, 8), (900, 100), (3 * FRAGMENT, FRAGMENT + 1)] {
         let data = pattern(len, 3);
         let mut buf = vec![0u8; cap];
         post(&mut b, false, recv_spec(&mut buf, 9, None, 0, 0));
@@ -319,8 +329,8 @@ fn truncation_reports_the_overflow() {
 
 #[test]
 fn multi_receive_buffer_fills_in_order_and_is_released_last() {
-    let mut a = endpoint();
-    let mut b = endpoint();
+    let mut a = messenger();
+    let mut b = messenger();
     b.set_min_multi_recv(1000);
     let mut buf = vec![0u8; 4000];
     let mut spec = recv_spec(&mut buf, 77, None, 0, 0);
@@ -358,8 +368,8 @@ fn multi_receive_buffer_fills_in_order_and_is_released_last() {
 
 #[test]
 fn cancel_completes_with_canceled() {
-    let mut a = endpoint();
-    let mut b = endpoint();
+    let mut a = messenger();
+    let mut b = messenger();
     let mut x = [0u8; 8];
     let mut y = [0u8; 8];
     post(&mut b, true, recv_spec(&mut x, 1, None, 5, 0));
@@ -378,8 +388,8 @@ fn cancel_completes_with_canceled() {
 
 #[test]
 fn peek_claim_and_discard() {
-    let mut a = endpoint();
-    let mut b = endpoint();
+    let mut a = messenger();
+    let mut b = messenger();
     let (small, large) = (pattern(500, 1), pattern(5000, 2));
     send(&mut a, b.addr(), &small, Some(1), 0).unwrap();
     send(&mut a, b.addr(), &large, Some(2), 1).unwrap();
@@ -419,9 +429,9 @@ fn peek_claim_and_discard() {
 
 #[test]
 fn rendezvous_straight_into_dmable_receive_buffers() {
-    let mut a = endpoint();
-    let mut b = endpoint();
-    let len = 10 * SEGMENT + 3;
+    let mut a = messenger();
+    let mut b = messenger();
+    let len = 10 * FRAGMENT + 3;
     let target = b.dma.alloc(len).unwrap();
     let source = a.dma.alloc(len).unwrap();
     let data = pattern(len, 9);
@@ -458,7 +468,7 @@ fn rendezvous_straight_into_dmable_receive_buffers() {
 
 #[test]
 fn sends_to_oneself() {
-    let mut a = endpoint();
+    let mut a = messenger();
     for len in [3, 500, 20_000] {
         let data = pattern(len, 4);
         let mut buf = vec![0u8; len];
@@ -479,8 +489,8 @@ fn sends_to_oneself() {
 /// inject size.
 #[test]
 fn inject_counts_without_a_completion_and_rejects_large() {
-    let mut a = endpoint();
-    let mut b = endpoint();
+    let mut a = messenger();
+    let mut b = messenger();
     let data = pattern(500, 1);
     inject(&mut a, &mut b, &data);
     let big = pattern(EAGER + 1, 1);
@@ -520,8 +530,8 @@ fn inject_counts_without_a_completion_and_rejects_large() {
 /// no CQ entry.
 #[test]
 fn every_inject_is_counted_once() {
-    let mut a = endpoint();
-    let mut b = endpoint_with(4, config());
+    let mut a = messenger();
+    let mut b = messenger_with(4, config());
     let small = pattern(8, 2);
     let medium = pattern(500, 3);
     let n = 12;
@@ -555,9 +565,9 @@ fn every_inject_is_counted_once() {
 /// being granted twice or past their end, and every message arrives whole.
 #[test]
 fn concurrent_rendezvous_share_few_staging_buffers() {
-    let mut a = endpoint();
-    let mut b = endpoint();
-    let len = 3 * SEGMENT + 5;
+    let mut a = messenger();
+    let mut b = messenger();
+    let len = 3 * FRAGMENT + 5;
     let messages: Vec<Vec<u8>> = (0..6).map(|i| pattern(len, i as u8)).collect();
     let mut bufs: Vec<Vec<u8>> = messages.iter().map(|_| vec![0u8; len]).collect();
     for (i, buf) in bufs.iter_mut().enumerate() {
@@ -589,16 +599,16 @@ fn concurrent_rendezvous_share_few_staging_buffers() {
 /// with the last completion that touches the buffer).
 #[test]
 fn cancel_of_a_multi_recv_buffer_in_use_releases_it_after_the_piece() {
-    let mut a = endpoint();
-    let mut b = endpoint();
+    let mut a = messenger();
+    let mut b = messenger();
     b.set_min_multi_recv(64);
-    let mut buf = vec![0u8; 8 * SEGMENT];
+    let mut buf = vec![0u8; 8 * FRAGMENT];
     let spec = PostedRecv {
         multi_recv: true,
         ..recv_spec(&mut buf, 80, None, 0, 0)
     };
     post(&mut b, false, spec);
-    let data = pattern(3 * SEGMENT + 5, 6);
+    let data = pattern(3 * FRAGMENT + 5, 6);
     send(&mut a, b.addr(), &data, None, 1).unwrap();
     // The receiver matches the request and grants; the sender does not run.
     let deadline = Instant::now() + HANG_GUARD;
@@ -634,8 +644,8 @@ fn cancel_of_a_multi_recv_buffer_in_use_releases_it_after_the_piece() {
 
 #[test]
 fn eager_messages_go_by_rendezvous_to_a_receiver_without_a_ring() {
-    let mut a = endpoint();
-    let mut b = endpoint_with(
+    let mut a = messenger();
+    let mut b = messenger_with(
         64,
         ProtoConfig {
             eager_credits: 0,
@@ -674,7 +684,7 @@ fn eager_messages_go_by_rendezvous_to_a_receiver_without_a_ring() {
     assert!(buf == pattern(EAGER, 7));
     // The receiver's FIN hands the bounce buffer back.
     let deadline = Instant::now() + HANG_GUARD;
-    while a.bounce.available() < config().bounce_buffers {
+    while a.bounce_pool.available() < config().bounce_buffers {
         assert!(
             Instant::now() < deadline,
             "the bounce buffer never came back"
@@ -690,8 +700,8 @@ fn eager_messages_go_by_rendezvous_to_a_receiver_without_a_ring() {
 /// call returns, the message must leave within the call all the same.
 #[test]
 fn injects_leave_within_the_call_even_with_modeled_dma() {
-    let mut a = endpoint_profile(64, config(), Profile::Paper);
-    let mut b = endpoint_profile(64, config(), Profile::Paper);
+    let mut a = messenger_profile(64, config(), Profile::Paper);
+    let mut b = messenger_profile(64, config(), Profile::Paper);
     // First contact: hellos both ways, with both progressing.
     let first = pattern(100, 1);
     let mut buf = vec![0u8; 100];
@@ -746,8 +756,8 @@ fn error_of(event: &Event<MailboxAddr>) -> &OpError<MailboxAddr> {
 
 #[test]
 fn receives_directed_at_a_peer_that_dies_fail() {
-    let mut a = endpoint_with(64, quick_peer_check());
-    let mut b = endpoint();
+    let mut a = messenger_with(64, quick_peer_check());
+    let mut b = messenger();
     let b_addr = b.addr();
     let mut first = [0u8; 4];
     post(&mut a, true, recv_spec(&mut first, 1, Some(b_addr), 7, 0));
@@ -779,9 +789,9 @@ fn receives_directed_at_a_peer_that_dies_fail() {
 
 #[test]
 fn a_rendezvous_from_a_peer_that_died_fails_when_matched() {
-    let mut a = endpoint();
-    let mut b = endpoint_with(64, quick_peer_check());
-    let big = pattern(4 * SEGMENT, 3);
+    let mut a = messenger();
+    let mut b = messenger_with(64, quick_peer_check());
+    let big = pattern(4 * FRAGMENT, 3);
     send(&mut a, b.addr(), &big, Some(9), 1).unwrap();
     // The request arrives unexpected, then its sender dies.
     let deadline = Instant::now() + HANG_GUARD;
@@ -812,8 +822,8 @@ fn a_rendezvous_from_a_peer_that_died_fails_when_matched() {
 
 #[test]
 fn tag_and_data_arrive_intact_around_the_inline_limit() {
-    let mut a = endpoint();
-    let mut b = endpoint();
+    let mut a = messenger();
+    let mut b = messenger();
     // MPICH's shape: protocol bits at the top of the tag, the rank as data.
     let info = MatchInfo {
         tag: Some(0x8000_0000_0012_3456),
@@ -851,4 +861,77 @@ fn tag_and_data_arrive_intact_around_the_inline_limit() {
         assert!(buf == data, "data of a {len}-byte message differs");
         collect(&mut [&mut a, &mut b], 0, 1);
     }
+}
+
+/// Two messengers of one domain send to one receiver at once, with modeled
+/// DMA times so that their transfers are in flight together: whichever polls
+/// the shared engine, each gets its own completions; the registrations one
+/// made of the receiver's staging buffers serve the other; and when the
+/// receiver dies, its node leaves the cache for both.
+#[test]
+fn messengers_of_one_domain_share_its_dma() {
+    let domain = DomainDma::new(engine(Profile::Paper), unimem_regcache::Config::default());
+    let shared = |cfg| Messenger::new(mailbox(64, Profile::Paper), &domain, cfg).unwrap();
+    let mut a1: Shm = shared(quick_peer_check());
+    let mut a2: Shm = shared(config());
+    assert_eq!(domain.views(), 2);
+    let mut b = messenger_profile(64, config(), Profile::Paper);
+    let lens = [EAGER, 3 * FRAGMENT + 5, 500, 2 * FRAGMENT];
+    let fragments: usize = 2 * lens
+        .iter()
+        .filter(|&&len| len > EAGER)
+        .map(|len| len.div_ceil(FRAGMENT))
+        .sum::<usize>();
+    let data: Vec<Vec<u8>> = (0..2 * lens.len())
+        .map(|i| pattern(lens[i / 2], i as u8))
+        .collect();
+    let mut bufs: Vec<Vec<u8>> = data.iter().map(|d| vec![0u8; d.len()]).collect();
+    let (a1_addr, a2_addr) = (a1.addr(), a2.addr());
+    for (i, buf) in bufs.iter_mut().enumerate() {
+        let src = if i % 2 == 0 { a1_addr } else { a2_addr };
+        post(&mut b, true, recv_spec(buf, i, Some(src), i as u64, 0));
+    }
+    for (i, d) in data.iter().enumerate() {
+        let sender = if i % 2 == 0 { &mut a1 } else { &mut a2 };
+        send(sender, b.addr(), d, Some(i as u64), i).unwrap();
+    }
+    let got = collect(&mut [&mut a1, &mut a2, &mut b], 2, data.len());
+    assert_eq!(got.len(), data.len());
+    for (i, (buf, d)) in bufs.iter().zip(&data).enumerate() {
+        assert!(buf == d, "message {i} of {} bytes", d.len());
+    }
+    collect(&mut [&mut a1, &mut a2, &mut b], 0, lens.len());
+    collect(&mut [&mut a1, &mut a2, &mut b], 1, lens.len());
+    assert!(!a1.busy() && !a2.busy());
+    // Each of the receiver's staging buffers was registered once, for both.
+    let stats = domain.regcache_stats();
+    assert!(stats.misses <= 3, "{stats:?}");
+    assert_eq!(stats.hits + stats.misses, fragments as u64, "{stats:?}");
+    assert!(stats.entries > 0);
+
+    // a1's eager DMA is submitted before a2's: a2, progressing alone, reaps
+    // it on its way to its own and keeps it for a1.
+    let (x, y) = (pattern(EAGER, 100), pattern(EAGER, 101));
+    let (mut bx, mut by) = (vec![0u8; EAGER], vec![0u8; EAGER]);
+    post(&mut b, true, recv_spec(&mut bx, 100, Some(a1_addr), 100, 0));
+    post(&mut b, true, recv_spec(&mut by, 101, Some(a2_addr), 101, 0));
+    send(&mut a1, b.addr(), &x, Some(100), 100).unwrap();
+    send(&mut a2, b.addr(), &y, Some(101), 101).unwrap();
+    collect(&mut [&mut a2, &mut b], 0, 1);
+    collect(&mut [&mut a1, &mut b], 0, 1);
+    collect(&mut [&mut b], 0, 2);
+    assert!(bx == x && by == y);
+
+    drop(b);
+    let deadline = Instant::now() + HANG_GUARD;
+    while a1.peers_lost() == 0 {
+        a1.progress();
+        assert!(
+            Instant::now() < deadline,
+            "the dead receiver was never noticed"
+        );
+    }
+    assert_eq!(domain.regcache_stats().entries, 0);
+    drop(a1);
+    assert_eq!(domain.views(), 1);
 }

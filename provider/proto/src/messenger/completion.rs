@@ -1,0 +1,158 @@
+//! Completion: turning finished and failed operations into [`Event`]s, and
+//! giving back what a finished send held (its id, its bounce buffer).
+//!
+//! Owns: `events` (filled here, drained by `next_event`) and the count of
+//! `outstanding_sends`. Touches `tx_ops`, the bounce pool and the matcher's
+//! multi-receive accounting.
+
+use std::hash::Hash;
+
+use unimem_dma::DmaEngine;
+use unimem_mailbox::Mailbox;
+
+use super::send::TxKind;
+use super::Messenger;
+use crate::matching::{MultiDone, Placement, PostedRecv};
+use crate::wire::MatchInfo;
+use crate::{ErrorKind, Event, OpError, RecvDone, WireNode};
+
+impl<M, D> Messenger<M, D>
+where
+    M: Mailbox,
+    M::Addr: Hash,
+    D: DmaEngine,
+    D::Node: WireNode,
+{
+    /// Gives back the bounce buffer a finished send held, if any.
+    pub(crate) fn release_bounce(&mut self, kind: &TxKind) {
+        match *kind {
+            TxKind::Eager { bounce, .. }
+            | TxKind::Rendezvous {
+                bounce: Some(bounce),
+                ..
+            } => self.bounce_pool.put(bounce),
+            _ => {}
+        }
+    }
+
+    pub(crate) fn complete_send(&mut self, op: usize) {
+        let Some(tx) = self.tx_ops.remove(op) else {
+            return;
+        };
+        self.outstanding_sends -= 1;
+        self.release_bounce(&tx.kind);
+        // Injects report too (`completion` is false for them): counters
+        // count every send, CQs only those asking for an entry.
+        self.events.push_back(Event::Send {
+            context: tx.context,
+            tagged: tx.info.tag.is_some(),
+            completion: tx.completion,
+        });
+    }
+
+    pub(crate) fn fail_send(&mut self, op: usize) {
+        let Some(tx) = self.tx_ops.remove(op) else {
+            return;
+        };
+        self.release_bounce(&tx.kind);
+        self.outstanding_sends -= 1;
+        self.events.push_back(Event::Error(OpError {
+            context: tx.context,
+            kind: ErrorKind::PeerUnreachable,
+            send: true,
+            tagged: tx.info.tag.is_some(),
+            buf: 0,
+            len: 0,
+            olen: 0,
+            tag: tx.info.tag.unwrap_or(0),
+            data: tx.info.data,
+            src: None,
+            multi_released: false,
+        }));
+    }
+
+    pub(crate) fn complete_recv(
+        &mut self,
+        placement: Placement,
+        src: M::Addr,
+        info: MatchInfo,
+        msg_len: usize,
+        copied: usize,
+    ) {
+        if copied < msg_len {
+            let olen = msg_len - copied;
+            self.complete_recv_error(placement, Some(src), info, olen, ErrorKind::Truncated);
+            return;
+        }
+        let multi_released = placement
+            .multi
+            .is_some_and(|id| self.matcher.multi_piece_done(id) == MultiDone::Released);
+        self.events.push_back(Event::Recv(RecvDone {
+            context: placement.context,
+            completion: placement.completion,
+            tagged: info.tag.is_some(),
+            buf: placement.buf(),
+            len: copied,
+            tag: info.tag.unwrap_or(0),
+            data: info.data,
+            src,
+            multi_released,
+            multi: placement.multi.is_some(),
+        }));
+    }
+
+    pub(crate) fn complete_recv_error(
+        &mut self,
+        placement: Placement,
+        src: Option<M::Addr>,
+        info: MatchInfo,
+        olen: usize,
+        kind: ErrorKind,
+    ) {
+        let multi_released = placement
+            .multi
+            .is_some_and(|id| self.matcher.multi_piece_done(id) == MultiDone::Released);
+        let len = if kind == ErrorKind::Truncated {
+            placement.capacity()
+        } else {
+            0
+        };
+        self.events.push_back(Event::Error(OpError {
+            context: placement.context,
+            kind,
+            send: false,
+            tagged: info.tag.is_some(),
+            buf: placement.buf(),
+            len,
+            olen,
+            tag: info.tag.unwrap_or(0),
+            data: info.data,
+            src,
+            multi_released,
+        }));
+    }
+
+    /// Reports a posted receive that ends without data.
+    pub(crate) fn fail_posted(
+        &mut self,
+        tagged: bool,
+        recv: &PostedRecv<M::Addr>,
+        kind: ErrorKind,
+        src: Option<M::Addr>,
+        multi_released: bool,
+    ) {
+        self.events.push_back(Event::Error(OpError {
+            context: recv.context,
+            kind,
+            send: false,
+            tagged,
+            buf: recv.iov.first().map_or(0, |&(addr, _)| addr),
+            len: 0,
+            olen: 0,
+            tag: recv.tag,
+            data: None,
+            src,
+            multi_released,
+        }));
+    }
+}

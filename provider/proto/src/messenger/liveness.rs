@@ -1,0 +1,115 @@
+//! Liveness: now and then a look whether known peers are still alive, and
+//! what follows when one is not: every operation in flight with it fails,
+//! receives only it could satisfy fail, and the domain's cached
+//! registrations of its node are dropped.
+//!
+//! Owns: the peer-check clock (`calls_since_clock`, `next_peer_check`) and
+//! `peers_lost`. Touches every queue and table that can name the dead peer.
+
+use std::hash::Hash;
+use std::time::Instant;
+
+use unimem_dma::DmaEngine;
+use unimem_mailbox::Mailbox;
+
+use super::peers::DataItem;
+use super::{Messenger, PeerIdx};
+use crate::{ErrorKind, WireNode};
+
+/// Progress calls between two looks at the clock for the peer check: a
+/// clock read on every call would cost the fast path.
+pub(crate) const CALLS_PER_CLOCK_READ: u32 = 64;
+
+impl<M, D> Messenger<M, D>
+where
+    M: Mailbox,
+    M::Addr: Hash,
+    D: DmaEngine,
+    D::Node: WireNode,
+{
+    /// The peer is gone: everything in flight with it fails.
+    pub(crate) fn fail_peer(&mut self, peer: PeerIdx) {
+        if self.peers[peer].dead && self.peers[peer].route.is_none() {
+            return;
+        }
+        let events_before = self.events.len();
+        self.peers_lost += 1;
+        let state = &mut self.peers[peer];
+        state.dead = true;
+        state.route = None;
+        state.control.clear();
+        let queued: Vec<DataItem> = state.data.drain(..).collect();
+        for item in queued {
+            match item {
+                DataItem::Inline { op, .. } | DataItem::Eager { op } | DataItem::Rts { op } => {
+                    self.fail_send(op)
+                }
+            }
+        }
+        for op in self.tx_ops.ids_where(|o| o.peer == peer) {
+            self.fail_send(op);
+        }
+        for id in self.rx_xfers.ids_where(|x| x.peer == peer) {
+            let xfer = self.rx_xfers.remove(id).expect("listed above");
+            // Its slot may be reused: it must not keep a place in the queue.
+            self.deferred_grants.retain(|&d| d != id);
+            self.release_staged(&xfer);
+            self.complete_recv_error(
+                xfer.placement,
+                Some(xfer.src),
+                xfer.info,
+                0,
+                ErrorKind::PeerUnreachable,
+            );
+        }
+        self.fail_receives_from(peer);
+        if let Some(node) = self.peers[peer].node {
+            // For every messenger of the domain: the cache is shared.
+            self.dma.invalidate_node(node);
+        }
+        let failed = self.events.len() - events_before;
+        let addr = self.peers[peer].addr;
+        if failed > 0 {
+            tracing::warn!(%addr, failed, "peer is dead or unreachable: its operations failed");
+        } else {
+            // A peer that closed its endpoint and left, as at the end of a job.
+            tracing::debug!(%addr, "peer is gone");
+        }
+    }
+
+    /// Fails the posted receives that only a dead `peer` could satisfy.
+    pub(crate) fn fail_receives_from(&mut self, peer: PeerIdx) {
+        let addr = self.peers[peer].addr;
+        for (tagged, recv) in self.matcher.remove_posted_from(&addr) {
+            self.fail_posted(tagged, &recv, ErrorKind::PeerUnreachable, Some(addr), false);
+        }
+    }
+
+    /// Now and then, looks whether known peers are still alive. A receiver
+    /// waiting on a sender that died hears nothing more from it: only this
+    /// look ends its wait (a sender learns it from the mailbox).
+    pub(crate) fn check_peers(&mut self) {
+        let Some(interval) = self.cfg.peer_check else {
+            return;
+        };
+        self.calls_since_clock += 1;
+        if self.calls_since_clock < CALLS_PER_CLOCK_READ {
+            return;
+        }
+        self.calls_since_clock = 0;
+        let now = Instant::now();
+        if now < self.next_peer_check {
+            return;
+        }
+        self.next_peer_check = now + interval;
+        for peer in 0..self.peers.len() {
+            let alive = match &self.peers[peer].route {
+                Some(route) => self.mbx.peer_alive(route),
+                None => true,
+            };
+            if !alive {
+                self.fail_peer(peer);
+            }
+        }
+    }
+}

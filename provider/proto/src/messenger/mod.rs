@@ -1,0 +1,246 @@
+//! The messenger: the protocol state machine behind one libfabric endpoint
+//! (peers, queues, transfers). It is named apart from the endpoint object
+//! of the provider, which wraps it in a lock and turns its events into CQ
+//! entries.
+//!
+//! Everything here runs inside the application's calls (manual progress):
+//! posting a send or a receive, and [`Messenger::progress`], which reaps DMA
+//! completions, handles arrived mailbox messages, retries what waited for a
+//! resource and flushes the peers' queues. Finished operations come out of
+//! [`Messenger::next_event`].
+//!
+//! Each peer has two outgoing queues. *Data* (inline messages, eager
+//! announcements, rendezvous requests) leaves strictly in order, which is
+//! what makes matching order follow send order. *Control* (hello, grants,
+//! fragment reports, FINs, credits) never waits behind data: a data message
+//! blocked on credits must not hold back the very messages that free them.
+//!
+//! # Modules
+//!
+//! One type, [`Messenger`], defined here with its fields; its methods are
+//! spread over the modules below by concern, each an `impl Messenger` block
+//! that says at its top what it owns and what it may touch:
+//!
+//! - `peers`: the peer table, first contact (Hello), lookup, the queues;
+//! - `liveness`: peer checks, and failing what a dead peer leaves behind;
+//! - `send`: posting sends and flushing queues; `send::inline`,
+//!   `send::eager`, `send::rendezvous` carry them;
+//! - `recv`: posting receives, matching, unexpected messages;
+//!   `recv::eager` consumes the eager ring, `recv::rendezvous` grants
+//!   and stages fragments;
+//! - `credits`: eager credits spent, owed and returned;
+//! - `completion`: events for finished and failed operations;
+//! - `progress`: the progress loop and the dispatch of mailbox messages;
+//! - `ids`: the `Slab` of ids that travel on the wire.
+
+mod completion;
+mod credits;
+mod ids;
+mod liveness;
+mod peers;
+mod progress;
+mod recv;
+mod send;
+
+pub use recv::Held;
+
+use std::collections::{HashMap, VecDeque};
+use std::hash::Hash;
+use std::time::Instant;
+
+use unimem_dma::{DmaEngine, DmaError};
+use unimem_mailbox::{Error as MailboxError, Mailbox};
+
+use crate::dma::{DmaView, DomainDma, Token};
+use crate::matching::{IovList, Matcher};
+use crate::pool::BufferPool;
+use crate::wire::MatchInfo;
+use crate::{Event, PostError, ProtoConfig, WireNode};
+use ids::Slab;
+use peers::Peer;
+use progress::Waiter;
+use recv::rendezvous::RxXfer;
+use send::rendezvous::Grant;
+use send::TxOp;
+
+/// Index of a peer in the table: peers are never removed.
+type PeerIdx = usize;
+
+/// A send request. The iov stays valid until the send's completion (or,
+/// for an inject, until the call returns).
+#[derive(Clone, Debug)]
+pub struct SendReq<A> {
+    pub dest: A,
+    pub iov: IovList,
+    pub info: MatchInfo,
+    pub context: usize,
+    pub completion: bool,
+    pub inject: bool,
+}
+
+/// The protocol state of one endpoint; see the [module docs](self). Each
+/// field is owned by the module named beside it: others read it, or change
+/// it through that module's methods.
+pub struct Messenger<M: Mailbox, D: DmaEngine> {
+    mbx: M,
+    /// This messenger's view of its domain's DMA engine and cache.
+    dma: DmaView<D>,
+    cfg: ProtoConfig,
+    /// Size of an eager ring slot (and of a bounce buffer): `eager_size`
+    /// rounded up to a power of two.
+    slot_size: usize,
+    // peers
+    peers: Vec<Peer<M::Addr, M::Peer, D::Node>>,
+    by_addr: HashMap<M::Addr, PeerIdx>,
+    /// The peer looked up last: most traffic goes to or comes from the same
+    /// peer as the message before, and this spares hashing its address.
+    last_peer: Option<(M::Addr, PeerIdx)>,
+    /// Peers with queued messages, flushed by progress.
+    active: Vec<PeerIdx>,
+    /// The other half of `active`, swapped in while it is flushed, so that
+    /// neither ever gives its allocation back (progress).
+    active_spare: Vec<PeerIdx>,
+    // recv
+    matcher: Matcher<M::Addr, Held>,
+    // send
+    tx_ops: Slab<TxOp>,
+    bounce_pool: BufferPool,
+    // completion
+    outstanding_sends: usize,
+    events: VecDeque<Event<M::Addr>>,
+    // recv::rendezvous
+    rx_xfers: Slab<RxXfer<M::Addr>>,
+    rx_staging: BufferPool,
+    deferred_grants: VecDeque<usize>,
+    // send::rendezvous
+    tx_staging: BufferPool,
+    deferred_fragments: VecDeque<Grant>,
+    // progress
+    /// What each of our DMAs in flight is for; its id is the DMA's token.
+    dma_waiters: Slab<Waiter>,
+    /// Tokens of completed DMAs, kept between uses for its allocation.
+    dma_done: Vec<Token>,
+    // liveness
+    /// Progress calls since the last look at the clock for a peer check.
+    calls_since_clock: u32,
+    next_peer_check: Instant,
+    /// Peers found dead so far (the provider reclaims what they left).
+    peers_lost: usize,
+}
+
+fn post_error(e: MailboxError) -> PostError {
+    match e {
+        MailboxError::Busy => PostError::Again,
+        MailboxError::Invalid => PostError::BadAddress,
+        MailboxError::Dead => PostError::Unreachable,
+        MailboxError::Io(_) => PostError::NoMemory,
+    }
+}
+
+impl<M, D> Messenger<M, D>
+where
+    M: Mailbox,
+    M::Addr: Hash,
+    D: DmaEngine,
+    D::Node: WireNode,
+{
+    /// A messenger over mailbox `mbx`, using its domain's DMA (`dma`: its
+    /// engine, and its registration cache, shared with the domain's other
+    /// messengers).
+    pub fn new(mbx: M, dma: &DomainDma<D>, mut cfg: ProtoConfig) -> Result<Self, DmaError> {
+        let dma = dma.view();
+        cfg.eager_size = cfg.eager_size.max(1);
+        cfg.fragment_size = cfg.fragment_size.max(4096);
+        cfg.tx_size = cfg.tx_size.clamp(1, u16::MAX as usize);
+        let slot_size = cfg.eager_size.next_power_of_two();
+        let bounce_pool =
+            BufferPool::allocate(|len| dma.alloc(len), slot_size, cfg.bounce_buffers.max(1))?;
+        let tx_staging = BufferPool::allocate(
+            |len| dma.alloc(len),
+            cfg.fragment_size,
+            cfg.staging_buffers.max(1),
+        )?;
+        let rx_staging = BufferPool::allocate(
+            |len| dma.alloc(len),
+            cfg.fragment_size,
+            cfg.staging_buffers.max(1),
+        )?;
+        Ok(Messenger {
+            mbx,
+            dma,
+            slot_size,
+            peers: Vec::new(),
+            by_addr: HashMap::new(),
+            last_peer: None,
+            active_spare: Vec::new(),
+            active: Vec::new(),
+            matcher: Matcher::new(0),
+            tx_ops: Slab::new(),
+            rx_xfers: Slab::new(),
+            outstanding_sends: 0,
+            bounce_pool,
+            tx_staging,
+            rx_staging,
+            dma_waiters: Slab::new(),
+            dma_done: Vec::new(),
+            deferred_grants: VecDeque::new(),
+            deferred_fragments: VecDeque::new(),
+            events: VecDeque::new(),
+            calls_since_clock: 0,
+            next_peer_check: Instant::now(),
+            peers_lost: 0,
+            cfg,
+        })
+    }
+
+    /// A messenger with a DMA engine and registration cache of its own,
+    /// shared with no other (tests; a domain of one endpoint).
+    pub fn with_private_dma(mbx: M, engine: D, cfg: ProtoConfig) -> Result<Self, DmaError> {
+        let dma = DomainDma::new(engine, unimem_regcache::Config::default());
+        Self::new(mbx, &dma, cfg)
+    }
+
+    /// The domain's DMA this messenger uses.
+    pub fn domain_dma(&self) -> &DomainDma<D> {
+        self.dma.domain()
+    }
+
+    pub fn addr(&self) -> M::Addr {
+        self.mbx.addr()
+    }
+
+    pub fn config(&self) -> &ProtoConfig {
+        &self.cfg
+    }
+
+    pub fn set_min_multi_recv(&mut self, min: usize) {
+        self.matcher.set_min_multi_recv(min);
+    }
+
+    pub fn min_multi_recv(&self) -> usize {
+        self.matcher.min_multi_recv()
+    }
+
+    /// The next finished operation, if any.
+    pub fn next_event(&mut self) -> Option<Event<M::Addr>> {
+        self.events.pop_front()
+    }
+
+    /// Receives posted and not yet matched.
+    pub fn posted_receives(&self) -> usize {
+        self.matcher.posted_len()
+    }
+
+    /// Whether operations are still in flight (sends, transfers).
+    pub fn busy(&self) -> bool {
+        self.outstanding_sends > 0 || !self.rx_xfers.is_empty()
+    }
+
+    /// How many peers were found dead so far.
+    pub fn peers_lost(&self) -> usize {
+        self.peers_lost
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,202 @@
+//! Progress: the loop every call into the messenger may run. It reaps DMA
+//! completions, dispatches arrived mailbox messages to the module that
+//! handles each kind, retries work that waited for a resource, returns
+//! credits and flushes the peers with queued messages.
+//!
+//! Owns: `dma_waiters` (what each DMA in flight is for) and the spare half
+//! of `active`. Touches everything, through the other modules' handlers.
+
+use std::hash::Hash;
+
+use unimem_dma::DmaEngine;
+use unimem_mailbox::{Mailbox, Message};
+
+use super::send::rendezvous::Grant;
+use super::send::{EagerState, TxKind};
+use super::Messenger;
+use crate::dma::Token;
+use crate::pool::Buffer;
+use crate::wire::Wire;
+use crate::WireNode;
+
+/// What a DMA in flight is for, to act on its completion.
+pub(crate) enum Waiter {
+    Eager {
+        op: usize,
+    },
+    Fragment {
+        op: usize,
+        fragment: u32,
+        recv_id: u16,
+        staging: Option<Buffer>,
+    },
+}
+
+impl<M, D> Messenger<M, D>
+where
+    M: Mailbox,
+    M::Addr: Hash,
+    D: DmaEngine,
+    D::Node: WireNode,
+{
+    /// Advances everything: DMA completions, arrived messages, deferred work,
+    /// credits and queued sends.
+    pub fn progress(&mut self) {
+        // Waiting for a message with nothing in flight is the common case
+        // (MPI polls in a loop): a look at the mailbox is all it takes.
+        if self.dma_waiters.is_empty()
+            && self.active.is_empty()
+            && self.deferred_grants.is_empty()
+            && self.deferred_fragments.is_empty()
+            && !self.mbx.has_message()
+        {
+            self.check_peers();
+            return;
+        }
+        self.reap_dma();
+        for _ in 0..self.cfg.poll_budget {
+            let Some((src, message)) = self.mbx.poll() else {
+                break;
+            };
+            self.dispatch(src, &message);
+        }
+        self.retry_deferred();
+        self.return_credits();
+        self.flush_active();
+        self.reap_dma();
+        self.check_peers();
+    }
+
+    pub(crate) fn flush_active(&mut self) {
+        let mut active = std::mem::take(&mut self.active_spare);
+        std::mem::swap(&mut active, &mut self.active);
+        for &peer in &active {
+            self.peers[peer].active = false;
+            if self.flush_peer(peer) {
+                self.mark_active(peer);
+            }
+        }
+        active.clear();
+        self.active_spare = active;
+    }
+
+    pub(crate) fn reap_dma(&mut self) {
+        // Nothing of ours in flight: no lock to take (inline messages never
+        // do).
+        if self.dma_waiters.is_empty() {
+            return;
+        }
+        let mut done = std::mem::take(&mut self.dma_done);
+        self.dma.completed(&mut done);
+        self.on_dma_done(done);
+    }
+
+    /// Acts on the completed DMAs whose tokens are in `done`, then keeps it
+    /// (empty) for its allocation.
+    pub(crate) fn on_dma_done(&mut self, mut done: Vec<Token>) {
+        for &token in &done {
+            match self.dma_waiters.remove(token) {
+                Some(Waiter::Eager { op }) => {
+                    if let Some(tx) = self.tx_ops.get_mut(op) {
+                        if let TxKind::Eager { state, .. } = &mut tx.kind {
+                            *state = EagerState::Done;
+                        }
+                        let peer = tx.peer;
+                        self.mark_active(peer);
+                    }
+                }
+                Some(Waiter::Fragment {
+                    op,
+                    fragment,
+                    recv_id,
+                    staging,
+                }) => {
+                    if let Some(staging) = staging {
+                        self.tx_staging.put(staging);
+                    }
+                    if let Some(tx) = self.tx_ops.get_mut(op) {
+                        let peer = tx.peer;
+                        let done = Wire::FragDone {
+                            send_id: op as u16,
+                            fragment,
+                            recv_id,
+                        };
+                        self.queue_control(peer, done.encode());
+                    }
+                }
+                None => tracing::warn!(token, "completion of an unknown DMA"),
+            }
+        }
+        done.clear();
+        self.dma_done = done;
+    }
+
+    pub(crate) fn retry_deferred(&mut self) {
+        while let Some(&id) = self.deferred_grants.front() {
+            // It may have been granted up to its window since it queued.
+            if self.wants_grant(id) && !self.grant_next(id) {
+                break;
+            }
+            self.deferred_grants.pop_front();
+            self.continue_granting(id);
+        }
+        while let Some(grant) = self.deferred_fragments.pop_front() {
+            if !self.put_fragment(grant) {
+                self.deferred_fragments.push_front(grant);
+                break;
+            }
+        }
+    }
+
+    /// Hands one arrived mailbox message to its handler.
+    fn dispatch(&mut self, src: M::Addr, message: &Message) {
+        let Some(wire) = Wire::decode(message) else {
+            tracing::warn!(%src, "malformed message dropped");
+            return;
+        };
+        let peer = self.peer_for_source(&src);
+        match wire {
+            Wire::Hello {
+                node,
+                ring,
+                slot_shift,
+                slots,
+            } => self.on_hello(peer, &node, ring, slot_shift, slots),
+            Wire::Inline { info, payload } => {
+                let bytes = payload.as_slice();
+                self.deliver(src, info, bytes.len(), bytes.as_ptr());
+            }
+            Wire::Eager { info, len, credits } => {
+                self.add_credits(peer, credits);
+                self.on_eager(peer, src, info, len);
+            }
+            Wire::Rts {
+                info,
+                send_id,
+                len,
+                credits,
+            } => {
+                self.add_credits(peer, credits);
+                self.on_rts(peer, src, info, send_id, len as usize);
+            }
+            Wire::Grant {
+                send_id,
+                fragment,
+                addr,
+                len,
+                recv_id,
+            } => self.on_grant(Grant {
+                op: send_id as usize,
+                fragment,
+                addr,
+                len: len as usize,
+                recv_id,
+            }),
+            Wire::FragDone {
+                fragment, recv_id, ..
+            } => self.on_fragment_done(recv_id as usize, fragment),
+            Wire::Fin { send_id } => self.complete_send(send_id as usize),
+            Wire::Credit { credits } => self.add_credits(peer, credits),
+        }
+    }
+}

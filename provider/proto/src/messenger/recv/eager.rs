@@ -1,0 +1,45 @@
+//! The eager ring consumer: each eager message's data sits in the next slot
+//! of the ring we set aside for its sender; it is delivered from there, and
+//! the slot is owed back as a credit.
+//!
+//! Owns: [`RxRing`] (the ring's memory and our place in it).
+
+use std::hash::Hash;
+
+use unimem_dma::{DmaBuf, DmaEngine};
+use unimem_mailbox::Mailbox;
+
+use super::super::{Messenger, PeerIdx};
+use crate::wire::MatchInfo;
+use crate::WireNode;
+
+/// The eager ring we set aside for a peer.
+pub(crate) struct RxRing {
+    pub(crate) memory: DmaBuf,
+    pub(crate) slot_size: usize,
+    pub(crate) slots: usize,
+    pub(crate) next: usize,
+    /// Slots consumed and not yet handed back.
+    pub(crate) owed: usize,
+}
+
+impl<M, D> Messenger<M, D>
+where
+    M: Mailbox,
+    M::Addr: Hash,
+    D: DmaEngine,
+    D::Node: WireNode,
+{
+    /// An eager message from `peer`: its `len` bytes are in the next slot.
+    pub(crate) fn on_eager(&mut self, peer: PeerIdx, src: M::Addr, info: MatchInfo, len: u32) {
+        let Some(rx) = self.peers[peer].rx.as_mut() else {
+            tracing::warn!(%src, "eager message from a peer without our ring; dropped");
+            return;
+        };
+        let slot = rx.memory.as_ptr().wrapping_add(rx.next * rx.slot_size);
+        let len = (len as usize).min(rx.slot_size);
+        rx.next = (rx.next + 1) % rx.slots;
+        rx.owed += 1;
+        self.deliver(src, info, len, slot);
+    }
+}

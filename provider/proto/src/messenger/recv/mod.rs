@@ -1,0 +1,222 @@
+//! The receive side: posting receives, matching arrivals against them
+//! (through the [`Matcher`](crate::matching::Matcher)), keeping unexpected
+//! messages until a receive takes them, peek/claim/discard and cancel.
+//!
+//! Owns: `matcher`. The eager ring consumer and the rendezvous receive side
+//! are its submodules; completions go through
+//! [`completion`](super::completion).
+
+pub(crate) mod eager;
+pub(crate) mod rendezvous;
+
+use std::hash::Hash;
+
+use unimem_dma::DmaEngine;
+use unimem_mailbox::Mailbox;
+
+use super::{Messenger, PeerIdx};
+use crate::iov::scatter;
+use crate::matching::{Cancelled, Placement, PostedRecv, Unexpected};
+use crate::wire::{MatchInfo, Wire};
+use crate::{ErrorKind, Event, OpError, RecvDone, WireNode};
+
+/// What an unexpected message keeps until a receive takes it.
+pub enum Held {
+    Data(Vec<u8>),
+    Rts { peer: PeerIdx, send_id: u16 },
+}
+
+impl std::fmt::Debug for Held {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Held::Data(d) => write!(f, "Data({} bytes)", d.len()),
+            Held::Rts { peer, send_id } => write!(f, "Rts(peer {peer}, id {send_id})"),
+        }
+    }
+}
+
+impl<M, D> Messenger<M, D>
+where
+    M: Mailbox,
+    M::Addr: Hash,
+    D: DmaEngine,
+    D::Node: WireNode,
+{
+    /// A message whose `len` bytes are at `data` (a mailbox message or an
+    /// eager slot, both ours until this returns).
+    pub(crate) fn deliver(&mut self, src: M::Addr, info: MatchInfo, len: usize, data: *const u8) {
+        match self.matcher.match_arrival(&src, &info, len) {
+            Some(placement) => {
+                let copied = len.min(placement.capacity());
+                // SAFETY: the placement's iov is a posted receive buffer,
+                // valid until its completion; `data` holds `len` bytes.
+                unsafe { scatter(&placement.iov, 0, data, copied) };
+                self.complete_recv(placement, src, info, len, copied);
+            }
+            None => {
+                // SAFETY: `data` holds `len` bytes (see above).
+                let bytes = unsafe { std::slice::from_raw_parts(data, len) }.to_vec();
+                self.matcher.push_unexpected(Unexpected {
+                    src,
+                    info,
+                    len,
+                    body: Held::Data(bytes),
+                    claimed_by: None,
+                });
+            }
+        }
+    }
+
+    /// Posts a receive; it may complete at once from unexpected messages.
+    ///
+    /// # Safety
+    /// `recv.iov` must stay valid until the receive completes.
+    pub unsafe fn post_recv(&mut self, tagged: bool, recv: PostedRecv<M::Addr>) {
+        let context = recv.context;
+        let multi = recv.multi_recv;
+        let dead_src = recv
+            .src
+            .and_then(|src| self.by_addr.get(&src).copied())
+            .filter(|&peer| self.peers[peer].dead);
+        let mut next = self.matcher.post(tagged, recv);
+        if next.is_none() {
+            if let Some(peer) = dead_src {
+                // Queued: nothing it could match is left from that peer.
+                self.fail_receives_from(peer);
+                return;
+            }
+        }
+        while let Some((placement, message)) = next {
+            self.take_unexpected(placement, message);
+            next = if multi {
+                self.matcher.repost_multi(context)
+            } else {
+                None
+            };
+        }
+    }
+
+    pub(crate) fn take_unexpected(
+        &mut self,
+        placement: Placement,
+        message: Unexpected<M::Addr, Held>,
+    ) {
+        match message.body {
+            Held::Data(bytes) => {
+                let copied = bytes.len().min(placement.capacity());
+                // SAFETY: the placement's iov is a posted receive buffer.
+                unsafe { scatter(&placement.iov, 0, bytes.as_ptr(), copied) };
+                self.complete_recv(placement, message.src, message.info, message.len, copied);
+            }
+            Held::Rts { peer, send_id } => self.start_rx_xfer(
+                peer,
+                message.src,
+                send_id,
+                message.info,
+                message.len,
+                placement,
+            ),
+        }
+    }
+
+    /// `FI_PEEK` (with `claim`, `FI_CLAIM` too; with `discard`, drops the
+    /// message): reports the first unexpected message `probe` accepts, or a
+    /// `NoMessage` error.
+    pub fn peek(&mut self, tagged: bool, probe: PostedRecv<M::Addr>, claim: bool, discard: bool) {
+        let found = self
+            .matcher
+            .peek(tagged, &probe, claim && !discard)
+            .map(|u| (u.src, u.info, u.len));
+        let Some((src, info, len)) = found else {
+            self.events.push_back(Event::Error(OpError {
+                context: probe.context,
+                kind: ErrorKind::NoMessage,
+                send: false,
+                tagged,
+                buf: 0,
+                len: 0,
+                olen: 0,
+                tag: probe.tag,
+                data: None,
+                src: None,
+                multi_released: false,
+            }));
+            return;
+        };
+        if discard {
+            let _ = self.matcher.peek(tagged, &probe, true);
+            if let Some(message) = self.matcher.take_claimed(tagged, probe.context) {
+                self.discard(message);
+            }
+        }
+        self.events.push_back(Event::Recv(RecvDone {
+            context: probe.context,
+            completion: true,
+            tagged,
+            buf: 0,
+            len,
+            tag: info.tag.unwrap_or(0),
+            data: info.data,
+            src,
+            multi_released: false,
+            multi: false,
+        }));
+    }
+
+    /// `FI_CLAIM`: receives the message an earlier peek claimed for this
+    /// context (or drops it with `discard`). False if there is none.
+    ///
+    /// # Safety
+    /// As for [`Self::post_recv`].
+    pub unsafe fn claim(&mut self, tagged: bool, recv: PostedRecv<M::Addr>, discard: bool) -> bool {
+        let Some(message) = self.matcher.take_claimed(tagged, recv.context) else {
+            return false;
+        };
+        if discard {
+            let (src, info, len) = (message.src, message.info, message.len);
+            self.discard(message);
+            self.events.push_back(Event::Recv(RecvDone {
+                context: recv.context,
+                completion: recv.completion,
+                tagged,
+                buf: 0,
+                len,
+                tag: info.tag.unwrap_or(0),
+                data: info.data,
+                src,
+                multi_released: false,
+                multi: false,
+            }));
+            return true;
+        }
+        let placement = Placement {
+            context: recv.context,
+            iov: recv.iov,
+            completion: recv.completion,
+            multi: None,
+        };
+        self.take_unexpected(placement, message);
+        true
+    }
+
+    /// Drops an unexpected message; a rendezvous sender is told it is done.
+    pub(crate) fn discard(&mut self, message: Unexpected<M::Addr, Held>) {
+        if let Held::Rts { peer, send_id } = message.body {
+            self.queue_control(peer, Wire::Fin { send_id }.encode());
+        }
+    }
+
+    /// `fi_cancel` of a posted receive. Returns whether one was found.
+    pub fn cancel(&mut self, context: usize) -> bool {
+        let Some(Cancelled {
+            tagged,
+            recv,
+            released,
+        }) = self.matcher.cancel(context)
+        else {
+            return false;
+        };
+        self.fail_posted(tagged, &recv, ErrorKind::Canceled, None, released);
+        true
+    }
+}

@@ -1,0 +1,221 @@
+//! The rendezvous receive side: once a request to send is matched, the
+//! receiver grants fragments a window at a time (into staging buffers, or
+//! straight into a dmable, contiguous receive buffer), copies each staged
+//! fragment out when the sender reports it, and ends with a FIN.
+//!
+//! Owns: `rx_xfers` (transfers in progress, addressed by `recv_id`),
+//! `deferred_grants` (transfers waiting for a staging buffer) and the
+//! receive-side staging pool.
+
+use std::collections::HashMap;
+use std::hash::Hash;
+
+use unimem_dma::DmaEngine;
+use unimem_mailbox::Mailbox;
+
+use super::super::{Messenger, PeerIdx};
+use super::Held;
+use crate::iov::scatter;
+use crate::matching::{Placement, Unexpected};
+use crate::pool::Buffer;
+use crate::wire::{MatchInfo, Wire};
+use crate::{ErrorKind, WireNode};
+
+/// A rendezvous receive in progress.
+pub(crate) struct RxXfer<A> {
+    pub(crate) peer: PeerIdx,
+    pub(crate) src: A,
+    pub(crate) send_id: u16,
+    pub(crate) info: MatchInfo,
+    pub(crate) placement: Placement,
+    pub(crate) msg_len: usize,
+    pub(crate) xfer_len: usize,
+    pub(crate) fragments: u32,
+    pub(crate) next_grant: u32,
+    pub(crate) done: u32,
+    /// Granting straight into the (dmable, contiguous) user buffer.
+    pub(crate) direct: bool,
+    pub(crate) staged: HashMap<u32, Buffer>,
+}
+
+impl<M, D> Messenger<M, D>
+where
+    M: Mailbox,
+    M::Addr: Hash,
+    D: DmaEngine,
+    D::Node: WireNode,
+{
+    pub(crate) fn start_rx_xfer(
+        &mut self,
+        peer: PeerIdx,
+        src: M::Addr,
+        send_id: u16,
+        info: MatchInfo,
+        msg_len: usize,
+        placement: Placement,
+    ) {
+        if self.peers[peer].dead {
+            // Its request arrived before it died; its data never will.
+            self.complete_recv_error(placement, Some(src), info, 0, ErrorKind::PeerUnreachable);
+            return;
+        }
+        let xfer_len = msg_len.min(placement.capacity());
+        let fragments = xfer_len.div_ceil(self.cfg.fragment_size) as u32;
+        let direct = placement.iov.len() == 1
+            && self
+                .dma
+                .is_dmable(placement.iov[0].0 as *const u8, xfer_len.max(1));
+        let id = self.rx_xfers.insert(RxXfer {
+            peer,
+            src,
+            send_id,
+            info,
+            placement,
+            msg_len,
+            xfer_len,
+            fragments,
+            next_grant: 0,
+            done: 0,
+            direct,
+            staged: HashMap::new(),
+        });
+        if fragments == 0 {
+            self.finish_rx(id);
+            return;
+        }
+        self.continue_granting(id);
+    }
+
+    /// Whether transfer `id` exists and may be granted another fragment:
+    /// some are left and its window is not full.
+    pub(crate) fn wants_grant(&self, id: usize) -> bool {
+        let window = self.cfg.rendezvous_window.max(1) as u32;
+        self.rx_xfers
+            .get(id)
+            .is_some_and(|x| x.next_grant < x.fragments && x.next_grant - x.done < window)
+    }
+
+    /// Grants fragments of transfer `id` up to its window. Transfers waiting
+    /// for staging buffers are served in turn: while some wait, `id` queues
+    /// behind them (once: a queued transfer is granted up to its window
+    /// when its turn comes).
+    pub(crate) fn continue_granting(&mut self, id: usize) {
+        while self.wants_grant(id) {
+            let queued = !self.deferred_grants.is_empty();
+            if (queued && self.deferred_grants.front() != Some(&id)) || !self.grant_next(id) {
+                if !self.deferred_grants.contains(&id) {
+                    self.deferred_grants.push_back(id);
+                }
+                return;
+            }
+        }
+    }
+
+    /// Grants the next fragment of `id` (which [`Self::wants_grant`]); false
+    /// if no staging buffer is free.
+    pub(crate) fn grant_next(&mut self, id: usize) -> bool {
+        let fragment_size = self.cfg.fragment_size;
+        let Some(xfer) = self.rx_xfers.get_mut(id) else {
+            return true;
+        };
+        let fragment = xfer.next_grant;
+        let offset = fragment as usize * fragment_size;
+        let len = fragment_size.min(xfer.xfer_len - offset);
+        let addr = if xfer.direct {
+            (xfer.placement.iov[0].0 + offset) as u64
+        } else {
+            let Some(staging) = self.rx_staging.get() else {
+                return false;
+            };
+            xfer.staged.insert(fragment, staging);
+            self.rx_staging.addr(staging) as u64
+        };
+        xfer.next_grant += 1;
+        let (peer, send_id) = (xfer.peer, xfer.send_id);
+        let grant = Wire::Grant {
+            send_id,
+            fragment,
+            addr,
+            len: len as u32,
+            recv_id: id as u16,
+        };
+        self.queue_control(peer, grant.encode());
+        true
+    }
+
+    pub(crate) fn on_fragment_done(&mut self, id: usize, fragment: u32) {
+        let fragment_size = self.cfg.fragment_size;
+        let Some(xfer) = self.rx_xfers.get_mut(id) else {
+            tracing::warn!(id, "fragment report for an unknown transfer");
+            return;
+        };
+        if let Some(staging) = xfer.staged.remove(&fragment) {
+            let offset = fragment as usize * fragment_size;
+            let len = fragment_size.min(xfer.xfer_len - offset);
+            // SAFETY: the staging buffer holds the fragment (its DMA completed
+            // before the sender reported it); the iov is the posted buffer.
+            unsafe {
+                scatter(
+                    &xfer.placement.iov,
+                    offset,
+                    self.rx_staging.addr(staging),
+                    len,
+                )
+            };
+            self.rx_staging.put(staging);
+        }
+        xfer.done += 1;
+        if xfer.done == xfer.fragments {
+            self.finish_rx(id);
+        } else {
+            self.continue_granting(id);
+        }
+    }
+
+    pub(crate) fn finish_rx(&mut self, id: usize) {
+        let xfer = self.rx_xfers.remove(id).expect("transfer exists");
+        self.deferred_grants.retain(|&d| d != id);
+        self.queue_control(
+            xfer.peer,
+            Wire::Fin {
+                send_id: xfer.send_id,
+            }
+            .encode(),
+        );
+        self.complete_recv(
+            xfer.placement,
+            xfer.src,
+            xfer.info,
+            xfer.msg_len,
+            xfer.xfer_len,
+        );
+    }
+
+    pub(crate) fn release_staged(&mut self, xfer: &RxXfer<M::Addr>) {
+        for &staging in xfer.staged.values() {
+            self.rx_staging.put(staging);
+        }
+    }
+
+    /// A request to send from `peer`: the transfer starts when a receive
+    /// matches it, now or later.
+    pub(crate) fn on_rts(
+        &mut self,
+        peer: PeerIdx,
+        src: M::Addr,
+        info: MatchInfo,
+        send_id: u16,
+        len: usize,
+    ) {
+        match self.matcher.match_arrival(&src, &info, len) {
+            Some(placement) => self.start_rx_xfer(peer, src, send_id, info, len, placement),
+            None => self.matcher.push_unexpected(Unexpected {
+                src,
+                info,
+                len,
+                body: Held::Rts { peer, send_id },
+                claimed_by: None,
+            }),
+        }
+    }
+}

@@ -1,0 +1,127 @@
+//! The rendezvous send side: the request to send leaves with the data
+//! queue; then each grant of the receiver is answered by putting that
+//! fragment (straight from the user buffer when it is dmable, else through a
+//! staging buffer), and reported once its DMA completes. The receiver's FIN
+//! completes the send.
+//!
+//! Owns: `deferred_fragments` (grants waiting for a staging buffer) and the
+//! send-side staging pool. Registers the receiver's ranges through the
+//! domain's registration cache ([`DmaSession::cached_registration`]).
+//!
+//! [`DmaSession::cached_registration`]: crate::dma::DmaSession::cached_registration
+
+use std::hash::Hash;
+
+use unimem_dma::DmaEngine;
+use unimem_mailbox::Mailbox;
+
+use super::super::progress::Waiter;
+use super::super::Messenger;
+use super::TxKind;
+use crate::iov::gather;
+use crate::WireNode;
+
+/// A grant received for a rendezvous send.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Grant {
+    pub(crate) op: usize,
+    pub(crate) fragment: u32,
+    pub(crate) addr: u64,
+    pub(crate) len: usize,
+    pub(crate) recv_id: u16,
+}
+
+impl<M, D> Messenger<M, D>
+where
+    M: Mailbox,
+    M::Addr: Hash,
+    D: DmaEngine,
+    D::Node: WireNode,
+{
+    /// Puts one granted fragment; false if no staging buffer is free.
+    pub(crate) fn put_fragment(&mut self, grant: Grant) -> bool {
+        let fragment_size = self.cfg.fragment_size;
+        let Some(tx) = self.tx_ops.get(grant.op) else {
+            tracing::warn!(op = grant.op, "grant for an unknown send");
+            return true;
+        };
+        let TxKind::Rendezvous { iov, .. } = &tx.kind else {
+            tracing::warn!(op = grant.op, "grant for a send that is not a rendezvous");
+            return true;
+        };
+        let offset = grant.fragment as usize * fragment_size;
+        let len = grant.len.min(tx.len.saturating_sub(offset));
+        let peer = tx.peer;
+        let Some(node) = self.peers[peer].node else {
+            tracing::warn!(peer, "grant from a peer that never said hello");
+            return true;
+        };
+        let direct = iov.len() == 1
+            && self
+                .dma
+                .is_dmable((iov[0].0 + offset) as *const u8, len.max(1));
+        let (src, staging) = if direct {
+            ((iov[0].0 + offset) as *const u8, None)
+        } else {
+            let Some(staging) = self.tx_staging.get() else {
+                return false;
+            };
+            let at = self.tx_staging.addr(staging);
+            // SAFETY: the send's iov is valid until it completes; the staging buffer
+            // holds fragment_size >= len bytes.
+            unsafe { gather(iov, offset, at, len) };
+            (at as *const u8, Some(staging))
+        };
+        let token = self.dma_waiters.next_id();
+        let mut dma = self.dma.lock();
+        let (reg, stale) = match dma.cached_registration(node, grant.addr, len) {
+            Ok(reg) => reg,
+            Err(e) => {
+                drop(dma);
+                tracing::warn!(%node, "cannot register a granted fragment: {e}");
+                if let Some(staging) = staging {
+                    self.tx_staging.put(staging);
+                }
+                self.fail_peer(peer);
+                return true;
+            }
+        };
+        let result = dma.put(src, len, reg, grant.addr, token);
+        dma.release(stale);
+        // Reaped under the same lock, acted on once the waiter is in.
+        let mut done = std::mem::take(&mut self.dma_done);
+        if result.is_ok() {
+            dma.completed(&mut done);
+        }
+        drop(dma);
+        match result {
+            Ok(()) => {
+                let id = self.dma_waiters.insert(Waiter::Fragment {
+                    op: grant.op,
+                    fragment: grant.fragment,
+                    recv_id: grant.recv_id,
+                    staging,
+                });
+                debug_assert_eq!(id, token);
+                self.on_dma_done(done);
+            }
+            Err(e) => {
+                self.dma_done = done;
+                tracing::warn!("fragment DMA refused: {e}");
+                if let Some(staging) = staging {
+                    self.tx_staging.put(staging);
+                }
+                self.fail_peer(peer);
+            }
+        }
+        true
+    }
+
+    /// A grant arrived: put its fragment now, unless grants that came before
+    /// it still wait for a staging buffer (they go first).
+    pub(crate) fn on_grant(&mut self, grant: Grant) {
+        if !self.deferred_fragments.is_empty() || !self.put_fragment(grant) {
+            self.deferred_fragments.push_back(grant);
+        }
+    }
+}
