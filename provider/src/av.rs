@@ -34,6 +34,7 @@ use unimem_mailbox::{JobId, MailboxAddr};
 use crate::base::ffi::{self, ret, FI_ADDR_NOTAVAIL};
 use crate::base::fid::{self, Children, Parent, ParentRef};
 use crate::base::guard::{ffi_guard, ffi_guard_or};
+use crate::base::unsupported;
 use crate::eq::{self, EqError, EqInner};
 use crate::info::addr;
 use crate::info::getinfo;
@@ -279,10 +280,10 @@ static AV_FI_OPS: ffi::fi_ops = ffi::fi_ops {
     size: size_of::<ffi::fi_ops>(),
     close: Some(av_close),
     bind: Some(av_bind),
-    control: Some(fid::no_control),
-    ops_open: Some(fid::no_ops_open),
-    tostr: Some(fid::no_tostr),
-    ops_set: Some(fid::no_ops_set),
+    control: Some(unsupported::fi_control),
+    ops_open: Some(unsupported::fi_open_ops),
+    tostr: Some(unsupported::fi_tostr),
+    ops_set: Some(unsupported::fi_set_ops),
 };
 
 static AV_OPS: ffi::fi_ops_av = ffi::fi_ops_av {
@@ -293,7 +294,7 @@ static AV_OPS: ffi::fi_ops_av = ffi::fi_ops_av {
     remove: Some(av_remove),
     lookup: Some(av_lookup),
     straddr: Some(av_straddr),
-    av_set: Some(av_set),
+    av_set: Some(unsupported::fi_av_set),
 };
 
 /// `fi_av_open` on one of our domains; an FI_AV_UNSPEC type is replaced in
@@ -694,16 +695,6 @@ unsafe extern "C" fn av_straddr(
         unsafe { copy_out(text, buf as *mut u8, len) };
         buf as *const c_char
     })
-}
-
-unsafe extern "C" fn av_set(
-    _av: *mut ffi::fid_av,
-    _attr: *mut ffi::fi_av_set_attr,
-    _av_set: *mut *mut ffi::fid_av_set,
-    _context: *mut c_void,
-) -> c_int {
-    // AV sets are for collectives (no FI_COLLECTIVE).
-    ffi_guard("fi_av_set", || ret::ENOSYS)
 }
 
 #[cfg(test)]

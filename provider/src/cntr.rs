@@ -17,6 +17,7 @@ use parking_lot::Mutex;
 use crate::base::ffi::{self, ret};
 use crate::base::fid::{self, Children, Parent, ParentRef};
 use crate::base::guard::{ffi_guard, ffi_guard_or};
+use crate::base::unsupported;
 use crate::state::progress::ProgressList;
 use crate::state::DomainState;
 use crate::wait::{self, Backoff, Deadline};
@@ -129,11 +130,11 @@ impl CntrInner {
 static CNTR_FI_OPS: ffi::fi_ops = ffi::fi_ops {
     size: size_of::<ffi::fi_ops>(),
     close: Some(cntr_close),
-    bind: Some(fid::no_bind),
+    bind: Some(unsupported::fi_bind),
     control: Some(cntr_control),
-    ops_open: Some(fid::no_ops_open),
-    tostr: Some(fid::no_tostr),
-    ops_set: Some(fid::no_ops_set),
+    ops_open: Some(unsupported::fi_open_ops),
+    tostr: Some(unsupported::fi_tostr),
+    ops_set: Some(unsupported::fi_set_ops),
 };
 
 static CNTR_OPS: ffi::fi_ops_cntr = ffi::fi_ops_cntr {

@@ -33,6 +33,7 @@ use crate::base::errdata;
 use crate::base::ffi::{self, ret};
 use crate::base::fid::{self, Children, Parent, ParentRef};
 use crate::base::guard::{ffi_guard, ffi_guard_or};
+use crate::base::unsupported;
 use crate::state::progress::ProgressList;
 use crate::state::DomainState;
 use crate::wait::{self, Backoff, Deadline, IdlePolls, IdleYield};
@@ -433,11 +434,11 @@ impl CqInner {
 static CQ_FI_OPS: ffi::fi_ops = ffi::fi_ops {
     size: size_of::<ffi::fi_ops>(),
     close: Some(cq_close),
-    bind: Some(fid::no_bind),
+    bind: Some(unsupported::fi_bind),
     control: Some(cq_control),
-    ops_open: Some(fid::no_ops_open),
-    tostr: Some(fid::no_tostr),
-    ops_set: Some(fid::no_ops_set),
+    ops_open: Some(unsupported::fi_open_ops),
+    tostr: Some(unsupported::fi_tostr),
+    ops_set: Some(unsupported::fi_set_ops),
 };
 
 static CQ_OPS: ffi::fi_ops_cq = ffi::fi_ops_cq {

@@ -14,6 +14,7 @@ use crate::base::core;
 use crate::base::ffi::{self, ret};
 use crate::base::fid::{self, Parent, ParentRef};
 use crate::base::guard::ffi_guard;
+use crate::base::unsupported;
 use crate::cntr;
 use crate::cq;
 use crate::ep;
@@ -36,10 +37,10 @@ static DOMAIN_FI_OPS: ffi::fi_ops = ffi::fi_ops {
     size: size_of::<ffi::fi_ops>(),
     close: Some(domain_close),
     bind: Some(domain_bind),
-    control: Some(fid::no_control),
-    ops_open: Some(fid::no_ops_open),
-    tostr: Some(fid::no_tostr),
-    ops_set: Some(fid::no_ops_set),
+    control: Some(unsupported::fi_control),
+    ops_open: Some(unsupported::fi_open_ops),
+    tostr: Some(unsupported::fi_tostr),
+    ops_set: Some(unsupported::fi_set_ops),
 };
 
 static DOMAIN_OPS: ffi::fi_ops_domain = ffi::fi_ops_domain {
@@ -47,13 +48,13 @@ static DOMAIN_OPS: ffi::fi_ops_domain = ffi::fi_ops_domain {
     av_open: Some(domain_av_open),
     cq_open: Some(domain_cq_open),
     endpoint: Some(domain_endpoint),
-    scalable_ep: Some(domain_scalable_ep),
+    scalable_ep: Some(unsupported::fi_scalable_ep),
     cntr_open: Some(domain_cntr_open),
     poll_open: Some(domain_poll_open),
-    stx_ctx: Some(domain_stx_ctx),
-    srx_ctx: Some(domain_srx_ctx),
-    query_atomic: Some(domain_query_atomic),
-    query_collective: Some(domain_query_collective),
+    stx_ctx: Some(unsupported::fi_stx_context),
+    srx_ctx: Some(unsupported::fi_srx_context),
+    query_atomic: Some(unsupported::fi_query_atomic),
+    query_collective: Some(unsupported::fi_query_collective),
     endpoint2: Some(domain_endpoint2),
 };
 
@@ -242,16 +243,6 @@ unsafe extern "C" fn domain_endpoint2(
     unsafe { with_domain("fi_endpoint2", domain, |d| ep::open(d, info, ep, context)) }
 }
 
-unsafe extern "C" fn domain_scalable_ep(
-    _domain: *mut ffi::fid_domain,
-    _info: *mut ffi::fi_info,
-    _sep: *mut *mut ffi::fid_ep,
-    _context: *mut c_void,
-) -> c_int {
-    // max_ep_tx_ctx = 1: scalable endpoints are not offered.
-    ffi_guard("fi_scalable_ep", || ret::ENOSYS)
-}
-
 unsafe extern "C" fn domain_cntr_open(
     domain: *mut ffi::fid_domain,
     attr: *mut ffi::fi_cntr_attr,
@@ -273,47 +264,6 @@ unsafe extern "C" fn domain_poll_open(
 ) -> c_int {
     // SAFETY: the arguments come from the application's fi_poll_open.
     unsafe { with_domain("fi_poll_open", domain, |d| poll::open(d, attr, pollset)) }
-}
-
-unsafe extern "C" fn domain_stx_ctx(
-    _domain: *mut ffi::fid_domain,
-    _attr: *mut ffi::fi_tx_attr,
-    _stx: *mut *mut ffi::fid_stx,
-    _context: *mut c_void,
-) -> c_int {
-    // max_ep_stx_ctx = 0: no shared transmit contexts.
-    ffi_guard("fi_stx_context", || ret::ENOSYS)
-}
-
-unsafe extern "C" fn domain_srx_ctx(
-    _domain: *mut ffi::fid_domain,
-    _attr: *mut ffi::fi_rx_attr,
-    _rx_ep: *mut *mut ffi::fid_ep,
-    _context: *mut c_void,
-) -> c_int {
-    // max_ep_srx_ctx = 0: no shared receive contexts.
-    ffi_guard("fi_srx_context", || ret::ENOSYS)
-}
-
-unsafe extern "C" fn domain_query_atomic(
-    _domain: *mut ffi::fid_domain,
-    _datatype: ffi::fi_datatype,
-    _op: ffi::fi_op,
-    _attr: *mut ffi::fi_atomic_attr,
-    _flags: u64,
-) -> c_int {
-    // No FI_ATOMIC.
-    ffi_guard("fi_query_atomic", || ret::ENOSYS)
-}
-
-unsafe extern "C" fn domain_query_collective(
-    _domain: *mut ffi::fid_domain,
-    _coll: ffi::fi_collective_op,
-    _attr: *mut ffi::fi_collective_attr,
-    _flags: u64,
-) -> c_int {
-    // No FI_COLLECTIVE.
-    ffi_guard("fi_query_collective", || ret::ENOSYS)
 }
 
 unsafe extern "C" fn domain_mr_reg(

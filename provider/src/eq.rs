@@ -31,6 +31,7 @@ use crate::base::errdata;
 use crate::base::ffi::{self, ret};
 use crate::base::fid::{self, Children, Parent, ParentRef};
 use crate::base::guard::{ffi_guard, ffi_guard_or};
+use crate::base::unsupported;
 use crate::state::FabricState;
 use crate::wait::Deadline;
 
@@ -307,11 +308,11 @@ impl EqInner {
 static EQ_FI_OPS: ffi::fi_ops = ffi::fi_ops {
     size: size_of::<ffi::fi_ops>(),
     close: Some(eq_close),
-    bind: Some(fid::no_bind),
+    bind: Some(unsupported::fi_bind),
     control: Some(eq_control),
-    ops_open: Some(fid::no_ops_open),
-    tostr: Some(fid::no_tostr),
-    ops_set: Some(fid::no_ops_set),
+    ops_open: Some(unsupported::fi_open_ops),
+    tostr: Some(unsupported::fi_tostr),
+    ops_set: Some(unsupported::fi_set_ops),
 };
 
 static EQ_OPS: ffi::fi_ops_eq = ffi::fi_ops_eq {

@@ -11,6 +11,7 @@ use crate::base::ffi::{self, ret};
 use crate::base::fid::{self, Parent};
 use crate::base::guard::ffi_guard;
 use crate::base::provider;
+use crate::base::unsupported;
 use crate::cntr;
 use crate::cq;
 use crate::domain;
@@ -29,19 +30,19 @@ pub struct Fabric {
 static FABRIC_FI_OPS: ffi::fi_ops = ffi::fi_ops {
     size: size_of::<ffi::fi_ops>(),
     close: Some(fabric_close),
-    bind: Some(fid::no_bind),
-    control: Some(fid::no_control),
-    ops_open: Some(fid::no_ops_open),
-    tostr: Some(fid::no_tostr),
-    ops_set: Some(fid::no_ops_set),
+    bind: Some(unsupported::fi_bind),
+    control: Some(unsupported::fi_control),
+    ops_open: Some(unsupported::fi_open_ops),
+    tostr: Some(unsupported::fi_tostr),
+    ops_set: Some(unsupported::fi_set_ops),
 };
 
 static FABRIC_OPS: ffi::fi_ops_fabric = ffi::fi_ops_fabric {
     size: size_of::<ffi::fi_ops_fabric>(),
     domain: Some(fabric_domain),
-    passive_ep: Some(fabric_passive_ep),
+    passive_ep: Some(unsupported::fi_passive_ep),
     eq_open: Some(fabric_eq_open),
-    wait_open: Some(fabric_wait_open),
+    wait_open: Some(unsupported::fi_wait_open),
     trywait: Some(fabric_trywait),
     domain2: Some(fabric_domain2),
 };
@@ -154,16 +155,6 @@ unsafe extern "C" fn fabric_domain2(
     unsafe { fabric_domain(fabric, info, dom, context) }
 }
 
-unsafe extern "C" fn fabric_passive_ep(
-    _fabric: *mut ffi::fid_fabric,
-    _info: *mut ffi::fi_info,
-    _pep: *mut *mut ffi::fid_pep,
-    _context: *mut c_void,
-) -> c_int {
-    // Passive endpoints are for connection-oriented (FI_EP_MSG) endpoints only.
-    ffi_guard("fi_passive_ep", || ret::ENOSYS)
-}
-
 unsafe extern "C" fn fabric_eq_open(
     fabric: *mut ffi::fid_fabric,
     attr: *mut ffi::fi_eq_attr,
@@ -178,15 +169,6 @@ unsafe extern "C" fn fabric_eq_open(
         // SAFETY: attr and eq come from the application's fi_eq_open.
         unsafe { eq::open(&f.inner, f.fid.api_version, attr, eq, context) }
     })
-}
-
-unsafe extern "C" fn fabric_wait_open(
-    _fabric: *mut ffi::fid_fabric,
-    _attr: *mut ffi::fi_wait_attr,
-    _waitset: *mut *mut ffi::fid_wait,
-) -> c_int {
-    // Wait sets are deprecated in 2.x; not planned.
-    ffi_guard("fi_wait_open", || ret::ENOSYS)
 }
 
 /// `fi_trywait`: 0 when the application may block on the wait objects of

@@ -20,6 +20,7 @@ use std::sync::Arc;
 use crate::base::ffi::{self, ret};
 use crate::base::fid::{self, ParentRef};
 use crate::base::guard::ffi_guard;
+use crate::base::unsupported;
 use crate::state::DomainState;
 
 /// Access bits a registration may ask for.
@@ -95,11 +96,11 @@ static MR_FI_OPS: ffi::fi_ops = ffi::fi_ops {
     size: size_of::<ffi::fi_ops>(),
     close: Some(mr_close),
     // fi_mr_bind/FI_ENABLE are for FI_MR_ENDPOINT, which we never require.
-    bind: Some(fid::no_bind),
-    control: Some(fid::no_control),
-    ops_open: Some(fid::no_ops_open),
-    tostr: Some(fid::no_tostr),
-    ops_set: Some(fid::no_ops_set),
+    bind: Some(unsupported::fi_bind),
+    control: Some(unsupported::fi_control),
+    ops_open: Some(unsupported::fi_open_ops),
+    tostr: Some(unsupported::fi_tostr),
+    ops_set: Some(unsupported::fi_set_ops),
 };
 
 /// One registration request, whichever call it came from.

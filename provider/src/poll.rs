@@ -28,6 +28,7 @@ use parking_lot::Mutex;
 use crate::base::ffi::{self, ret};
 use crate::base::fid::{self, ParentRef};
 use crate::base::guard::ffi_guard;
+use crate::base::unsupported;
 use crate::cntr::{self, CntrInner};
 use crate::cq::{self, CqInner};
 use crate::state::DomainState;
@@ -73,11 +74,11 @@ impl Member {
 static POLL_FI_OPS: ffi::fi_ops = ffi::fi_ops {
     size: size_of::<ffi::fi_ops>(),
     close: Some(poll_close),
-    bind: Some(fid::no_bind),
-    control: Some(fid::no_control),
-    ops_open: Some(fid::no_ops_open),
-    tostr: Some(fid::no_tostr),
-    ops_set: Some(fid::no_ops_set),
+    bind: Some(unsupported::fi_bind),
+    control: Some(unsupported::fi_control),
+    ops_open: Some(unsupported::fi_open_ops),
+    tostr: Some(unsupported::fi_tostr),
+    ops_set: Some(unsupported::fi_set_ops),
 };
 
 static POLL_OPS: ffi::fi_ops_poll = ffi::fi_ops_poll {

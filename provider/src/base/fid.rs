@@ -1,19 +1,19 @@
 //! What every libfabric object (fid) of ours shares: recognising our objects
 //! in pointers applications hand back, parent/child reference counting, and
-//! the `-FI_ENOSYS` stubs for `struct fi_ops` entries an object does not
-//! implement.
+//! freeing them at `fi_close`.
 //!
 //! Object layout: each object is a `#[repr(C)]` struct whose first field is
 //! the libfabric `fid_*` struct (itself starting with `struct fid`), so the
 //! `fid` pointer the application holds is the address of our object.
 
-use std::os::raw::{c_char, c_int, c_void};
+use std::os::raw::{c_int, c_void};
 use std::ptr;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
 use crate::base::ffi::{self, ret};
 use crate::base::guard::ffi_guard;
+use crate::base::unsupported;
 
 /// Recover our object `T` from a fid pointer.
 ///
@@ -95,56 +95,6 @@ pub fn check_no_children(children: &Children) -> Result<(), usize> {
     }
 }
 
-// `struct fi_ops` entries not implemented by an object. They ignore their
-// arguments, so any values are safe to pass (the `# Safety` sections below
-// only satisfy the unsafe-fn convention of the ops tables).
-
-/// # Safety
-/// None: the arguments are ignored.
-pub unsafe extern "C" fn no_bind(_fid: *mut ffi::fid, _bfid: *mut ffi::fid, _flags: u64) -> c_int {
-    ffi_guard("fi_bind", || ret::ENOSYS)
-}
-
-/// # Safety
-/// None: the arguments are ignored.
-pub unsafe extern "C" fn no_control(
-    _fid: *mut ffi::fid,
-    _command: c_int,
-    _arg: *mut c_void,
-) -> c_int {
-    ffi_guard("fi_control", || ret::ENOSYS)
-}
-
-/// # Safety
-/// None: the arguments are ignored.
-pub unsafe extern "C" fn no_ops_open(
-    _fid: *mut ffi::fid,
-    _name: *const c_char,
-    _flags: u64,
-    _ops: *mut *mut c_void,
-    _context: *mut c_void,
-) -> c_int {
-    ffi_guard("fi_open_ops", || ret::ENOSYS)
-}
-
-/// # Safety
-/// None: the arguments are ignored.
-pub unsafe extern "C" fn no_tostr(_fid: *const ffi::fid, _buf: *mut c_char, _len: usize) -> c_int {
-    ffi_guard("fi_tostr", || ret::ENOSYS)
-}
-
-/// # Safety
-/// None: the arguments are ignored.
-pub unsafe extern "C" fn no_ops_set(
-    _fid: *mut ffi::fid,
-    _name: *const c_char,
-    _flags: u64,
-    _ops: *mut c_void,
-    _context: *mut c_void,
-) -> c_int {
-    ffi_guard("fi_set_ops", || ret::ENOSYS)
-}
-
 /// Frees one of our objects at `fi_close`, leaving its fid pointing at
 /// [`CLOSED_OPS`]. Using an object after closing it is an application
 /// error that no provider can always catch (the memory may be reused), but
@@ -170,9 +120,9 @@ pub static CLOSED_OPS: ffi::fi_ops = ffi::fi_ops {
     close: Some(closed_close),
     bind: Some(closed_bind),
     control: Some(closed_control),
-    ops_open: Some(no_ops_open),
-    tostr: Some(no_tostr),
-    ops_set: Some(no_ops_set),
+    ops_open: Some(unsupported::fi_open_ops),
+    tostr: Some(unsupported::fi_tostr),
+    ops_set: Some(unsupported::fi_set_ops),
 };
 
 fn use_after_close(op: &str) -> c_int {
@@ -224,11 +174,11 @@ mod tests {
     static OPS: ffi::fi_ops = ffi::fi_ops {
         size: std::mem::size_of::<ffi::fi_ops>(),
         close: None,
-        bind: Some(no_bind),
-        control: Some(no_control),
-        ops_open: Some(no_ops_open),
-        tostr: Some(no_tostr),
-        ops_set: Some(no_ops_set),
+        bind: Some(unsupported::fi_bind),
+        control: Some(unsupported::fi_control),
+        ops_open: Some(unsupported::fi_open_ops),
+        tostr: Some(unsupported::fi_tostr),
+        ops_set: Some(unsupported::fi_set_ops),
     };
     static OTHER_OPS: ffi::fi_ops = ffi::fi_ops {
         size: 0,
@@ -255,36 +205,6 @@ mod tests {
             assert!(ours::<ffi::fid>(ptr::null(), fabric, &OPS).is_none());
             f.ops = ops_ptr(&OTHER_OPS);
             assert!(ours::<ffi::fid>(&f, fabric, &OPS).is_none());
-        }
-    }
-
-    #[test]
-    fn stubs_say_enosys() {
-        // SAFETY: the stubs ignore their arguments.
-        unsafe {
-            assert_eq!(no_bind(ptr::null_mut(), ptr::null_mut(), 0), ret::ENOSYS);
-            assert_eq!(no_control(ptr::null_mut(), 0, ptr::null_mut()), ret::ENOSYS);
-            assert_eq!(
-                no_ops_open(
-                    ptr::null_mut(),
-                    ptr::null(),
-                    0,
-                    ptr::null_mut(),
-                    ptr::null_mut()
-                ),
-                ret::ENOSYS
-            );
-            assert_eq!(no_tostr(ptr::null(), ptr::null_mut(), 0), ret::ENOSYS);
-            assert_eq!(
-                no_ops_set(
-                    ptr::null_mut(),
-                    ptr::null(),
-                    0,
-                    ptr::null_mut(),
-                    ptr::null_mut()
-                ),
-                ret::ENOSYS
-            );
         }
     }
 }

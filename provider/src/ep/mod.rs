@@ -7,7 +7,6 @@
 //! it lets go, honouring selective completion.
 
 mod data;
-mod unsupported;
 
 use std::mem::size_of;
 use std::os::raw::{c_int, c_void};
@@ -23,6 +22,7 @@ use crate::base::config::Config;
 use crate::base::ffi::{self, ret};
 use crate::base::fid::{self, ParentRef};
 use crate::base::guard::ffi_guard;
+use crate::base::unsupported;
 use crate::cntr::{self, CntrInner};
 use crate::cq::{self, Completion, CompletionError, CqInner};
 use crate::eq::{self, EqInner};
@@ -79,9 +79,9 @@ static EP_FI_OPS: ffi::fi_ops = ffi::fi_ops {
     close: Some(ep_close),
     bind: Some(ep_bind),
     control: Some(ep_control),
-    ops_open: Some(fid::no_ops_open),
-    tostr: Some(fid::no_tostr),
-    ops_set: Some(fid::no_ops_set),
+    ops_open: Some(unsupported::fi_open_ops),
+    tostr: Some(unsupported::fi_tostr),
+    ops_set: Some(unsupported::fi_set_ops),
 };
 
 static EP_OPS: ffi::fi_ops_ep = ffi::fi_ops_ep {
@@ -89,23 +89,23 @@ static EP_OPS: ffi::fi_ops_ep = ffi::fi_ops_ep {
     cancel: Some(ep_cancel),
     getopt: Some(ep_getopt),
     setopt: Some(ep_setopt),
-    tx_ctx: Some(ep_tx_ctx),
-    rx_ctx: Some(ep_rx_ctx),
-    rx_size_left: Some(ep_size_left),
-    tx_size_left: Some(ep_size_left),
+    tx_ctx: Some(unsupported::fi_tx_context),
+    rx_ctx: Some(unsupported::fi_rx_context),
+    rx_size_left: Some(unsupported::fi_rx_size_left),
+    tx_size_left: Some(unsupported::fi_tx_size_left),
 };
 
 static EP_CM_OPS: ffi::fi_ops_cm = ffi::fi_ops_cm {
     size: size_of::<ffi::fi_ops_cm>(),
-    setname: Some(cm_setname),
+    setname: Some(unsupported::fi_setname),
     getname: Some(cm_getname),
-    getpeer: Some(cm_getpeer),
-    connect: Some(cm_connect),
-    listen: Some(cm_listen),
-    accept: Some(cm_accept),
-    reject: Some(cm_reject),
-    shutdown: Some(cm_shutdown),
-    join: Some(cm_join),
+    getpeer: Some(unsupported::fi_getpeer),
+    connect: Some(unsupported::fi_connect),
+    listen: Some(unsupported::fi_listen),
+    accept: Some(unsupported::fi_accept),
+    reject: Some(unsupported::fi_reject),
+    shutdown: Some(unsupported::fi_shutdown),
+    join: Some(unsupported::fi_join),
 };
 
 /// Protocol tunables from the provider configuration.
@@ -715,30 +715,6 @@ unsafe extern "C" fn ep_setopt(
     })
 }
 
-unsafe extern "C" fn ep_tx_ctx(
-    _sep: *mut ffi::fid_ep,
-    _index: c_int,
-    _attr: *mut ffi::fi_tx_attr,
-    _tx: *mut *mut ffi::fid_ep,
-    _context: *mut c_void,
-) -> c_int {
-    ret::ENOSYS
-}
-
-unsafe extern "C" fn ep_rx_ctx(
-    _sep: *mut ffi::fid_ep,
-    _index: c_int,
-    _attr: *mut ffi::fi_rx_attr,
-    _rx: *mut *mut ffi::fid_ep,
-    _context: *mut c_void,
-) -> c_int {
-    ret::ENOSYS
-}
-
-unsafe extern "C" fn ep_size_left(_ep: *mut ffi::fid_ep) -> isize {
-    ret::ENOSYS as isize
-}
-
 // --- fi_ops_cm ----------------------------------------------------------------------
 
 unsafe extern "C" fn cm_getname(
@@ -770,63 +746,6 @@ unsafe extern "C" fn cm_getname(
         }
         ret::SUCCESS
     })
-}
-
-unsafe extern "C" fn cm_setname(_fid: *mut ffi::fid, _addr: *mut c_void, _addrlen: usize) -> c_int {
-    tracing::info!("fi_setname: an endpoint's address is fixed when it is opened (use src_addr)");
-    ret::ENOSYS
-}
-
-unsafe extern "C" fn cm_getpeer(
-    _ep: *mut ffi::fid_ep,
-    _addr: *mut c_void,
-    _addrlen: *mut usize,
-) -> c_int {
-    ret::ENOSYS
-}
-
-unsafe extern "C" fn cm_listen(_pep: *mut ffi::fid_pep) -> c_int {
-    ret::ENOSYS
-}
-
-unsafe extern "C" fn cm_connect(
-    _ep: *mut ffi::fid_ep,
-    _addr: *const c_void,
-    _param: *const c_void,
-    _paramlen: usize,
-) -> c_int {
-    ret::ENOSYS
-}
-
-unsafe extern "C" fn cm_accept(
-    _ep: *mut ffi::fid_ep,
-    _param: *const c_void,
-    _paramlen: usize,
-) -> c_int {
-    ret::ENOSYS
-}
-
-unsafe extern "C" fn cm_reject(
-    _pep: *mut ffi::fid_pep,
-    _handle: ffi::fid_t,
-    _param: *const c_void,
-    _paramlen: usize,
-) -> c_int {
-    ret::ENOSYS
-}
-
-unsafe extern "C" fn cm_shutdown(_ep: *mut ffi::fid_ep, _flags: u64) -> c_int {
-    ret::ENOSYS
-}
-
-unsafe extern "C" fn cm_join(
-    _ep: *mut ffi::fid_ep,
-    _addr: *const c_void,
-    _flags: u64,
-    _mc: *mut *mut ffi::fid_mc,
-    _context: *mut c_void,
-) -> c_int {
-    ret::ENOSYS
 }
 
 #[cfg(test)]
