@@ -23,6 +23,7 @@
 
 use std::collections::HashMap;
 use std::ffi::CStr;
+use std::fmt;
 use std::mem::size_of;
 use std::os::raw::{c_char, c_int, c_void};
 use std::ptr;
@@ -32,10 +33,10 @@ use parking_lot::{Mutex, RwLock};
 use unimem_mailbox::{JobId, MailboxAddr};
 
 use crate::base::ffi::{self, ret, FI_ADDR_NOTAVAIL};
-use crate::base::fid::{self, Children, Parent, ParentRef};
+use crate::base::fid::{self, Bind, Children, FiObject, FidObject, Parent, ParentRef};
 use crate::base::guard::{ffi_guard, ffi_guard_or};
 use crate::base::unsupported;
-use crate::eq::{self, EqError, EqInner};
+use crate::eq::{Eq, EqError, EqInner};
 use crate::info::addr;
 use crate::info::getinfo;
 use crate::state::DomainState;
@@ -108,12 +109,7 @@ impl Table {
 }
 
 /// Our `struct fid_av`.
-#[repr(C)]
-pub struct Av {
-    /// Must stay first: applications hold a pointer to it.
-    fid: ffi::fid_av,
-    inner: Arc<AvInner>,
-}
+pub type Av = FidObject<AvInner>;
 
 /// State shared with the endpoints bound to the AV.
 #[derive(Debug)]
@@ -277,14 +273,59 @@ fn parse_addr(text: &[u8]) -> Result<MailboxAddr, c_int> {
 }
 
 static AV_FI_OPS: ffi::fi_ops = ffi::fi_ops {
-    size: size_of::<ffi::fi_ops>(),
-    close: Some(av_close),
-    bind: Some(av_bind),
-    control: Some(unsupported::fi_control),
-    ops_open: Some(unsupported::fi_open_ops),
-    tostr: Some(unsupported::fi_tostr),
-    ops_set: Some(unsupported::fi_set_ops),
+    bind: Some(fid::bind::<AvInner>),
+    ..fid::fi_ops::<AvInner>()
 };
+
+// SAFETY: fid_av starts with its struct fid.
+unsafe impl FiObject for AvInner {
+    type Fid = ffi::fid_av;
+    const CLASS: u32 = ffi::FI_CLASS_AV;
+    const KIND: &'static str = "address vector";
+    const FI_OPS: &'static ffi::fi_ops = &AV_FI_OPS;
+
+    fn warn(args: fmt::Arguments<'_>) {
+        tracing::warn!("{args}");
+    }
+
+    fn on_close(av: &Av) -> Result<(), c_int> {
+        if let Err(n) = fid::check_no_children(av.inner.children()) {
+            tracing::warn!("fi_close(av): still bound to {n} endpoint(s)");
+            return Err(ret::EBUSY);
+        }
+        // Dropping it releases the domain and the EQ.
+        tracing::debug!("av {av:p} closed");
+        Ok(())
+    }
+}
+
+impl Bind for AvInner {
+    unsafe fn bind(av: &Av, bfid: *mut ffi::fid, flags: u64) -> c_int {
+        let av = &av.inner;
+        if flags != 0 {
+            tracing::warn!("fi_av_bind: flags must be 0 (got {flags:#x})");
+            return ret::EBADFLAGS;
+        }
+        // SAFETY: bfid comes from the application.
+        let Some(eq) = (unsafe { Eq::state_of(bfid) }) else {
+            tracing::warn!("fi_av_bind: only a unimem EQ can be bound to an AV");
+            return ret::EINVAL;
+        };
+        if !av.events {
+            tracing::warn!(
+                "fi_av_bind: the AV was opened without FI_EVENT (inserts are synchronous)"
+            );
+            return ret::EINVAL;
+        }
+        let mut slot = av.eq.lock();
+        if slot.is_some() {
+            tracing::warn!("fi_av_bind: an EQ is already bound");
+            return ret::EINVAL;
+        }
+        *slot = Some(ParentRef::new(&eq));
+        ret::SUCCESS
+    }
+}
 
 static AV_OPS: ffi::fi_ops_av = ffi::fi_ops_av {
     size: size_of::<ffi::fi_ops_av>(),
@@ -342,11 +383,7 @@ pub unsafe fn open(
     let job = JobId::from_name(&domain.config().job);
     let obj = Box::new(Av {
         fid: ffi::fid_av {
-            fid: ffi::fid {
-                fclass: ffi::FI_CLASS_AV as usize,
-                context,
-                ops: fid::ops_ptr(&AV_FI_OPS),
-            },
+            fid: Av::header(context),
             ops: fid::ops_ptr(&AV_OPS),
         },
         inner: Arc::new(AvInner {
@@ -363,91 +400,19 @@ pub unsafe fn open(
             children: Children::default(),
         }),
     });
-    let obj = Box::into_raw(obj);
+    // SAFETY: av is non-NULL (checked).
+    let obj = unsafe { obj.install(av) };
     tracing::debug!("av {obj:p} opened (job {job})");
-    // SAFETY: av is non-NULL (checked); Av is repr(C) with the fid first.
-    unsafe { *av = obj as *mut ffi::fid_av };
     ret::SUCCESS
 }
 
-/// Our AV behind `fid`, or None (with a warning) if it is not one.
+/// The state of our AV behind `av`, or None (with a warning).
 ///
 /// # Safety
-/// `fid` must be NULL or a live `struct fid`.
-unsafe fn av_of<'a>(fid: *const ffi::fid, op: &str) -> Option<&'a AvInner> {
-    // SAFETY: guaranteed by the caller; `ours` checks class and ops table.
-    let a = unsafe { fid::ours::<Av>(fid, ffi::FI_CLASS_AV as usize, &AV_FI_OPS) };
-    if a.is_none() {
-        tracing::warn!("{op}: not a unimem address vector");
-    }
-    // SAFETY: a recognised AV stays alive until fi_close.
-    a.map(|p| unsafe { &*(*p).inner })
-}
-
-/// The shared state of our AV behind `fid` (given to `fi_ep_bind`), or
-/// None if `fid` is not one of our AVs.
-///
-/// # Safety
-/// `fid` must be NULL or a live `struct fid`.
-pub unsafe fn inner_of(fid: *const ffi::fid) -> Option<Arc<AvInner>> {
-    // SAFETY: guaranteed by the caller; `ours` checks class and ops table.
-    let a = unsafe { fid::ours::<Av>(fid, ffi::FI_CLASS_AV as usize, &AV_FI_OPS) }?;
-    // SAFETY: a recognised AV stays alive until fi_close.
-    Some(Arc::clone(unsafe { &(*a).inner }))
-}
-
-impl Av {
-    pub fn inner(&self) -> &Arc<AvInner> {
-        &self.inner
-    }
-}
-
-unsafe extern "C" fn av_close(fid: *mut ffi::fid) -> c_int {
-    ffi_guard("fi_close(av)", || {
-        // SAFETY: fid comes from the application's fi_close.
-        let Some(av) = (unsafe { av_of(fid, "fi_close") }) else {
-            return ret::EINVAL;
-        };
-        if let Err(n) = fid::check_no_children(av.children()) {
-            tracing::warn!("fi_close(av): still bound to {n} endpoint(s)");
-            return ret::EBUSY;
-        }
-        tracing::debug!("av {fid:p} closed");
-        // SAFETY: from Box::into_raw in open(); dropping it releases the domain and EQ.
-        unsafe { fid::free_closed::<Av>(fid) };
-        ret::SUCCESS
-    })
-}
-
-unsafe extern "C" fn av_bind(fid: *mut ffi::fid, bfid: *mut ffi::fid, flags: u64) -> c_int {
-    ffi_guard("fi_av_bind", || {
-        // SAFETY: fid comes from the application.
-        let Some(av) = (unsafe { av_of(fid, "fi_av_bind") }) else {
-            return ret::EINVAL;
-        };
-        if flags != 0 {
-            tracing::warn!("fi_av_bind: flags must be 0 (got {flags:#x})");
-            return ret::EBADFLAGS;
-        }
-        // SAFETY: bfid comes from the application.
-        let Some(eq) = (unsafe { eq::inner_of(bfid) }) else {
-            tracing::warn!("fi_av_bind: only a unimem EQ can be bound to an AV");
-            return ret::EINVAL;
-        };
-        if !av.events {
-            tracing::warn!(
-                "fi_av_bind: the AV was opened without FI_EVENT (inserts are synchronous)"
-            );
-            return ret::EINVAL;
-        }
-        let mut slot = av.eq.lock();
-        if slot.is_some() {
-            tracing::warn!("fi_av_bind: an EQ is already bound");
-            return ret::EINVAL;
-        }
-        *slot = Some(ParentRef::new(&eq));
-        ret::SUCCESS
-    })
+/// `av` must be NULL or a live `struct fid_av`.
+unsafe fn av_of<'a>(av: *mut ffi::fid_av, op: &str) -> Option<&'a AvInner> {
+    // SAFETY: forwarded from the caller.
+    unsafe { Av::from_ptr(av, op) }.map(|av| &*av.inner)
 }
 
 unsafe extern "C" fn av_insert(
@@ -460,7 +425,7 @@ unsafe extern "C" fn av_insert(
 ) -> c_int {
     ffi_guard("fi_av_insert", || {
         // SAFETY: fid_av starts with its fid (application's pointer).
-        let Some(inner) = (unsafe { av_of(av as *const ffi::fid, "fi_av_insert") }) else {
+        let Some(inner) = (unsafe { av_of(av, "fi_av_insert") }) else {
             return ret::EINVAL;
         };
         if let Err(rc) = inner.check_insert(flags, context, "fi_av_insert") {
@@ -494,7 +459,7 @@ unsafe extern "C" fn av_insertsvc(
 ) -> c_int {
     ffi_guard("fi_av_insertsvc", || {
         // SAFETY: fid_av starts with its fid (application's pointer).
-        let Some(inner) = (unsafe { av_of(av as *const ffi::fid, "fi_av_insertsvc") }) else {
+        let Some(inner) = (unsafe { av_of(av, "fi_av_insertsvc") }) else {
             return ret::EINVAL;
         };
         if let Err(rc) = inner.check_insert(flags, context, "fi_av_insertsvc") {
@@ -535,7 +500,7 @@ unsafe extern "C" fn av_insertsym(
 ) -> c_int {
     ffi_guard("fi_av_insertsym", || {
         // SAFETY: fid_av starts with its fid (application's pointer).
-        let Some(inner) = (unsafe { av_of(av as *const ffi::fid, "fi_av_insertsym") }) else {
+        let Some(inner) = (unsafe { av_of(av, "fi_av_insertsym") }) else {
             return ret::EINVAL;
         };
         if let Err(rc) = inner.check_insert(flags, context, "fi_av_insertsym") {
@@ -586,7 +551,7 @@ unsafe extern "C" fn av_remove(
 ) -> c_int {
     ffi_guard("fi_av_remove", || {
         // SAFETY: fid_av starts with its fid (application's pointer).
-        let Some(inner) = (unsafe { av_of(av as *const ffi::fid, "fi_av_remove") }) else {
+        let Some(inner) = (unsafe { av_of(av, "fi_av_remove") }) else {
             return ret::EINVAL;
         };
         if flags != 0 {
@@ -646,7 +611,7 @@ unsafe extern "C" fn av_lookup(
 ) -> c_int {
     ffi_guard("fi_av_lookup", || {
         // SAFETY: fid_av starts with its fid (application's pointer).
-        let Some(inner) = (unsafe { av_of(av as *const ffi::fid, "fi_av_lookup") }) else {
+        let Some(inner) = (unsafe { av_of(av, "fi_av_lookup") }) else {
             return ret::EINVAL;
         };
         // SAFETY: addrlen is NULL or a writable size_t (API contract).
@@ -676,7 +641,7 @@ unsafe extern "C" fn av_straddr(
 ) -> *const c_char {
     ffi_guard_or("fi_av_straddr", ptr::null(), || {
         // SAFETY: fid_av starts with its fid (application's pointer).
-        if unsafe { av_of(av as *const ffi::fid, "fi_av_straddr") }.is_none() {
+        if unsafe { av_of(av, "fi_av_straddr") }.is_none() {
             return ptr::null();
         }
         // SAFETY: len is NULL or a writable size_t (API contract).
@@ -794,7 +759,7 @@ mod tests {
             assert_eq!(n, 3);
             assert_eq!(out, [0, FI_ADDR_NOTAVAIL, 1, 2]);
 
-            let inner = inner_of(av as *const ffi::fid).unwrap();
+            let inner = Av::state_of(av as *const ffi::fid).unwrap();
             assert_eq!(inner.lookup(1), Some(peer(11, 2)));
             assert_eq!(inner.reverse_lookup(&peer(10, 1)), Some(0));
             assert_eq!(inner.lookup(2).unwrap().to_string(), svc);
@@ -996,7 +961,7 @@ mod tests {
             assert_eq!(close(av as *mut ffi::fid), 0);
             assert_eq!(close(dom as *mut ffi::fid), 0);
             assert_eq!(close(fab as *mut ffi::fid), 0);
-            assert_eq!(av_close(ptr::null_mut()), ret::EINVAL);
+            assert_eq!(fid::close::<AvInner>(ptr::null_mut()), ret::EINVAL);
         }
     }
 }

@@ -21,6 +21,7 @@
 //!   application's API version (1.0, 1.5, or 1.20 with `src_addr`).
 
 use std::collections::VecDeque;
+use std::fmt;
 use std::mem::{offset_of, size_of};
 use std::os::raw::{c_char, c_int, c_void};
 use std::ptr;
@@ -31,9 +32,8 @@ use parking_lot::Mutex;
 
 use crate::base::errdata;
 use crate::base::ffi::{self, ret};
-use crate::base::fid::{self, Children, Parent, ParentRef};
+use crate::base::fid::{self, Children, Control, FiObject, FidObject, Parent, ParentRef};
 use crate::base::guard::{ffi_guard, ffi_guard_or};
-use crate::base::unsupported;
 use crate::state::progress::ProgressList;
 use crate::state::DomainState;
 use crate::wait::{self, Backoff, Deadline, IdlePolls, IdleYield};
@@ -289,12 +289,7 @@ unsafe fn put(format: ffi::fi_cq_format, buf: *mut c_void, i: usize, c: &Complet
 }
 
 /// Our `struct fid_cq`.
-#[repr(C)]
-pub struct Cq {
-    /// Must stay first: applications hold a pointer to it.
-    fid: ffi::fid_cq,
-    inner: Arc<CqInner>,
-}
+pub type Cq = FidObject<CqInner>;
 
 /// State shared with the endpoints bound to the CQ.
 #[derive(Debug)]
@@ -432,14 +427,41 @@ impl CqInner {
 }
 
 static CQ_FI_OPS: ffi::fi_ops = ffi::fi_ops {
-    size: size_of::<ffi::fi_ops>(),
-    close: Some(cq_close),
-    bind: Some(unsupported::fi_bind),
-    control: Some(cq_control),
-    ops_open: Some(unsupported::fi_open_ops),
-    tostr: Some(unsupported::fi_tostr),
-    ops_set: Some(unsupported::fi_set_ops),
+    control: Some(fid::control::<CqInner>),
+    ..fid::fi_ops::<CqInner>()
 };
+
+// SAFETY: fid_cq starts with its struct fid.
+unsafe impl FiObject for CqInner {
+    type Fid = ffi::fid_cq;
+    const CLASS: u32 = ffi::FI_CLASS_CQ;
+    const KIND: &'static str = "completion queue";
+    const FI_OPS: &'static ffi::fi_ops = &CQ_FI_OPS;
+
+    fn warn(args: fmt::Arguments<'_>) {
+        tracing::warn!("{args}");
+    }
+
+    fn on_close(cq: &Cq) -> Result<(), c_int> {
+        if let Err(n) = fid::check_no_children(cq.inner.children()) {
+            tracing::warn!("fi_close(cq): still bound to {n} endpoint(s) or poll set(s)");
+            return Err(ret::EBUSY);
+        }
+        // Dropping it releases the domain.
+        tracing::debug!("cq {cq:p} closed");
+        Ok(())
+    }
+}
+
+impl Control for CqInner {
+    unsafe fn control(cq: &Cq, command: c_int, arg: *mut c_void) -> c_int {
+        // SAFETY: arg is what the command expects (caller).
+        unsafe { wait::polled_control(cq.inner.wait_obj, command, arg) }.unwrap_or_else(|r| {
+            tracing::warn!("fi_control(cq, {command}): {}", r.reason);
+            r.code
+        })
+    }
+}
 
 static CQ_OPS: ffi::fi_ops_cq = ffi::fi_ops_cq {
     size: size_of::<ffi::fi_ops_cq>(),
@@ -513,11 +535,7 @@ pub unsafe fn open(
     let size = if a.size == 0 { config.cq_size } else { a.size };
     let obj = Box::new(Cq {
         fid: ffi::fid_cq {
-            fid: ffi::fid {
-                fclass: ffi::FI_CLASS_CQ as usize,
-                context,
-                ops: fid::ops_ptr(&CQ_FI_OPS),
-            },
+            fid: Cq::header(context),
             ops: fid::ops_ptr(&CQ_OPS),
         },
         inner: Arc::new(CqInner {
@@ -539,37 +557,10 @@ pub unsafe fn open(
             children: Children::default(),
         }),
     });
-    let obj = Box::into_raw(obj);
+    // SAFETY: cq is non-NULL (checked).
+    let obj = unsafe { obj.install(cq) };
     tracing::debug!("cq {obj:p} opened: format {format}, size {size}");
-    // SAFETY: cq is non-NULL (checked); Cq is repr(C) with the fid first.
-    unsafe { *cq = obj as *mut ffi::fid_cq };
     ret::SUCCESS
-}
-
-/// Our CQ behind `fid`, or None (with a warning) if it is not one.
-///
-/// # Safety
-/// `fid` must be NULL or a live `struct fid`.
-unsafe fn cq_of<'a>(fid: *const ffi::fid, op: &str) -> Option<&'a Cq> {
-    // SAFETY: guaranteed by the caller; `ours` checks class and ops table.
-    let c = unsafe { fid::ours::<Cq>(fid, ffi::FI_CLASS_CQ as usize, &CQ_FI_OPS) };
-    if c.is_none() {
-        tracing::warn!("{op}: not a unimem completion queue");
-    }
-    // SAFETY: a recognised CQ stays alive until fi_close.
-    c.map(|p| unsafe { &*p })
-}
-
-/// The shared state of our CQ behind `fid` (e.g. given to `fi_ep_bind`),
-/// or None if `fid` is not one of our CQs.
-///
-/// # Safety
-/// `fid` must be NULL or a live `struct fid`.
-pub unsafe fn inner_of(fid: *const ffi::fid) -> Option<Arc<CqInner>> {
-    // SAFETY: guaranteed by the caller; `ours` checks class and ops table.
-    let c = unsafe { fid::ours::<Cq>(fid, ffi::FI_CLASS_CQ as usize, &CQ_FI_OPS) }?;
-    // SAFETY: a recognised CQ stays alive until fi_close.
-    Some(Arc::clone(unsafe { &(*c).inner }))
 }
 
 /// `fi_trywait` on `fid`: None if it is not our CQ; otherwise
@@ -579,49 +570,12 @@ pub unsafe fn inner_of(fid: *const ffi::fid) -> Option<Arc<CqInner>> {
 /// `fid` must be NULL or a live `struct fid`.
 pub unsafe fn trywait(fid: *const ffi::fid) -> Option<c_int> {
     // SAFETY: guaranteed by the caller.
-    let inner = unsafe { inner_of(fid) }?;
+    let inner = &unsafe { Cq::find(fid) }?.inner;
     inner.progress.run();
     Some(if inner.is_empty() {
         ret::SUCCESS
     } else {
         ret::EAGAIN
-    })
-}
-
-impl Cq {
-    pub fn inner(&self) -> &Arc<CqInner> {
-        &self.inner
-    }
-}
-
-unsafe extern "C" fn cq_close(fid: *mut ffi::fid) -> c_int {
-    ffi_guard("fi_close(cq)", || {
-        // SAFETY: fid comes from the application's fi_close.
-        let Some(cq) = (unsafe { cq_of(fid, "fi_close") }) else {
-            return ret::EINVAL;
-        };
-        if let Err(n) = fid::check_no_children(cq.inner.children()) {
-            tracing::warn!("fi_close(cq): still bound to {n} endpoint(s) or poll set(s)");
-            return ret::EBUSY;
-        }
-        tracing::debug!("cq {fid:p} closed");
-        // SAFETY: from Box::into_raw in open(); dropping it releases the domain.
-        unsafe { fid::free_closed::<Cq>(fid) };
-        ret::SUCCESS
-    })
-}
-
-unsafe extern "C" fn cq_control(fid: *mut ffi::fid, command: c_int, arg: *mut c_void) -> c_int {
-    ffi_guard("fi_control(cq)", || {
-        // SAFETY: fid comes from the application.
-        let Some(cq) = (unsafe { cq_of(fid, "fi_control") }) else {
-            return ret::EINVAL;
-        };
-        // SAFETY: arg is what the command expects (application contract).
-        unsafe { wait::polled_control(cq.inner.wait_obj, command, arg) }.unwrap_or_else(|r| {
-            tracing::warn!("fi_control(cq, {command}): {}", r.reason);
-            r.code
-        })
     })
 }
 
@@ -636,7 +590,7 @@ unsafe fn readable<'a>(
     op: &str,
 ) -> Result<&'a CqInner, isize> {
     // SAFETY: fid_cq starts with its fid (caller).
-    let Some(c) = (unsafe { cq_of(cq as *const ffi::fid, op) }) else {
+    let Some(c) = (unsafe { Cq::from_ptr(cq, op) }) else {
         return Err(ret::EINVAL as isize);
     };
     if buf.is_null() && count > 0 {
@@ -705,7 +659,7 @@ unsafe extern "C" fn cq_readerr(
 ) -> isize {
     ffi_guard_or("fi_cq_readerr", ret::EOTHER as isize, || {
         // SAFETY: cq comes from the application.
-        let Some(c) = (unsafe { cq_of(cq as *const ffi::fid, "fi_cq_readerr") }) else {
+        let Some(c) = (unsafe { Cq::from_ptr(cq, "fi_cq_readerr") }) else {
             return ret::EINVAL as isize;
         };
         if buf.is_null() {
@@ -723,7 +677,7 @@ unsafe extern "C" fn cq_readerr(
 unsafe extern "C" fn cq_signal(cq: *mut ffi::fid_cq) -> c_int {
     ffi_guard("fi_cq_signal", || {
         // SAFETY: cq comes from the application.
-        let Some(c) = (unsafe { cq_of(cq as *const ffi::fid, "fi_cq_signal") }) else {
+        let Some(c) = (unsafe { Cq::from_ptr(cq, "fi_cq_signal") }) else {
             return ret::EINVAL;
         };
         c.inner.signal();
@@ -1051,13 +1005,13 @@ pub(crate) mod tests {
         let cq = open_cq(dom, &mut attr).unwrap();
         // SAFETY: cq, dom and fab are live objects of ours.
         unsafe {
-            let inner = inner_of(cq as *const ffi::fid).unwrap();
+            let inner = Cq::state_of(cq as *const ffi::fid).unwrap();
             assert_eq!(inner.format(), ffi::FI_CQ_FORMAT_CONTEXT);
             assert_eq!(
                 inner.size(),
                 crate::base::config::Config::defaults().cq_size
             );
-            assert!(inner_of(dom as *const ffi::fid).is_none());
+            assert!(Cq::state_of(dom as *const ffi::fid).is_none());
             drop(inner);
             let mut obj = 0u32;
             let control = (*(*cq).fid.ops).control.unwrap();
@@ -1082,7 +1036,7 @@ pub(crate) mod tests {
             assert_eq!(close(cq as *mut ffi::fid), 0);
             assert_eq!(close(dom as *mut ffi::fid), 0);
             assert_eq!(close(fab as *mut ffi::fid), 0);
-            assert_eq!(cq_close(ptr::null_mut()), ret::EINVAL);
+            assert_eq!(fid::close::<CqInner>(ptr::null_mut()), ret::EINVAL);
         }
     }
 
@@ -1104,7 +1058,7 @@ pub(crate) mod tests {
         };
         let cq = open_cq(dom, &mut attr).unwrap();
         // SAFETY: cq is a live CQ of ours.
-        let inner = unsafe { inner_of(cq as *const ffi::fid) }.unwrap();
+        let inner = unsafe { Cq::state_of(cq as *const ffi::fid) }.unwrap();
         let bound = ParentRef::new(&inner);
         let ep: Arc<dyn crate::state::progress::Progress> =
             Arc::new(Ep(Arc::clone(&inner), AtomicBool::new(false)));
@@ -1170,7 +1124,7 @@ pub(crate) mod tests {
             );
             assert!(t.elapsed() < Duration::from_secs(1));
 
-            let inner = inner_of(cq as *const ffi::fid).unwrap();
+            let inner = Cq::state_of(cq as *const ffi::fid).unwrap();
             let writer = std::thread::spawn(move || {
                 std::thread::sleep(Duration::from_millis(20));
                 inner.write(Completion::new(9 as *mut c_void, ffi::FI_RECV));

@@ -4,7 +4,7 @@
 use std::mem::size_of;
 use std::os::raw::{c_int, c_void};
 
-use super::{ep_of, EpInner};
+use super::{Ep, EpInner};
 use crate::base::ffi::{self, ret};
 use crate::base::guard::ffi_guard_or;
 use unimem_proto::endpoint::SendReq;
@@ -251,7 +251,7 @@ fn one(buf: *const c_void, len: usize) -> IovList {
 fn with_ep(op: &'static str, ep: *mut ffi::fid_ep, body: impl FnOnce(&EpInner) -> isize) -> isize {
     ffi_guard_or(op, ret::EOTHER as isize, || {
         // SAFETY: libfabric hands us an endpoint the application got from us.
-        match unsafe { ep_of(ep as *const ffi::fid, op) } {
+        match unsafe { Ep::from_ptr(ep, op) } {
             Some(ep) => body(&ep.inner),
             None => ret::EINVAL as isize,
         }

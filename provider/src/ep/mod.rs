@@ -8,6 +8,7 @@
 
 mod data;
 
+use std::fmt;
 use std::mem::size_of;
 use std::os::raw::{c_int, c_void};
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -17,15 +18,15 @@ use parking_lot::{Mutex, RwLock};
 use unimem_dma::{DmaRegion, RegionConfig, ShmDmaEngine};
 use unimem_mailbox::{JobId, MailboxAddr, Profile, ShmMailbox, ShmMailboxConfig};
 
-use crate::av::{self, AvInner};
+use crate::av::{Av, AvInner};
 use crate::base::config::Config;
 use crate::base::ffi::{self, ret};
-use crate::base::fid::{self, ParentRef};
+use crate::base::fid::{self, Bind, Control, FiObject, FidObject, ParentRef};
 use crate::base::guard::ffi_guard;
 use crate::base::unsupported;
-use crate::cntr::{self, CntrInner};
-use crate::cq::{self, Completion, CompletionError, CqInner};
-use crate::eq::{self, EqInner};
+use crate::cntr::{Cntr, CntrInner};
+use crate::cq::{Completion, CompletionError, Cq, CqInner};
+use crate::eq::{Eq, EqInner};
 use crate::state::progress::Progress;
 use crate::state::DomainState;
 use unimem_proto::{self as proto, ErrorKind, Event, ProtoConfig};
@@ -34,12 +35,7 @@ use unimem_proto::{self as proto, ErrorKind, Event, ProtoConfig};
 pub type Core = proto::Endpoint<ShmMailbox, ShmDmaEngine>;
 
 /// Our `struct fid_ep`.
-#[repr(C)]
-pub struct Ep {
-    /// Must stay first: applications hold a pointer to it.
-    fid: ffi::fid_ep,
-    inner: Arc<EpInner>,
-}
+pub type Ep = FidObject<EpInner>;
 
 /// What the endpoint is bound to.
 #[derive(Default)]
@@ -75,13 +71,9 @@ pub struct EpInner {
 }
 
 static EP_FI_OPS: ffi::fi_ops = ffi::fi_ops {
-    size: size_of::<ffi::fi_ops>(),
-    close: Some(ep_close),
-    bind: Some(ep_bind),
-    control: Some(ep_control),
-    ops_open: Some(unsupported::fi_open_ops),
-    tostr: Some(unsupported::fi_tostr),
-    ops_set: Some(unsupported::fi_set_ops),
+    bind: Some(fid::bind::<EpInner>),
+    control: Some(fid::control::<EpInner>),
+    ..fid::fi_ops::<EpInner>()
 };
 
 static EP_OPS: ffi::fi_ops_ep = ffi::fi_ops_ep {
@@ -284,11 +276,7 @@ pub unsafe fn open(
     let resolved = &domain.info;
     let obj = Box::new(Ep {
         fid: ffi::fid_ep {
-            fid: ffi::fid {
-                fclass: ffi::FI_CLASS_EP as usize,
-                context,
-                ops: fid::ops_ptr(&EP_FI_OPS),
-            },
+            fid: Ep::header(context),
             ops: fid::ops_ptr(&EP_OPS),
             cm: fid::ops_ptr(&EP_CM_OPS),
             msg: fid::ops_ptr(&data::MSG_OPS),
@@ -319,25 +307,40 @@ pub unsafe fn open(
         &*obj,
         obj.inner.core.lock().addr()
     );
-    // SAFETY: ep is non-NULL (checked); Ep is repr(C) with the fid first.
-    unsafe { *ep = Box::into_raw(obj) as *mut ffi::fid_ep };
+    // SAFETY: ep is non-NULL (checked).
+    unsafe { obj.install(ep) };
     ret::SUCCESS
 }
 
-/// Our endpoint behind a fid pointer, or `None` (with a warning).
-///
-/// # Safety
-/// `fid` must be NULL or point to a live `struct fid`.
-unsafe fn ep_of<'a>(fid: *const ffi::fid, op: &str) -> Option<&'a Ep> {
-    // SAFETY: forwarded contract; a match is the first field of a live Ep.
-    let ep = unsafe { fid::ours::<Ep>(fid, ffi::FI_CLASS_EP as usize, &EP_FI_OPS) };
-    match ep {
-        // SAFETY: `ours` checked class and ops table: it is one of our Eps.
-        Some(ep) => Some(unsafe { &*ep }),
-        None => {
-            tracing::warn!("{op}: not a unimem endpoint");
-            None
+// SAFETY: fid_ep starts with its struct fid.
+unsafe impl FiObject for EpInner {
+    type Fid = ffi::fid_ep;
+    const CLASS: u32 = ffi::FI_CLASS_EP;
+    const KIND: &'static str = "endpoint";
+    const FI_OPS: &'static ffi::fi_ops = &EP_FI_OPS;
+
+    fn warn(args: fmt::Arguments<'_>) {
+        tracing::warn!("{args}");
+    }
+
+    /// Leaves the progress lists of the CQs and counters it is bound to
+    /// (they hold the endpoint, which holds them: a cycle to break).
+    fn on_close(ep: &Ep) -> Result<(), c_int> {
+        let me: Arc<dyn Progress> = ep.inner.clone();
+        let setup = ep.inner.bindings.read();
+        let bindings = ep.inner.active.get().unwrap_or(&setup);
+        for cq in [&bindings.tx_cq, &bindings.rx_cq].into_iter().flatten() {
+            cq.progress().remove(&me);
         }
+        for cntr in [&bindings.send_cntr, &bindings.recv_cntr]
+            .into_iter()
+            .flatten()
+        {
+            cntr.progress().remove(&me);
+        }
+        drop(setup);
+        tracing::info!("endpoint {:p} closed", ep);
+        Ok(())
     }
 }
 
@@ -488,39 +491,8 @@ fn source_fi_addr(caps: u64, bindings: &Bindings, src: &MailboxAddr) -> ffi::fi_
 
 // --- fi_ops -------------------------------------------------------------------------
 
-unsafe extern "C" fn ep_close(fid: *mut ffi::fid) -> c_int {
-    ffi_guard("fi_close(ep)", || {
-        // SAFETY: libfabric hands us a fid the application got from us.
-        let Some(ep) = (unsafe { ep_of(fid, "fi_close(ep)") }) else {
-            return ret::EINVAL;
-        };
-        let me: Arc<dyn Progress> = ep.inner.clone();
-        let setup = ep.inner.bindings.read();
-        let bindings = ep.inner.active.get().unwrap_or(&setup);
-        for cq in [&bindings.tx_cq, &bindings.rx_cq].into_iter().flatten() {
-            cq.progress().remove(&me);
-        }
-        for cntr in [&bindings.send_cntr, &bindings.recv_cntr]
-            .into_iter()
-            .flatten()
-        {
-            cntr.progress().remove(&me);
-        }
-        drop(setup);
-        tracing::info!("endpoint {:p} closed", ep);
-        // SAFETY: the fid is the first field of a Box<Ep> we leaked in open;
-        // the application gives up its pointer with fi_close.
-        unsafe { fid::free_closed::<Ep>(fid) };
-        ret::SUCCESS
-    })
-}
-
-unsafe extern "C" fn ep_bind(fid: *mut ffi::fid, bfid: *mut ffi::fid, flags: u64) -> c_int {
-    ffi_guard("fi_ep_bind", || {
-        // SAFETY: libfabric hands us a fid the application got from us.
-        let Some(ep) = (unsafe { ep_of(fid, "fi_ep_bind") }) else {
-            return ret::EINVAL;
-        };
+impl Bind for EpInner {
+    unsafe fn bind(ep: &Ep, bfid: *mut ffi::fid, flags: u64) -> c_int {
         // SAFETY: bfid is NULL or a live fid (libfabric contract).
         let Some(class) = (unsafe { bfid.as_ref() }).map(|f| f.fclass as u32) else {
             tracing::warn!("fi_ep_bind: NULL object");
@@ -537,7 +509,7 @@ unsafe extern "C" fn ep_bind(fid: *mut ffi::fid, bfid: *mut ffi::fid, flags: u64
         match class {
             ffi::FI_CLASS_AV => {
                 // SAFETY: bfid is a live fid of class AV.
-                let Some(av) = (unsafe { av::inner_of(bfid) }) else {
+                let Some(av) = (unsafe { Av::state_of(bfid) }) else {
                     return ret::EINVAL;
                 };
                 if b.av.is_some() {
@@ -548,7 +520,7 @@ unsafe extern "C" fn ep_bind(fid: *mut ffi::fid, bfid: *mut ffi::fid, flags: u64
             }
             ffi::FI_CLASS_CQ => {
                 // SAFETY: bfid is a live fid of class CQ.
-                let Some(cq) = (unsafe { cq::inner_of(bfid) }) else {
+                let Some(cq) = (unsafe { Cq::state_of(bfid) }) else {
                     return ret::EINVAL;
                 };
                 let known = ffi::FI_TRANSMIT | ffi::FI_RECV | ffi::FI_SELECTIVE_COMPLETION;
@@ -569,7 +541,7 @@ unsafe extern "C" fn ep_bind(fid: *mut ffi::fid, bfid: *mut ffi::fid, flags: u64
             }
             ffi::FI_CLASS_CNTR => {
                 // SAFETY: bfid is a live fid of class CNTR.
-                let Some(cntr) = (unsafe { cntr::inner_of(bfid) }) else {
+                let Some(cntr) = (unsafe { Cntr::state_of(bfid) }) else {
                     return ret::EINVAL;
                 };
                 if flags & ffi::FI_SEND != 0 {
@@ -587,7 +559,7 @@ unsafe extern "C" fn ep_bind(fid: *mut ffi::fid, bfid: *mut ffi::fid, flags: u64
             }
             ffi::FI_CLASS_EQ => {
                 // SAFETY: bfid is a live fid of class EQ.
-                let Some(eq) = (unsafe { eq::inner_of(bfid) }) else {
+                let Some(eq) = (unsafe { Eq::state_of(bfid) }) else {
                     return ret::EINVAL;
                 };
                 b.eq = Some(ParentRef::new(&eq));
@@ -598,15 +570,11 @@ unsafe extern "C" fn ep_bind(fid: *mut ffi::fid, bfid: *mut ffi::fid, flags: u64
             }
         }
         ret::SUCCESS
-    })
+    }
 }
 
-unsafe extern "C" fn ep_control(fid: *mut ffi::fid, command: c_int, _arg: *mut c_void) -> c_int {
-    ffi_guard("fi_control(ep)", || {
-        // SAFETY: libfabric hands us a fid the application got from us.
-        let Some(ep) = (unsafe { ep_of(fid, "fi_control(ep)") }) else {
-            return ret::EINVAL;
-        };
+impl Control for EpInner {
+    unsafe fn control(ep: &Ep, command: c_int, _arg: *mut c_void) -> c_int {
         match command as u32 {
             ffi::FI_ENABLE => {
                 let mut b = ep.inner.bindings.write();
@@ -634,7 +602,7 @@ unsafe extern "C" fn ep_control(fid: *mut ffi::fid, command: c_int, _arg: *mut c
                 ret::ENOSYS
             }
         }
-    })
+    }
 }
 
 // --- fi_ops_ep --------------------------------------------------------------------
@@ -642,7 +610,7 @@ unsafe extern "C" fn ep_control(fid: *mut ffi::fid, command: c_int, _arg: *mut c
 unsafe extern "C" fn ep_cancel(fid: *mut ffi::fid, context: *mut c_void) -> isize {
     ffi_guard("fi_cancel", || {
         // SAFETY: libfabric hands us a fid the application got from us.
-        let Some(ep) = (unsafe { ep_of(fid, "fi_cancel") }) else {
+        let Some(ep) = (unsafe { Ep::from_fid(fid, "fi_cancel") }) else {
             return ret::EINVAL;
         };
         let mut core = ep.inner.core.lock();
@@ -665,7 +633,7 @@ unsafe extern "C" fn ep_getopt(
 ) -> c_int {
     ffi_guard("fi_getopt", || {
         // SAFETY: libfabric hands us a fid the application got from us.
-        let Some(ep) = (unsafe { ep_of(fid, "fi_getopt") }) else {
+        let Some(ep) = (unsafe { Ep::from_fid(fid, "fi_getopt") }) else {
             return ret::EINVAL;
         };
         if level as u32 != ffi::FI_OPT_ENDPOINT || optname as u32 != ffi::FI_OPT_MIN_MULTI_RECV {
@@ -697,7 +665,7 @@ unsafe extern "C" fn ep_setopt(
 ) -> c_int {
     ffi_guard("fi_setopt", || {
         // SAFETY: libfabric hands us a fid the application got from us.
-        let Some(ep) = (unsafe { ep_of(fid, "fi_setopt") }) else {
+        let Some(ep) = (unsafe { Ep::from_fid(fid, "fi_setopt") }) else {
             return ret::EINVAL;
         };
         if level as u32 != ffi::FI_OPT_ENDPOINT || optname as u32 != ffi::FI_OPT_MIN_MULTI_RECV {
@@ -724,7 +692,7 @@ unsafe extern "C" fn cm_getname(
 ) -> c_int {
     ffi_guard("fi_getname", || {
         // SAFETY: libfabric hands us a fid the application got from us.
-        let Some(ep) = (unsafe { ep_of(fid, "fi_getname") }) else {
+        let Some(ep) = (unsafe { Ep::from_fid(fid, "fi_getname") }) else {
             return ret::EINVAL;
         };
         if addrlen.is_null() {
