@@ -4,7 +4,7 @@
 use std::mem::size_of;
 use std::os::raw::{c_int, c_void};
 
-use super::{Ep, EpInner};
+use super::inner::{Ep, EpInner};
 use crate::base::ffi::{self, ret};
 use crate::base::guard::ffi_guard_or;
 use unimem_proto::endpoint::SendReq;
