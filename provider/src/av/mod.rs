@@ -21,7 +21,8 @@
 //! - `lookup`/`reverse_lookup` take a read lock only: the data path may
 //!   call them from any thread.
 
-use std::collections::HashMap;
+mod table;
+
 use std::ffi::CStr;
 use std::fmt;
 use std::mem::size_of;
@@ -40,73 +41,7 @@ use crate::eq::{Eq, EqError, EqInner};
 use crate::info::addr;
 use crate::info::getinfo;
 use crate::state::DomainState;
-
-/// Where an address of the reverse map lives.
-#[derive(Debug, Clone, Copy)]
-struct Reverse {
-    /// Lowest live index holding the address.
-    first: u64,
-    /// Further live copies (duplicate inserts).
-    others: u32,
-}
-
-/// The table proper (pure Rust).
-#[derive(Debug, Default)]
-struct Table {
-    /// Index → address; None once removed (indices are never reused).
-    entries: Vec<Option<MailboxAddr>>,
-    reverse: HashMap<MailboxAddr, Reverse>,
-}
-
-impl Table {
-    fn insert(&mut self, addr: MailboxAddr) -> u64 {
-        let index = self.entries.len() as u64;
-        self.entries.push(Some(addr));
-        self.reverse
-            .entry(addr)
-            .and_modify(|r| r.others += 1)
-            .or_insert(Reverse {
-                first: index,
-                others: 0,
-            });
-        index
-    }
-
-    fn lookup(&self, fi_addr: u64) -> Option<MailboxAddr> {
-        let i = usize::try_from(fi_addr).ok()?;
-        self.entries.get(i).copied().flatten()
-    }
-
-    fn reverse_lookup(&self, addr: &MailboxAddr) -> Option<u64> {
-        self.reverse.get(addr).map(|r| r.first)
-    }
-
-    /// Remove one entry; false if `fi_addr` names no live entry.
-    fn remove(&mut self, fi_addr: u64) -> bool {
-        let Some(addr) = self.lookup(fi_addr) else {
-            return false;
-        };
-        self.entries[fi_addr as usize] = None;
-        let std::collections::hash_map::Entry::Occupied(mut slot) = self.reverse.entry(addr) else {
-            unreachable!("every live entry is in the reverse map");
-        };
-        let r = slot.get_mut();
-        if r.others == 0 {
-            slot.remove();
-        } else {
-            r.others -= 1;
-            if r.first == fi_addr {
-                // Rare (duplicates only): find the next live copy.
-                r.first = self
-                    .entries
-                    .iter()
-                    .position(|e| *e == Some(addr))
-                    .expect("a live duplicate remains") as u64;
-            }
-        }
-        true
-    }
-}
+use table::Table;
 
 /// Our `struct fid_av`.
 pub type Av = FidObject<AvInner>;
@@ -392,11 +327,7 @@ pub unsafe fn open(
             av_type,
             events: a.flags & ffi::FI_EVENT != 0,
             eq: Mutex::new(None),
-            table: RwLock::new(Table {
-                // `count` is a hint; do not trust it with memory.
-                entries: Vec::with_capacity(a.count.min(1024)),
-                reverse: HashMap::new(),
-            }),
+            table: RwLock::new(Table::with_capacity(a.count)),
             children: Children::default(),
         }),
     });
@@ -666,53 +597,7 @@ unsafe extern "C" fn av_straddr(
 mod tests {
     use super::*;
     use crate::cq::tests::{close, fabric_domain};
-    use unimem_mailbox::NodeId;
-
-    fn peer(pid: u32, index: u32) -> MailboxAddr {
-        MailboxAddr {
-            node: NodeId {
-                job: JobId(0xab),
-                pid,
-                nonce: 0x1234,
-            },
-            index,
-        }
-    }
-
-    #[test]
-    fn table_indices_are_stable_and_never_reused() {
-        let mut t = Table::default();
-        let (a, b) = (peer(1, 0), peer(2, 0));
-        assert_eq!(t.insert(a), 0);
-        assert_eq!(t.insert(b), 1);
-        assert_eq!(t.lookup(1), Some(b));
-        assert_eq!(t.reverse_lookup(&b), Some(1));
-        assert!(t.remove(0));
-        assert!(!t.remove(0));
-        assert_eq!(t.lookup(0), None);
-        assert_eq!(t.reverse_lookup(&a), None);
-        assert_eq!(t.insert(a), 2, "removed index 0 is not reused");
-        assert_eq!(t.reverse_lookup(&a), Some(2));
-        assert_eq!(t.lookup(u64::MAX), None);
-        assert!(!t.remove(99));
-    }
-
-    #[test]
-    fn duplicates_resolve_to_the_lowest_live_index() {
-        let mut t = Table::default();
-        let a = peer(1, 0);
-        assert_eq!(
-            (t.insert(a), t.insert(peer(3, 3)), t.insert(a), t.insert(a)),
-            (0, 1, 2, 3)
-        );
-        assert_eq!(t.reverse_lookup(&a), Some(0));
-        assert!(t.remove(0));
-        assert_eq!(t.reverse_lookup(&a), Some(2));
-        assert!(t.remove(3));
-        assert_eq!(t.reverse_lookup(&a), Some(2));
-        assert!(t.remove(2));
-        assert_eq!(t.reverse_lookup(&a), None);
-    }
+    use table::tests::peer;
 
     fn open_av(
         dom: *mut ffi::fid_domain,
