@@ -1,7 +1,7 @@
 //! The domain object (`fi_domain`): owns the resources endpoints share.
 //! It validates the info it is opened with, records the resolved
 //! attributes (threading, progress, sizes...) for the objects that hang
-//! off it, and hands their construction to their modules (av.rs, cq.rs,
+//! off it, and hands their construction to their modules (av/, cq/,
 //! cntr.rs, mr.rs, poll.rs; endpoints: ep/). An EQ may be bound to it
 //! (`fi_domain_bind`) for domain-level events.
 

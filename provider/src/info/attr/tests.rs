@@ -3,8 +3,10 @@
 
 use std::os::raw::c_int;
 
-use super::check::{max_tag, Check};
-use super::*;
+use super::check::{check, max_tag, Check};
+use super::tailor::tailor;
+use super::template::*;
+use super::types::*;
 use crate::base::config::Config;
 use crate::base::ffi::{self, *};
 use crate::base::provider;
