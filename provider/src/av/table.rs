@@ -44,11 +44,13 @@ impl Table {
         index
     }
 
+    #[inline]
     pub(super) fn lookup(&self, fi_addr: u64) -> Option<MailboxAddr> {
         let i = usize::try_from(fi_addr).ok()?;
         self.entries.get(i).copied().flatten()
     }
 
+    #[inline]
     pub(super) fn reverse_lookup(&self, addr: &MailboxAddr) -> Option<u64> {
         self.reverse.get(addr).map(|r| r.first)
     }

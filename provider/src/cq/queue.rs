@@ -122,6 +122,7 @@ impl Queue {
     /// # Safety
     /// `buf` must be writable for `count` entries of `format`, `src_addr`
     /// NULL or writable for `count` addresses.
+    #[inline]
     pub(super) unsafe fn read(
         &mut self,
         format: ffi::fi_cq_format,
