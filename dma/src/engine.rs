@@ -16,8 +16,8 @@ use unimem_mailbox::profile::spin_until;
 use unimem_mailbox::shm::{SharedObject, SharedRange, HEADER_SIZE};
 use unimem_mailbox::{NodeId, Profile, TimingModel};
 
-use crate::region::{directory, directory_name, segment_name, DmaBuf, DmaRegion};
 use crate::error::DmaError;
+use crate::region::{directory, directory_name, segment_name, DmaBuf, DmaRegion};
 use crate::{DmaEngine, DmaId, RegId};
 
 const PAGE_SIZE: u64 = 4096;

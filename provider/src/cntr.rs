@@ -7,6 +7,7 @@
 //! prov/util, returns -FI_EAVAIL as soon as the error count changes while
 //! it waits and -FI_ETIMEDOUT when the time is up.
 
+use std::fmt;
 use std::mem::size_of;
 use std::os::raw::{c_int, c_void};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -15,7 +16,7 @@ use std::sync::Arc;
 use parking_lot::Mutex;
 
 use crate::base::ffi::{self, ret};
-use crate::base::fid::{self, Children, Parent, ParentRef};
+use crate::base::fid::{self, Children, Control, FiObject, FidObject, Parent, ParentRef};
 use crate::base::guard::{ffi_guard, ffi_guard_or};
 use crate::state::progress::ProgressList;
 use crate::state::DomainState;
@@ -26,12 +27,7 @@ use crate::wait::{self, Backoff, Deadline};
 const FI_CNTR_EVENTS_BYTES: ffi::fi_cntr_events = 1;
 
 /// Our `struct fid_cntr`.
-#[repr(C)]
-pub struct Cntr {
-    /// Must stay first: applications hold a pointer to it.
-    fid: ffi::fid_cntr,
-    inner: Arc<CntrInner>,
-}
+pub type Cntr = FidObject<CntrInner>;
 
 /// State shared with the endpoints bound to the counter.
 #[derive(Debug)]
@@ -127,14 +123,41 @@ impl CntrInner {
 }
 
 static CNTR_FI_OPS: ffi::fi_ops = ffi::fi_ops {
-    size: size_of::<ffi::fi_ops>(),
-    close: Some(cntr_close),
-    bind: Some(fid::no_bind),
-    control: Some(cntr_control),
-    ops_open: Some(fid::no_ops_open),
-    tostr: Some(fid::no_tostr),
-    ops_set: Some(fid::no_ops_set),
+    control: Some(fid::control::<CntrInner>),
+    ..fid::fi_ops::<CntrInner>()
 };
+
+// SAFETY: fid_cntr starts with its struct fid.
+unsafe impl FiObject for CntrInner {
+    type Fid = ffi::fid_cntr;
+    const CLASS: u32 = ffi::FI_CLASS_CNTR;
+    const KIND: &'static str = "counter";
+    const FI_OPS: &'static ffi::fi_ops = &CNTR_FI_OPS;
+
+    fn warn(args: fmt::Arguments<'_>) {
+        tracing::warn!("{args}");
+    }
+
+    fn on_close(cntr: &Cntr) -> Result<(), c_int> {
+        if let Err(n) = fid::check_no_children(cntr.inner.children()) {
+            tracing::warn!("fi_close(cntr): still bound to {n} endpoint(s) or poll set(s)");
+            return Err(ret::EBUSY);
+        }
+        // Dropping it releases the domain.
+        tracing::debug!("cntr {cntr:p} closed");
+        Ok(())
+    }
+}
+
+impl Control for CntrInner {
+    unsafe fn control(cntr: &Cntr, command: c_int, arg: *mut c_void) -> c_int {
+        // SAFETY: arg is what the command expects (caller).
+        unsafe { wait::polled_control(cntr.inner.wait_obj, command, arg) }.unwrap_or_else(|r| {
+            tracing::warn!("fi_control(cntr, {command}): {}", r.reason);
+            r.code
+        })
+    }
+}
 
 static CNTR_OPS: ffi::fi_ops_cntr = ffi::fi_ops_cntr {
     size: size_of::<ffi::fi_ops_cntr>(),
@@ -192,11 +215,7 @@ pub unsafe fn open(
     }
     let obj = Box::new(Cntr {
         fid: ffi::fid_cntr {
-            fid: ffi::fid {
-                fclass: ffi::FI_CLASS_CNTR as usize,
-                context,
-                ops: fid::ops_ptr(&CNTR_FI_OPS),
-            },
+            fid: Cntr::header(context),
             ops: fid::ops_ptr(&CNTR_OPS),
         },
         inner: Arc::new(CntrInner {
@@ -210,37 +229,10 @@ pub unsafe fn open(
             children: Children::default(),
         }),
     });
-    let obj = Box::into_raw(obj);
+    // SAFETY: cntr is non-NULL (checked).
+    let obj = unsafe { obj.install(cntr) };
     tracing::debug!("cntr {obj:p} opened");
-    // SAFETY: cntr is non-NULL (checked); Cntr is repr(C) with the fid first.
-    unsafe { *cntr = obj as *mut ffi::fid_cntr };
     ret::SUCCESS
-}
-
-/// Our counter behind `fid`, or None (with a warning) if it is not one.
-///
-/// # Safety
-/// `fid` must be NULL or a live `struct fid`.
-unsafe fn cntr_of<'a>(fid: *const ffi::fid, op: &str) -> Option<&'a CntrInner> {
-    // SAFETY: guaranteed by the caller; `ours` checks class and ops table.
-    let c = unsafe { fid::ours::<Cntr>(fid, ffi::FI_CLASS_CNTR as usize, &CNTR_FI_OPS) };
-    if c.is_none() {
-        tracing::warn!("{op}: not a unimem counter");
-    }
-    // SAFETY: a recognised counter stays alive until fi_close.
-    c.map(|p| unsafe { &*(*p).inner })
-}
-
-/// The shared state of our counter behind `fid` (given to `fi_ep_bind`),
-/// or None if `fid` is not one of our counters.
-///
-/// # Safety
-/// `fid` must be NULL or a live `struct fid`.
-pub unsafe fn inner_of(fid: *const ffi::fid) -> Option<Arc<CntrInner>> {
-    // SAFETY: guaranteed by the caller; `ours` checks class and ops table.
-    let c = unsafe { fid::ours::<Cntr>(fid, ffi::FI_CLASS_CNTR as usize, &CNTR_FI_OPS) }?;
-    // SAFETY: a recognised counter stays alive until fi_close.
-    Some(Arc::clone(unsafe { &(*c).inner }))
 }
 
 /// `fi_trywait` on `fid`: None if it is not our counter; otherwise 0 (a
@@ -250,46 +242,9 @@ pub unsafe fn inner_of(fid: *const ffi::fid) -> Option<Arc<CntrInner>> {
 /// `fid` must be NULL or a live `struct fid`.
 pub unsafe fn trywait(fid: *const ffi::fid) -> Option<c_int> {
     // SAFETY: guaranteed by the caller.
-    let inner = unsafe { inner_of(fid) }?;
-    inner.progress.run();
+    let cntr = unsafe { Cntr::find(fid) }?;
+    cntr.inner.progress.run();
     Some(ret::SUCCESS)
-}
-
-impl Cntr {
-    pub fn inner(&self) -> &Arc<CntrInner> {
-        &self.inner
-    }
-}
-
-unsafe extern "C" fn cntr_close(fid: *mut ffi::fid) -> c_int {
-    ffi_guard("fi_close(cntr)", || {
-        // SAFETY: fid comes from the application's fi_close.
-        let Some(c) = (unsafe { cntr_of(fid, "fi_close") }) else {
-            return ret::EINVAL;
-        };
-        if let Err(n) = fid::check_no_children(c.children()) {
-            tracing::warn!("fi_close(cntr): still bound to {n} endpoint(s) or poll set(s)");
-            return ret::EBUSY;
-        }
-        tracing::debug!("cntr {fid:p} closed");
-        // SAFETY: from Box::into_raw in open(); dropping it releases the domain.
-        unsafe { fid::free_closed::<Cntr>(fid) };
-        ret::SUCCESS
-    })
-}
-
-unsafe extern "C" fn cntr_control(fid: *mut ffi::fid, command: c_int, arg: *mut c_void) -> c_int {
-    ffi_guard("fi_control(cntr)", || {
-        // SAFETY: fid comes from the application.
-        let Some(c) = (unsafe { cntr_of(fid, "fi_control") }) else {
-            return ret::EINVAL;
-        };
-        // SAFETY: arg is what the command expects (application contract).
-        unsafe { wait::polled_control(c.wait_obj, command, arg) }.unwrap_or_else(|r| {
-            tracing::warn!("fi_control(cntr, {command}): {}", r.reason);
-            r.code
-        })
-    })
 }
 
 /// Run `f` on our counter behind `cntr` (`fi_cntr_add`, `_set`, ...).
@@ -303,8 +258,8 @@ unsafe fn with_cntr(
 ) -> c_int {
     ffi_guard(op, || {
         // SAFETY: fid_cntr starts with its fid (caller).
-        match unsafe { cntr_of(cntr as *const ffi::fid, op) } {
-            Some(c) => f(c),
+        match unsafe { Cntr::from_ptr(cntr, op) } {
+            Some(c) => f(&c.inner),
             None => ret::EINVAL,
         }
     })
@@ -321,9 +276,9 @@ unsafe fn read_with(
 ) -> u64 {
     ffi_guard_or(op, 0, || {
         // SAFETY: fid_cntr starts with its fid (caller).
-        unsafe { cntr_of(cntr as *const ffi::fid, op) }.map_or(0, |c| {
-            c.progress.run();
-            f(c)
+        unsafe { Cntr::from_ptr(cntr, op) }.map_or(0, |c| {
+            c.inner.progress.run();
+            f(&c.inner)
         })
     })
 }
@@ -424,7 +379,7 @@ mod tests {
             assert_eq!(ops.adderr.unwrap()(c, 5), 0);
             assert_eq!(ops.read.unwrap()(c), 10);
             assert_eq!(ops.readerr.unwrap()(c), 15);
-            let inner = inner_of(c as *const ffi::fid).unwrap();
+            let inner = Cntr::state_of(c as *const ffi::fid).unwrap();
             inner.inc();
             inner.inc_err();
             assert_eq!((inner.value(), inner.errors()), (11, 16));
@@ -454,7 +409,7 @@ mod tests {
             assert!(t.elapsed() >= Duration::from_millis(50));
             assert_eq!(wait(c, 0, 0), 0);
 
-            let inner = inner_of(c as *const ffi::fid).unwrap();
+            let inner = Cntr::state_of(c as *const ffi::fid).unwrap();
             let bump = Arc::clone(&inner);
             let t = std::thread::spawn(move || {
                 for _ in 0..3 {
@@ -522,7 +477,7 @@ mod tests {
         unsafe {
             assert_eq!(close(dom as *mut ffi::fid), 0);
             assert_eq!(close(fab as *mut ffi::fid), 0);
-            assert_eq!(cntr_close(ptr::null_mut()), ret::EINVAL);
+            assert_eq!(fid::close::<CntrInner>(ptr::null_mut()), ret::EINVAL);
         }
     }
 }

@@ -1,10 +1,11 @@
 //! The domain object (`fi_domain`): owns the resources endpoints share.
 //! It validates the info it is opened with, records the resolved
 //! attributes (threading, progress, sizes...) for the objects that hang
-//! off it, and hands their construction to their modules (av.rs, cq.rs,
+//! off it, and hands their construction to their modules (av/, cq/,
 //! cntr.rs, mr.rs, poll.rs; endpoints: ep/). An EQ may be bound to it
 //! (`fi_domain_bind`) for domain-level events.
 
+use std::fmt;
 use std::mem::size_of;
 use std::os::raw::{c_int, c_void};
 use std::sync::Arc;
@@ -12,12 +13,13 @@ use std::sync::Arc;
 use crate::av;
 use crate::base::core;
 use crate::base::ffi::{self, ret};
-use crate::base::fid::{self, Parent, ParentRef};
+use crate::base::fid::{self, Bind, FiObject, FidObject, Parent, ParentRef};
 use crate::base::guard::ffi_guard;
+use crate::base::unsupported;
 use crate::cntr;
 use crate::cq;
 use crate::ep;
-use crate::eq;
+use crate::eq::Eq;
 use crate::info::attr::{self, Hints};
 use crate::mr;
 use crate::poll;
@@ -25,35 +27,47 @@ use crate::state::DomainState;
 use crate::state::FabricState;
 
 /// Our `struct fid_domain`.
-#[repr(C)]
-pub struct Domain {
-    /// Must stay first: applications hold a pointer to it.
-    fid: ffi::fid_domain,
-    inner: Arc<DomainState>,
-}
+pub type Domain = FidObject<DomainState>;
 
 static DOMAIN_FI_OPS: ffi::fi_ops = ffi::fi_ops {
-    size: size_of::<ffi::fi_ops>(),
-    close: Some(domain_close),
-    bind: Some(domain_bind),
-    control: Some(fid::no_control),
-    ops_open: Some(fid::no_ops_open),
-    tostr: Some(fid::no_tostr),
-    ops_set: Some(fid::no_ops_set),
+    bind: Some(fid::bind::<DomainState>),
+    ..fid::fi_ops::<DomainState>()
 };
+
+// SAFETY: fid_domain starts with its struct fid.
+unsafe impl FiObject for DomainState {
+    type Fid = ffi::fid_domain;
+    const CLASS: u32 = ffi::FI_CLASS_DOMAIN;
+    const KIND: &'static str = "domain";
+    const FI_OPS: &'static ffi::fi_ops = &DOMAIN_FI_OPS;
+
+    fn warn(args: fmt::Arguments<'_>) {
+        tracing::warn!("{args}");
+    }
+
+    fn on_close(domain: &Domain) -> Result<(), c_int> {
+        if let Err(n) = fid::check_no_children(domain.inner.children()) {
+            tracing::warn!("fi_close(domain): {n} child object(s) still open");
+            return Err(ret::EBUSY);
+        }
+        // Dropping it releases our reference on the fabric.
+        tracing::info!("domain {domain:p} closed");
+        Ok(())
+    }
+}
 
 static DOMAIN_OPS: ffi::fi_ops_domain = ffi::fi_ops_domain {
     size: size_of::<ffi::fi_ops_domain>(),
     av_open: Some(domain_av_open),
     cq_open: Some(domain_cq_open),
     endpoint: Some(domain_endpoint),
-    scalable_ep: Some(domain_scalable_ep),
+    scalable_ep: Some(unsupported::fi_scalable_ep),
     cntr_open: Some(domain_cntr_open),
     poll_open: Some(domain_poll_open),
-    stx_ctx: Some(domain_stx_ctx),
-    srx_ctx: Some(domain_srx_ctx),
-    query_atomic: Some(domain_query_atomic),
-    query_collective: Some(domain_query_collective),
+    stx_ctx: Some(unsupported::fi_stx_context),
+    srx_ctx: Some(unsupported::fi_srx_context),
+    query_atomic: Some(unsupported::fi_query_atomic),
+    query_collective: Some(unsupported::fi_query_collective),
     endpoint2: Some(domain_endpoint2),
 };
 
@@ -92,11 +106,7 @@ pub unsafe fn open(
     let resolved = attr::tailor(api_version, &ours, Some(&wanted));
     let obj = Box::new(Domain {
         fid: ffi::fid_domain {
-            fid: ffi::fid {
-                fclass: ffi::FI_CLASS_DOMAIN as usize,
-                context,
-                ops: fid::ops_ptr(&DOMAIN_FI_OPS),
-            },
+            fid: Domain::header(context),
             ops: fid::ops_ptr(&DOMAIN_OPS),
             mr: fid::ops_ptr(&DOMAIN_MR_OPS),
         },
@@ -111,62 +121,20 @@ pub unsafe fn open(
         core::tostr32(d.data_progress, ffi::FI_TYPE_PROGRESS),
         core::tostr32(d.av_type, ffi::FI_TYPE_AV_TYPE)
     );
-    // SAFETY: dom is non-NULL (checked); Domain is repr(C) with the fid first.
-    unsafe { *dom = Box::into_raw(obj) as *mut ffi::fid_domain };
+    // SAFETY: dom is non-NULL (checked).
+    unsafe { obj.install(dom) };
     ret::SUCCESS
 }
 
-/// Our domain behind `fid`, or None (with a warning) if it is not one.
-///
-/// # Safety
-/// `fid` must be NULL or a live `struct fid`.
-pub unsafe fn domain_of<'a>(fid: *const ffi::fid, op: &str) -> Option<&'a Domain> {
-    // SAFETY: guaranteed by the caller; `ours` checks class and ops table.
-    let d = unsafe { fid::ours::<Domain>(fid, ffi::FI_CLASS_DOMAIN as usize, &DOMAIN_FI_OPS) };
-    if d.is_none() {
-        tracing::warn!("{op}: not a unimem domain");
-    }
-    // SAFETY: a recognised domain stays alive until fi_close.
-    d.map(|p| unsafe { &*p })
-}
-
-impl Domain {
-    /// Shared state, for children to hold with `ParentRef::new`.
-    pub fn inner(&self) -> &Arc<DomainState> {
-        &self.inner
-    }
-}
-
-unsafe extern "C" fn domain_close(fid: *mut ffi::fid) -> c_int {
-    ffi_guard("fi_close(domain)", || {
-        // SAFETY: fid comes from the application's fi_close.
-        let Some(domain) = (unsafe { domain_of(fid, "fi_close") }) else {
-            return ret::EINVAL;
-        };
-        if let Err(n) = fid::check_no_children(domain.inner.children()) {
-            tracing::warn!("fi_close(domain): {n} child object(s) still open");
-            return ret::EBUSY;
-        }
-        tracing::info!("domain {fid:p} closed");
-        // SAFETY: from Box::into_raw in open(); dropping it releases our reference on the fabric.
-        unsafe { fid::free_closed::<Domain>(fid) };
-        ret::SUCCESS
-    })
-}
-
-unsafe extern "C" fn domain_bind(fid: *mut ffi::fid, bfid: *mut ffi::fid, flags: u64) -> c_int {
-    ffi_guard("fi_domain_bind", || {
-        // SAFETY: fid comes from the application.
-        let Some(domain) = (unsafe { domain_of(fid, "fi_domain_bind") }) else {
-            return ret::EINVAL;
-        };
+impl Bind for DomainState {
+    unsafe fn bind(domain: &Domain, bfid: *mut ffi::fid, flags: u64) -> c_int {
         if flags != 0 {
             // FI_REG_MR: registrations are synchronous, never reported on an EQ.
             tracing::warn!("fi_domain_bind: unsupported flags {flags:#x}");
             return ret::EBADFLAGS;
         }
         // SAFETY: bfid comes from the application.
-        let Some(eq) = (unsafe { eq::inner_of(bfid) }) else {
+        let Some(eq) = (unsafe { Eq::state_of(bfid) }) else {
             tracing::warn!("fi_domain_bind: only a unimem EQ can be bound to a domain");
             return ret::EINVAL;
         };
@@ -176,7 +144,7 @@ unsafe extern "C" fn domain_bind(fid: *mut ffi::fid, bfid: *mut ffi::fid, flags:
             return ret::EINVAL;
         }
         ret::SUCCESS
-    })
+    }
 }
 
 /// Run a constructor on our domain behind `domain`.
@@ -190,7 +158,7 @@ unsafe fn with_domain(
 ) -> c_int {
     ffi_guard(op, || {
         // SAFETY: fid_domain starts with its fid (caller).
-        match unsafe { domain_of(domain as *const ffi::fid, op) } {
+        match unsafe { Domain::from_ptr(domain, op) } {
             Some(d) => f(&d.inner),
             None => ret::EINVAL,
         }
@@ -242,16 +210,6 @@ unsafe extern "C" fn domain_endpoint2(
     unsafe { with_domain("fi_endpoint2", domain, |d| ep::open(d, info, ep, context)) }
 }
 
-unsafe extern "C" fn domain_scalable_ep(
-    _domain: *mut ffi::fid_domain,
-    _info: *mut ffi::fi_info,
-    _sep: *mut *mut ffi::fid_ep,
-    _context: *mut c_void,
-) -> c_int {
-    // max_ep_tx_ctx = 1: scalable endpoints are not offered.
-    ffi_guard("fi_scalable_ep", || ret::ENOSYS)
-}
-
 unsafe extern "C" fn domain_cntr_open(
     domain: *mut ffi::fid_domain,
     attr: *mut ffi::fi_cntr_attr,
@@ -273,47 +231,6 @@ unsafe extern "C" fn domain_poll_open(
 ) -> c_int {
     // SAFETY: the arguments come from the application's fi_poll_open.
     unsafe { with_domain("fi_poll_open", domain, |d| poll::open(d, attr, pollset)) }
-}
-
-unsafe extern "C" fn domain_stx_ctx(
-    _domain: *mut ffi::fid_domain,
-    _attr: *mut ffi::fi_tx_attr,
-    _stx: *mut *mut ffi::fid_stx,
-    _context: *mut c_void,
-) -> c_int {
-    // max_ep_stx_ctx = 0: no shared transmit contexts.
-    ffi_guard("fi_stx_context", || ret::ENOSYS)
-}
-
-unsafe extern "C" fn domain_srx_ctx(
-    _domain: *mut ffi::fid_domain,
-    _attr: *mut ffi::fi_rx_attr,
-    _rx_ep: *mut *mut ffi::fid_ep,
-    _context: *mut c_void,
-) -> c_int {
-    // max_ep_srx_ctx = 0: no shared receive contexts.
-    ffi_guard("fi_srx_context", || ret::ENOSYS)
-}
-
-unsafe extern "C" fn domain_query_atomic(
-    _domain: *mut ffi::fid_domain,
-    _datatype: ffi::fi_datatype,
-    _op: ffi::fi_op,
-    _attr: *mut ffi::fi_atomic_attr,
-    _flags: u64,
-) -> c_int {
-    // No FI_ATOMIC.
-    ffi_guard("fi_query_atomic", || ret::ENOSYS)
-}
-
-unsafe extern "C" fn domain_query_collective(
-    _domain: *mut ffi::fid_domain,
-    _coll: ffi::fi_collective_op,
-    _attr: *mut ffi::fi_collective_attr,
-    _flags: u64,
-) -> c_int {
-    // No FI_COLLECTIVE.
-    ffi_guard("fi_query_collective", || ret::ENOSYS)
 }
 
 unsafe extern "C" fn domain_mr_reg(
@@ -437,8 +354,8 @@ mod tests {
         let dom = dom.expect("domain opens");
         // SAFETY: fab and dom are live objects of ours.
         unsafe {
-            let d = domain_of(dom as *const ffi::fid, "test").unwrap();
-            assert_eq!(d.inner().info.domain.threading, ffi::FI_THREAD_DOMAIN);
+            let d = Domain::from_ptr(dom, "test").unwrap();
+            assert_eq!(d.inner.info.domain.threading, ffi::FI_THREAD_DOMAIN);
             assert_eq!((*(*dom).ops).size, size_of::<ffi::fi_ops_domain>());
             assert_eq!((*(*dom).mr).size, size_of::<ffi::fi_ops_mr>());
             let av_open = (*(*dom).ops).av_open.unwrap();
@@ -474,7 +391,7 @@ mod tests {
             assert_eq!(bind(d, fab as *mut ffi::fid, 0), ret::EINVAL);
             assert_eq!(bind(d, e, 0), 0);
             assert_eq!(bind(d, e, 0), ret::EINVAL, "one EQ per domain");
-            let inner = domain_of(d, "test").unwrap().inner();
+            let inner = &Domain::from_fid(d, "test").unwrap().inner;
             assert!(inner.has_eq());
             assert_eq!(close(e), ret::EBUSY);
             assert_eq!(close(d), 0);

@@ -19,6 +19,7 @@
 //!   (without it, fi_eq(3) only says the application may not call it).
 
 use std::collections::VecDeque;
+use std::fmt;
 use std::mem::{offset_of, size_of};
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::os::raw::{c_char, c_int, c_void};
@@ -29,8 +30,8 @@ use parking_lot::{Condvar, Mutex};
 
 use crate::base::errdata;
 use crate::base::ffi::{self, ret};
-use crate::base::fid::{self, Children, Parent, ParentRef};
-use crate::base::guard::{ffi_guard, ffi_guard_or};
+use crate::base::fid::{self, Children, Control, FiObject, FidObject, Parent, ParentRef};
+use crate::base::guard::ffi_guard_or;
 use crate::state::FabricState;
 use crate::wait::Deadline;
 
@@ -74,12 +75,7 @@ struct EqState {
 }
 
 /// Our `struct fid_eq`.
-#[repr(C)]
-pub struct Eq {
-    /// Must stay first: applications hold a pointer to it.
-    fid: ffi::fid_eq,
-    inner: Arc<EqInner>,
-}
+pub type Eq = FidObject<EqInner>;
 
 /// State shared with the objects bound to the EQ (AVs, domains).
 #[derive(Debug)]
@@ -305,14 +301,31 @@ impl EqInner {
 }
 
 static EQ_FI_OPS: ffi::fi_ops = ffi::fi_ops {
-    size: size_of::<ffi::fi_ops>(),
-    close: Some(eq_close),
-    bind: Some(fid::no_bind),
-    control: Some(eq_control),
-    ops_open: Some(fid::no_ops_open),
-    tostr: Some(fid::no_tostr),
-    ops_set: Some(fid::no_ops_set),
+    control: Some(fid::control::<EqInner>),
+    ..fid::fi_ops::<EqInner>()
 };
+
+// SAFETY: fid_eq starts with its struct fid.
+unsafe impl FiObject for EqInner {
+    type Fid = ffi::fid_eq;
+    const CLASS: u32 = ffi::FI_CLASS_EQ;
+    const KIND: &'static str = "event queue";
+    const FI_OPS: &'static ffi::fi_ops = &EQ_FI_OPS;
+
+    fn warn(args: fmt::Arguments<'_>) {
+        tracing::warn!("{args}");
+    }
+
+    fn on_close(eq: &Eq) -> Result<(), c_int> {
+        if let Err(n) = fid::check_no_children(eq.inner.children()) {
+            tracing::warn!("fi_close(eq): still bound to {n} object(s)");
+            return Err(ret::EBUSY);
+        }
+        // Dropping it closes the eventfd.
+        tracing::debug!("eq {eq:p} closed");
+        Ok(())
+    }
+}
 
 static EQ_OPS: ffi::fi_ops_eq = ffi::fi_ops_eq {
     size: size_of::<ffi::fi_ops_eq>(),
@@ -385,11 +398,7 @@ pub unsafe fn open(
     let size = if a.size == 0 { DEFAULT_SIZE } else { a.size };
     let obj = Box::new(Eq {
         fid: ffi::fid_eq {
-            fid: ffi::fid {
-                fclass: ffi::FI_CLASS_EQ as usize,
-                context,
-                ops: fid::ops_ptr(&EQ_FI_OPS),
-            },
+            fid: Eq::header(context),
             ops: fid::ops_ptr(&EQ_OPS),
         },
         inner: Arc::new(EqInner {
@@ -405,37 +414,10 @@ pub unsafe fn open(
             children: Children::default(),
         }),
     });
-    let obj = Box::into_raw(obj);
+    // SAFETY: eq is non-NULL (checked).
+    let obj = unsafe { obj.install(eq) };
     tracing::debug!("eq {obj:p} opened: wait object {}", a.wait_obj);
-    // SAFETY: eq is non-NULL (checked); Eq is repr(C) with the fid first.
-    unsafe { *eq = obj as *mut ffi::fid_eq };
     ret::SUCCESS
-}
-
-/// Our EQ behind `fid`, or None (with a warning) if it is not one.
-///
-/// # Safety
-/// `fid` must be NULL or a live `struct fid`.
-unsafe fn eq_of<'a>(fid: *const ffi::fid, op: &str) -> Option<&'a Eq> {
-    // SAFETY: guaranteed by the caller; `ours` checks class and ops table.
-    let e = unsafe { fid::ours::<Eq>(fid, ffi::FI_CLASS_EQ as usize, &EQ_FI_OPS) };
-    if e.is_none() {
-        tracing::warn!("{op}: not a unimem event queue");
-    }
-    // SAFETY: a recognised EQ stays alive until fi_close.
-    e.map(|p| unsafe { &*p })
-}
-
-/// The shared state of our EQ behind `fid` (given to `fi_av_bind` or
-/// `fi_domain_bind`), or None if `fid` is not one of our EQs.
-///
-/// # Safety
-/// `fid` must be NULL or a live `struct fid`.
-pub unsafe fn inner_of(fid: *const ffi::fid) -> Option<Arc<EqInner>> {
-    // SAFETY: guaranteed by the caller; `ours` checks class and ops table.
-    let e = unsafe { fid::ours::<Eq>(fid, ffi::FI_CLASS_EQ as usize, &EQ_FI_OPS) }?;
-    // SAFETY: a recognised EQ stays alive until fi_close.
-    Some(Arc::clone(unsafe { &(*e).inner }))
 }
 
 /// `fi_trywait` on `fid`: None if it is not our EQ; otherwise -FI_EAGAIN
@@ -445,43 +427,16 @@ pub unsafe fn inner_of(fid: *const ffi::fid) -> Option<Arc<EqInner>> {
 /// `fid` must be NULL or a live `struct fid`.
 pub unsafe fn trywait(fid: *const ffi::fid) -> Option<c_int> {
     // SAFETY: guaranteed by the caller.
-    let inner = unsafe { inner_of(fid) }?;
-    Some(if inner.is_empty() {
+    let eq = unsafe { Eq::find(fid) }?;
+    Some(if eq.inner.is_empty() {
         ret::SUCCESS
     } else {
         ret::EAGAIN
     })
 }
 
-impl Eq {
-    pub fn inner(&self) -> &Arc<EqInner> {
-        &self.inner
-    }
-}
-
-unsafe extern "C" fn eq_close(fid: *mut ffi::fid) -> c_int {
-    ffi_guard("fi_close(eq)", || {
-        // SAFETY: fid comes from the application's fi_close.
-        let Some(eq) = (unsafe { eq_of(fid, "fi_close") }) else {
-            return ret::EINVAL;
-        };
-        if let Err(n) = fid::check_no_children(eq.inner.children()) {
-            tracing::warn!("fi_close(eq): still bound to {n} object(s)");
-            return ret::EBUSY;
-        }
-        tracing::debug!("eq {fid:p} closed");
-        // SAFETY: from Box::into_raw in open(); dropping it closes the eventfd.
-        unsafe { fid::free_closed::<Eq>(fid) };
-        ret::SUCCESS
-    })
-}
-
-unsafe extern "C" fn eq_control(fid: *mut ffi::fid, command: c_int, arg: *mut c_void) -> c_int {
-    ffi_guard("fi_control(eq)", || {
-        // SAFETY: fid comes from the application.
-        let Some(eq) = (unsafe { eq_of(fid, "fi_control") }) else {
-            return ret::EINVAL;
-        };
+impl Control for EqInner {
+    unsafe fn control(eq: &Eq, command: c_int, arg: *mut c_void) -> c_int {
         let inner = &eq.inner;
         if arg.is_null() && matches!(command as u32, ffi::FI_GETWAIT | ffi::FI_GETWAITOBJ) {
             tracing::warn!("fi_control(eq): NULL argument");
@@ -511,7 +466,7 @@ unsafe extern "C" fn eq_control(fid: *mut ffi::fid, command: c_int, arg: *mut c_
                 ret::ENOSYS
             }
         }
-    })
+    }
 }
 
 /// Shared checks of the read entry points.
@@ -520,7 +475,7 @@ unsafe extern "C" fn eq_control(fid: *mut ffi::fid, command: c_int, arg: *mut c_
 /// `eq` must be NULL or a live `struct fid_eq`.
 unsafe fn readable<'a>(eq: *mut ffi::fid_eq, flags: u64, op: &str) -> Result<&'a EqInner, isize> {
     // SAFETY: fid_eq starts with its fid (caller).
-    let Some(e) = (unsafe { eq_of(eq as *const ffi::fid, op) }) else {
+    let Some(e) = (unsafe { Eq::from_ptr(eq, op) }) else {
         return Err(ret::EINVAL as isize);
     };
     let unknown = flags & !ffi::FI_PEEK;
@@ -599,7 +554,7 @@ unsafe extern "C" fn eq_write(
 ) -> isize {
     ffi_guard_or("fi_eq_write", ret::EOTHER as isize, || {
         // SAFETY: eq comes from the application.
-        let Some(e) = (unsafe { eq_of(eq as *const ffi::fid, "fi_eq_write") }) else {
+        let Some(e) = (unsafe { Eq::from_ptr(eq, "fi_eq_write") }) else {
             return ret::EINVAL as isize;
         };
         if flags != 0 {
@@ -767,7 +722,7 @@ mod tests {
         let eq = open_eq(fab, ffi::FI_WAIT_UNSPEC).unwrap();
         // SAFETY: live objects of ours.
         unsafe {
-            let inner = inner_of(eq as *const ffi::fid).unwrap();
+            let inner = Eq::state_of(eq as *const ffi::fid).unwrap();
             inner.write_error(EqError {
                 fid: eq as *mut ffi::fid,
                 context: 5 as *mut c_void,
@@ -873,7 +828,7 @@ mod tests {
             );
             assert_eq!(n, ret::EAGAIN as isize);
             assert!(t.elapsed() >= Duration::from_millis(100));
-            let inner = inner_of(eq as *const ffi::fid).unwrap();
+            let inner = Eq::state_of(eq as *const ffi::fid).unwrap();
             let writer = std::thread::spawn(move || {
                 // Not a synchronisation: likely lets sread block first.
                 std::thread::sleep(Duration::from_millis(20));
@@ -910,7 +865,7 @@ mod tests {
             assert_eq!(close(fab as *mut ffi::fid), ret::EBUSY, "EQ still open");
             assert_eq!(close(eq as *mut ffi::fid), 0);
             assert_eq!(close(fab as *mut ffi::fid), 0);
-            assert_eq!(eq_close(ptr::null_mut()), ret::EINVAL);
+            assert_eq!(fid::close::<EqInner>(ptr::null_mut()), ret::EINVAL);
         }
     }
 }

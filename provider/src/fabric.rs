@@ -2,15 +2,17 @@
 //! through unimem. It holds the configuration snapshot its children use,
 //! opens event queues and answers `fi_trywait`.
 
+use std::fmt;
 use std::mem::size_of;
 use std::os::raw::{c_int, c_void};
 use std::sync::Arc;
 
 use crate::base::config;
 use crate::base::ffi::{self, ret};
-use crate::base::fid::{self, Parent};
+use crate::base::fid::{self, FiObject, FidObject, Parent};
 use crate::base::guard::ffi_guard;
 use crate::base::provider;
+use crate::base::unsupported;
 use crate::cntr;
 use crate::cq;
 use crate::domain;
@@ -19,29 +21,37 @@ use crate::info::attr::FabricAttr;
 use crate::state::FabricState;
 
 /// Our `struct fid_fabric`.
-#[repr(C)]
-pub struct Fabric {
-    /// Must stay first: applications hold a pointer to it.
-    fid: ffi::fid_fabric,
-    inner: Arc<FabricState>,
-}
+pub type Fabric = FidObject<FabricState>;
 
-static FABRIC_FI_OPS: ffi::fi_ops = ffi::fi_ops {
-    size: size_of::<ffi::fi_ops>(),
-    close: Some(fabric_close),
-    bind: Some(fid::no_bind),
-    control: Some(fid::no_control),
-    ops_open: Some(fid::no_ops_open),
-    tostr: Some(fid::no_tostr),
-    ops_set: Some(fid::no_ops_set),
-};
+static FABRIC_FI_OPS: ffi::fi_ops = fid::fi_ops::<FabricState>();
+
+// SAFETY: fid_fabric starts with its struct fid.
+unsafe impl FiObject for FabricState {
+    type Fid = ffi::fid_fabric;
+    const CLASS: u32 = ffi::FI_CLASS_FABRIC;
+    const KIND: &'static str = "fabric";
+    const FI_OPS: &'static ffi::fi_ops = &FABRIC_FI_OPS;
+
+    fn warn(args: fmt::Arguments<'_>) {
+        tracing::warn!("{args}");
+    }
+
+    fn on_close(fabric: &Fabric) -> Result<(), c_int> {
+        if let Err(n) = fid::check_no_children(fabric.inner.children()) {
+            tracing::warn!("fi_close(fabric): {n} child object(s) still open");
+            return Err(ret::EBUSY);
+        }
+        tracing::info!("fabric {fabric:p} closed");
+        Ok(())
+    }
+}
 
 static FABRIC_OPS: ffi::fi_ops_fabric = ffi::fi_ops_fabric {
     size: size_of::<ffi::fi_ops_fabric>(),
     domain: Some(fabric_domain),
-    passive_ep: Some(fabric_passive_ep),
+    passive_ep: Some(unsupported::fi_passive_ep),
     eq_open: Some(fabric_eq_open),
-    wait_open: Some(fabric_wait_open),
+    wait_open: Some(unsupported::fi_wait_open),
     trywait: Some(fabric_trywait),
     domain2: Some(fabric_domain2),
 };
@@ -71,53 +81,17 @@ pub unsafe fn open(
     }
     let obj = Box::new(Fabric {
         fid: ffi::fid_fabric {
-            fid: ffi::fid {
-                fclass: ffi::FI_CLASS_FABRIC as usize,
-                context,
-                ops: fid::ops_ptr(&FABRIC_FI_OPS),
-            },
+            fid: Fabric::header(context),
             ops: fid::ops_ptr(&FABRIC_OPS),
             // Set by the core once we return.
             api_version: attr.api_version,
         },
         inner: Arc::new(FabricState::new(config::get())),
     });
-    let obj = Box::into_raw(obj);
+    // SAFETY: fabric is non-NULL (checked).
+    let obj = unsafe { obj.install(fabric) };
     tracing::info!("fabric {obj:p} opened");
-    // SAFETY: fabric is non-NULL (checked); Fabric is repr(C) with the fid first.
-    unsafe { *fabric = obj as *mut ffi::fid_fabric };
     ret::SUCCESS
-}
-
-/// Our fabric behind `fid`, or None (with a warning) if it is not one.
-///
-/// # Safety
-/// `fid` must be NULL or a live `struct fid`.
-unsafe fn fabric_of<'a>(fid: *const ffi::fid, op: &str) -> Option<&'a Fabric> {
-    // SAFETY: guaranteed by the caller; `ours` checks class and ops table.
-    let f = unsafe { fid::ours::<Fabric>(fid, ffi::FI_CLASS_FABRIC as usize, &FABRIC_FI_OPS) };
-    if f.is_none() {
-        tracing::warn!("{op}: not a unimem fabric");
-    }
-    // SAFETY: a recognised fabric stays alive until fi_close.
-    f.map(|p| unsafe { &*p })
-}
-
-unsafe extern "C" fn fabric_close(fid: *mut ffi::fid) -> c_int {
-    ffi_guard("fi_close(fabric)", || {
-        // SAFETY: fid comes from the application's fi_close.
-        let Some(fabric) = (unsafe { fabric_of(fid, "fi_close") }) else {
-            return ret::EINVAL;
-        };
-        if let Err(n) = fid::check_no_children(fabric.inner.children()) {
-            tracing::warn!("fi_close(fabric): {n} child object(s) still open");
-            return ret::EBUSY;
-        }
-        tracing::info!("fabric {fid:p} closed");
-        // SAFETY: from Box::into_raw in open(); children hold the Arc'd inner state, not this box.
-        unsafe { fid::free_closed::<Fabric>(fid) };
-        ret::SUCCESS
-    })
 }
 
 unsafe extern "C" fn fabric_domain(
@@ -128,7 +102,7 @@ unsafe extern "C" fn fabric_domain(
 ) -> c_int {
     ffi_guard("fi_domain", || {
         // SAFETY: fabric comes from the application (fid_fabric starts with fid).
-        let Some(f) = (unsafe { fabric_of(fabric as *const ffi::fid, "fi_domain") }) else {
+        let Some(f) = (unsafe { Fabric::from_ptr(fabric, "fi_domain") }) else {
             return ret::EINVAL;
         };
         // SAFETY: info and dom come from the application's fi_domain call.
@@ -154,16 +128,6 @@ unsafe extern "C" fn fabric_domain2(
     unsafe { fabric_domain(fabric, info, dom, context) }
 }
 
-unsafe extern "C" fn fabric_passive_ep(
-    _fabric: *mut ffi::fid_fabric,
-    _info: *mut ffi::fi_info,
-    _pep: *mut *mut ffi::fid_pep,
-    _context: *mut c_void,
-) -> c_int {
-    // Passive endpoints are for connection-oriented (FI_EP_MSG) endpoints only.
-    ffi_guard("fi_passive_ep", || ret::ENOSYS)
-}
-
 unsafe extern "C" fn fabric_eq_open(
     fabric: *mut ffi::fid_fabric,
     attr: *mut ffi::fi_eq_attr,
@@ -172,21 +136,12 @@ unsafe extern "C" fn fabric_eq_open(
 ) -> c_int {
     ffi_guard("fi_eq_open", || {
         // SAFETY: fabric comes from the application (fid_fabric starts with fid).
-        let Some(f) = (unsafe { fabric_of(fabric as *const ffi::fid, "fi_eq_open") }) else {
+        let Some(f) = (unsafe { Fabric::from_ptr(fabric, "fi_eq_open") }) else {
             return ret::EINVAL;
         };
         // SAFETY: attr and eq come from the application's fi_eq_open.
         unsafe { eq::open(&f.inner, f.fid.api_version, attr, eq, context) }
     })
-}
-
-unsafe extern "C" fn fabric_wait_open(
-    _fabric: *mut ffi::fid_fabric,
-    _attr: *mut ffi::fi_wait_attr,
-    _waitset: *mut *mut ffi::fid_wait,
-) -> c_int {
-    // Wait sets are deprecated in 2.x; not planned.
-    ffi_guard("fi_wait_open", || ret::ENOSYS)
 }
 
 /// `fi_trywait`: 0 when the application may block on the wait objects of
@@ -199,7 +154,7 @@ unsafe extern "C" fn fabric_trywait(
 ) -> c_int {
     ffi_guard("fi_trywait", || {
         // SAFETY: fabric comes from the application (fid_fabric starts with fid).
-        if unsafe { fabric_of(fabric as *const ffi::fid, "fi_trywait") }.is_none() {
+        if unsafe { Fabric::from_ptr(fabric, "fi_trywait") }.is_none() {
             return ret::EINVAL;
         }
         let Ok(count) = usize::try_from(count) else {
@@ -277,7 +232,7 @@ mod tests {
                 ret::EINVAL
             );
             assert_eq!(open(&mut attr, &mut fab, ptr::null_mut()), ret::EINVAL);
-            assert_eq!(fabric_close(ptr::null_mut()), ret::EINVAL);
+            assert_eq!(fid::close::<FabricState>(ptr::null_mut()), ret::EINVAL);
         }
     }
 }

@@ -11,15 +11,14 @@
 //! `requested_key` is reported as is. Uniqueness is not enforced, since no
 //! remote side ever resolves a key (revisit with FI_RMA, -FI_ENOKEY).
 
-use std::mem::size_of;
+use std::fmt;
 use std::os::raw::{c_int, c_void};
 use std::ptr;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use crate::base::ffi::{self, ret};
-use crate::base::fid::{self, ParentRef};
-use crate::base::guard::ffi_guard;
+use crate::base::fid::{self, FiObject, FidObject, ParentRef};
 use crate::state::DomainState;
 
 /// Access bits a registration may ask for.
@@ -36,14 +35,8 @@ const V1_10: u32 = ffi::fi_version(1, 10);
 /// Next provider-chosen key (shared by all domains: unique per process).
 static NEXT_KEY: AtomicU64 = AtomicU64::new(1);
 
-/// Our `struct fid_mr`.
-#[repr(C)]
-pub struct Mr {
-    /// Must stay first: applications hold a pointer to it. Its `mem_desc`
-    /// is the address of this object.
-    fid: ffi::fid_mr,
-    inner: Arc<MrInner>,
-}
+/// Our `struct fid_mr`. Its `mem_desc` is the address of the object.
+pub type Mr = FidObject<MrInner>;
 
 /// What a registration recorded.
 #[derive(Debug)]
@@ -91,16 +84,26 @@ impl MrInner {
     }
 }
 
-static MR_FI_OPS: ffi::fi_ops = ffi::fi_ops {
-    size: size_of::<ffi::fi_ops>(),
-    close: Some(mr_close),
-    // fi_mr_bind/FI_ENABLE are for FI_MR_ENDPOINT, which we never require.
-    bind: Some(fid::no_bind),
-    control: Some(fid::no_control),
-    ops_open: Some(fid::no_ops_open),
-    tostr: Some(fid::no_tostr),
-    ops_set: Some(fid::no_ops_set),
-};
+// fi_mr_bind/FI_ENABLE are for FI_MR_ENDPOINT, which we never require.
+static MR_FI_OPS: ffi::fi_ops = fid::fi_ops::<MrInner>();
+
+// SAFETY: fid_mr starts with its struct fid.
+unsafe impl FiObject for MrInner {
+    type Fid = ffi::fid_mr;
+    const CLASS: u32 = ffi::FI_CLASS_MR;
+    const KIND: &'static str = "memory region";
+    const FI_OPS: &'static ffi::fi_ops = &MR_FI_OPS;
+
+    fn warn(args: fmt::Arguments<'_>) {
+        tracing::warn!("{args}");
+    }
+
+    fn on_close(mr: &Mr) -> Result<(), c_int> {
+        // Dropping it releases the domain.
+        tracing::debug!("mr {mr:p} closed");
+        Ok(())
+    }
+}
 
 /// One registration request, whichever call it came from.
 pub struct Request<'a> {
@@ -162,13 +165,9 @@ pub unsafe fn register(
     } else {
         req.requested_key
     };
-    let obj = Box::into_raw(Box::new(Mr {
+    let obj = Box::new(Mr {
         fid: ffi::fid_mr {
-            fid: ffi::fid {
-                fclass: ffi::FI_CLASS_MR as usize,
-                context: req.context,
-                ops: fid::ops_ptr(&MR_FI_OPS),
-            },
+            fid: Mr::header(req.context),
             mem_desc: ptr::null_mut(),
             key,
         },
@@ -179,12 +178,14 @@ pub unsafe fn register(
             offset: req.offset,
             key,
         }),
-    }));
-    // SAFETY: obj is the live, unshared object just allocated; mr is writable (checked).
-    unsafe {
+    });
+    // SAFETY: mr is writable (checked); obj is the live object just made,
+    // not yet used by anyone else.
+    let obj = unsafe {
+        let obj = obj.install(mr);
         (*obj).fid.mem_desc = obj as *mut c_void;
-        *mr = obj as *mut ffi::fid_mr;
-    }
+        obj
+    };
     tracing::debug!(
         "mr {obj:p} registered: key {key:#x}, access {:#x}",
         req.access
@@ -257,47 +258,9 @@ pub unsafe fn iov_slice<'a>(iov: *const ffi::iovec, count: usize) -> Option<&'a 
 /// `desc` must be NULL or a descriptor of a live MR (of any provider);
 /// the region must stay registered for `'a`.
 pub unsafe fn from_desc<'a>(desc: *mut c_void) -> Option<&'a MrInner> {
-    // SAFETY: a descriptor of ours is the address of our Mr (its fid first).
-    let m = unsafe {
-        fid::ours::<Mr>(
-            desc as *const ffi::fid,
-            ffi::FI_CLASS_MR as usize,
-            &MR_FI_OPS,
-        )
-    }?;
-    // SAFETY: the region is live for 'a (caller).
-    Some(unsafe { &*(*m).inner })
-}
-
-/// The shared state of our MR behind `fid`, or None if it is not one.
-///
-/// # Safety
-/// `fid` must be NULL or a live `struct fid`.
-pub unsafe fn inner_of(fid: *const ffi::fid) -> Option<Arc<MrInner>> {
-    // SAFETY: guaranteed by the caller; `ours` checks class and ops table.
-    let m = unsafe { fid::ours::<Mr>(fid, ffi::FI_CLASS_MR as usize, &MR_FI_OPS) }?;
-    // SAFETY: a recognised MR stays alive until fi_close.
-    Some(Arc::clone(unsafe { &(*m).inner }))
-}
-
-impl Mr {
-    pub fn inner(&self) -> &Arc<MrInner> {
-        &self.inner
-    }
-}
-
-unsafe extern "C" fn mr_close(fid: *mut ffi::fid) -> c_int {
-    ffi_guard("fi_close(mr)", || {
-        // SAFETY: fid comes from the application's fi_close; `ours` checks it.
-        if unsafe { fid::ours::<Mr>(fid, ffi::FI_CLASS_MR as usize, &MR_FI_OPS) }.is_none() {
-            tracing::warn!("fi_close: not a unimem memory region");
-            return ret::EINVAL;
-        }
-        tracing::debug!("mr {fid:p} closed");
-        // SAFETY: from Box::into_raw in register(); dropping it releases the domain.
-        unsafe { fid::free_closed::<Mr>(fid) };
-        ret::SUCCESS
-    })
+    // SAFETY: a descriptor of ours is the address of our Mr (its fid
+    // first); it stays registered for 'a (caller).
+    unsafe { Mr::find(desc as *const ffi::fid) }.map(|mr| &*mr.inner)
 }
 
 #[cfg(test)]
@@ -353,12 +316,12 @@ mod tests {
             assert_eq!(inner.access(), ffi::FI_SEND | ffi::FI_RECV);
             assert!(from_desc(ptr::null_mut()).is_none());
             assert!(from_desc(dom as *mut c_void).is_none());
-            assert!(inner_of(mr as *const ffi::fid).is_some());
+            assert!(Mr::state_of(mr as *const ffi::fid).is_some());
 
             assert_eq!(reg(dom, &mut buf, 1 << 62, 0).err(), Some(ret::EINVAL));
             assert_eq!(close(dom as *mut ffi::fid), ret::EBUSY);
             assert_eq!(close(mr as *mut ffi::fid), 0);
-            assert_eq!(mr_close(ptr::null_mut()), ret::EINVAL);
+            assert_eq!(fid::close::<MrInner>(ptr::null_mut()), ret::EINVAL);
             assert_eq!(close(dom as *mut ffi::fid), 0);
             assert_eq!(close(fab as *mut ffi::fid), 0);
         }

@@ -19,6 +19,7 @@
 //!   in prov/util (none are defined).
 //! - Poll sets are deprecated in libfabric 2.x but still in its API.
 
+use std::fmt;
 use std::mem::size_of;
 use std::os::raw::{c_int, c_void};
 use std::sync::Arc;
@@ -26,17 +27,17 @@ use std::sync::Arc;
 use parking_lot::Mutex;
 
 use crate::base::ffi::{self, ret};
-use crate::base::fid::{self, ParentRef};
+use crate::base::fid::{self, FiObject, FidObject, ParentRef};
 use crate::base::guard::ffi_guard;
-use crate::cntr::{self, CntrInner};
-use crate::cq::{self, CqInner};
+use crate::cntr::{Cntr, CntrInner};
+use crate::cq::{Cq, CqInner};
 use crate::state::DomainState;
 
 /// Our `struct fid_poll`.
-#[repr(C)]
-pub struct PollSet {
-    /// Must stay first: applications hold a pointer to it.
-    fid: ffi::fid_poll,
+pub type PollSet = FidObject<PollState>;
+
+/// What a poll set holds.
+pub struct PollState {
     /// Held, not read: the domain cannot close while the set is open.
     _domain: ParentRef<DomainState>,
     members: Mutex<Vec<Member>>,
@@ -70,15 +71,30 @@ impl Member {
     }
 }
 
-static POLL_FI_OPS: ffi::fi_ops = ffi::fi_ops {
-    size: size_of::<ffi::fi_ops>(),
-    close: Some(poll_close),
-    bind: Some(fid::no_bind),
-    control: Some(fid::no_control),
-    ops_open: Some(fid::no_ops_open),
-    tostr: Some(fid::no_tostr),
-    ops_set: Some(fid::no_ops_set),
-};
+static POLL_FI_OPS: ffi::fi_ops = fid::fi_ops::<PollState>();
+
+// SAFETY: fid_poll starts with its struct fid.
+unsafe impl FiObject for PollState {
+    type Fid = ffi::fid_poll;
+    const CLASS: u32 = ffi::FI_CLASS_POLL;
+    const KIND: &'static str = "poll set";
+    const FI_OPS: &'static ffi::fi_ops = &POLL_FI_OPS;
+
+    fn warn(args: fmt::Arguments<'_>) {
+        tracing::warn!("{args}");
+    }
+
+    fn on_close(set: &PollSet) -> Result<(), c_int> {
+        let n = set.inner.members.lock().len();
+        if n > 0 {
+            // fi_poll(3): nothing may be associated with a closing set.
+            tracing::warn!("fi_close(poll): {n} CQ(s)/counter(s) still in the set");
+            return Err(ret::EBUSY);
+        }
+        tracing::debug!("poll set {set:p} closed");
+        Ok(())
+    }
+}
 
 static POLL_OPS: ffi::fi_ops_poll = ffi::fi_ops_poll {
     size: size_of::<ffi::fi_ops_poll>(),
@@ -113,54 +129,27 @@ pub unsafe fn open(
     }
     let obj = Box::new(PollSet {
         fid: ffi::fid_poll {
-            fid: ffi::fid {
-                fclass: ffi::FI_CLASS_POLL as usize,
-                context: std::ptr::null_mut(),
-                ops: fid::ops_ptr(&POLL_FI_OPS),
-            },
+            fid: PollSet::header(std::ptr::null_mut()),
             ops: fid::ops_ptr(&POLL_OPS),
         },
-        _domain: ParentRef::new(domain),
-        members: Mutex::new(Vec::new()),
+        inner: Arc::new(PollState {
+            _domain: ParentRef::new(domain),
+            members: Mutex::new(Vec::new()),
+        }),
     });
-    let obj = Box::into_raw(obj);
+    // SAFETY: pollset is non-NULL (checked).
+    let obj = unsafe { obj.install(pollset) };
     tracing::debug!("poll set {obj:p} opened");
-    // SAFETY: pollset is non-NULL (checked); PollSet is repr(C) with the fid first.
-    unsafe { *pollset = obj as *mut ffi::fid_poll };
     ret::SUCCESS
 }
 
-/// Our poll set behind `fid`, or None (with a warning).
+/// The state of our poll set behind `pollset`, or None (with a warning).
 ///
 /// # Safety
-/// `fid` must be NULL or a live `struct fid`.
-unsafe fn poll_of<'a>(fid: *const ffi::fid, op: &str) -> Option<&'a PollSet> {
-    // SAFETY: guaranteed by the caller; `ours` checks class and ops table.
-    let p = unsafe { fid::ours::<PollSet>(fid, ffi::FI_CLASS_POLL as usize, &POLL_FI_OPS) };
-    if p.is_none() {
-        tracing::warn!("{op}: not a unimem poll set");
-    }
-    // SAFETY: a recognised poll set stays alive until fi_close.
-    p.map(|p| unsafe { &*p })
-}
-
-unsafe extern "C" fn poll_close(fid: *mut ffi::fid) -> c_int {
-    ffi_guard("fi_close(poll)", || {
-        // SAFETY: fid comes from the application's fi_close.
-        let Some(set) = (unsafe { poll_of(fid, "fi_close(poll)") }) else {
-            return ret::EINVAL;
-        };
-        let n = set.members.lock().len();
-        if n > 0 {
-            // fi_poll(3): nothing may be associated with a closing set.
-            tracing::warn!("fi_close(poll): {n} CQ(s)/counter(s) still in the set");
-            return ret::EBUSY;
-        }
-        tracing::debug!("poll set {fid:p} closed");
-        // SAFETY: from Box::into_raw in open(); the application gives up its pointer.
-        unsafe { fid::free_closed::<PollSet>(fid) };
-        ret::SUCCESS
-    })
+/// `pollset` must be NULL or a live `struct fid_poll`.
+unsafe fn poll_of<'a>(pollset: *mut ffi::fid_poll, op: &str) -> Option<&'a PollState> {
+    // SAFETY: forwarded from the caller.
+    unsafe { PollSet::from_ptr(pollset, op) }.map(|set| &*set.inner)
 }
 
 unsafe extern "C" fn poll_add(
@@ -170,15 +159,15 @@ unsafe extern "C" fn poll_add(
 ) -> c_int {
     ffi_guard("fi_poll_add", || {
         // SAFETY: fid_poll starts with its fid; it comes from the application.
-        let Some(set) = (unsafe { poll_of(pollset as *const ffi::fid, "fi_poll_add") }) else {
+        let Some(set) = (unsafe { poll_of(pollset, "fi_poll_add") }) else {
             return ret::EINVAL;
         };
         // SAFETY: event_fid is NULL or a live fid (application contract);
         // the lookups check class and ops table before using it.
         let watched = unsafe {
-            if let Some(cq) = cq::inner_of(event_fid) {
+            if let Some(cq) = Cq::state_of(event_fid) {
                 Watched::Cq(ParentRef::new(&cq))
-            } else if let Some(cntr) = cntr::inner_of(event_fid) {
+            } else if let Some(cntr) = Cntr::state_of(event_fid) {
                 Watched::Cntr(ParentRef::new(&cntr))
             } else {
                 tracing::warn!("fi_poll_add: only unimem CQs and counters can be polled");
@@ -206,7 +195,7 @@ unsafe extern "C" fn poll_del(
 ) -> c_int {
     ffi_guard("fi_poll_del", || {
         // SAFETY: fid_poll starts with its fid; it comes from the application.
-        let Some(set) = (unsafe { poll_of(pollset as *const ffi::fid, "fi_poll_del") }) else {
+        let Some(set) = (unsafe { poll_of(pollset, "fi_poll_del") }) else {
             return ret::EINVAL;
         };
         let mut members = set.members.lock();
@@ -227,7 +216,7 @@ unsafe extern "C" fn poll_run(
 ) -> c_int {
     ffi_guard("fi_poll", || {
         // SAFETY: fid_poll starts with its fid; it comes from the application.
-        let Some(set) = (unsafe { poll_of(pollset as *const ffi::fid, "fi_poll") }) else {
+        let Some(set) = (unsafe { poll_of(pollset, "fi_poll") }) else {
             return ret::EINVAL;
         };
         let Ok(count) = usize::try_from(count) else {
@@ -312,8 +301,8 @@ mod tests {
         // SAFETY: live objects of ours.
         let (cq_inner, cntr_inner) = unsafe {
             (
-                cq::inner_of(cq as *const ffi::fid).unwrap(),
-                cntr::inner_of(cntr as *const ffi::fid).unwrap(),
+                Cq::state_of(cq as *const ffi::fid).unwrap(),
+                Cntr::state_of(cntr as *const ffi::fid).unwrap(),
             )
         };
         let ep = Arc::new(Counting(Default::default()));

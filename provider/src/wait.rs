@@ -1,5 +1,5 @@
 //! Blocking calls under manual progress (`fi_cq_sread`, `fi_cntr_wait`,
-//! `fi_eq_sread`), shared by cq.rs, cntr.rs and eq.rs.
+//! `fi_eq_sread`), shared by cq/, cntr.rs and eq.rs.
 //!
 //! Nothing completes unless someone polls, so a CQ or counter waits by
 //! polling: progress, check, spin a little, then yield the CPU on every

@@ -1,41 +1,235 @@
-//! What every libfabric object (fid) of ours shares: recognising our objects
-//! in pointers applications hand back, parent/child reference counting, and
-//! the `-FI_ENOSYS` stubs for `struct fi_ops` entries an object does not
-//! implement.
+//! What every libfabric object (fid) of ours shares: its layout and
+//! recognition ([`FidObject`], [`FiObject`]), handing it to the
+//! application and freeing it at `fi_close`, the generic `fi_ops` entries
+//! (close, bind, control), and parent/child reference counting.
 //!
-//! Object layout: each object is a `#[repr(C)]` struct whose first field is
-//! the libfabric `fid_*` struct (itself starting with `struct fid`), so the
-//! `fid` pointer the application holds is the address of our object.
+//! Object layout: each object is a `#[repr(C)]` [`FidObject`] whose first
+//! field is the libfabric `fid_*` struct (itself starting with `struct
+//! fid`), so the `fid` pointer the application holds is the address of our
+//! object. The state behind it is shared (`Arc`) with the objects opened
+//! from it or bound to it, which may outlive the application's handle.
+//! Each kind of object says only what is particular to it by implementing
+//! [`FiObject`] on its state (and [`Bind`], [`Control`] where it has them).
 
-use std::os::raw::{c_char, c_int, c_void};
+use std::fmt;
+use std::mem::size_of;
+use std::os::raw::{c_int, c_void};
 use std::ptr;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
 use crate::base::ffi::{self, ret};
 use crate::base::guard::ffi_guard;
+use crate::base::unsupported;
 
-/// Recover our object `T` from a fid pointer.
-///
-/// It is ours iff it is non-NULL, of class `class` and uses our `fi_ops`
-/// table `ops` (a foreign object never points at our static table).
+/// One of our libfabric objects, as the application holds it.
+#[repr(C)]
+pub struct FidObject<S: FiObject> {
+    /// Must stay first: applications hold a pointer to it.
+    pub fid: S::Fid,
+    /// What the object's children and bound objects share with it.
+    pub inner: Arc<S>,
+}
+
+/// One kind of libfabric object, implemented by its shared state.
 ///
 /// # Safety
-/// `fid` must be NULL or point to a live `struct fid`; if it passes the
-/// checks it must be the first field of a live `T`.
-pub unsafe fn ours<T>(
-    fid: *const ffi::fid,
-    class: usize,
-    ops: &'static ffi::fi_ops,
-) -> Option<*mut T> {
-    // SAFETY: non-NULL fid points to a live struct fid (caller).
-    let f = unsafe { fid.as_ref() }?;
-    (f.fclass == class && ptr::eq(f.ops, ops)).then_some(fid as *mut T)
+/// `Fid` must be a `#[repr(C)]` libfabric struct that starts with `struct
+/// fid` (`fid_cq`, ...): the plumbing casts between the two.
+pub unsafe trait FiObject: Send + Sync + Sized + 'static {
+    /// The libfabric struct the application sees (`fid_cq`, ...).
+    type Fid;
+    /// `FI_CLASS_*`.
+    const CLASS: u32;
+    /// How a warning names it: "not a unimem {KIND}".
+    const KIND: &'static str;
+    /// The object's `fi_ops` table, usually [`fi_ops`] with some entries
+    /// replaced. A static: its address tells our objects from others.
+    const FI_OPS: &'static ffi::fi_ops;
+
+    /// Logs a warning about this kind of object. Implemented in the
+    /// object's module as `tracing::warn!("{args}")`: tracing names the
+    /// module of the call site, which chooses the libfabric log subsystem.
+    fn warn(args: fmt::Arguments<'_>);
+
+    /// `fi_close`: `Ok` lets the object go (logging that it closes), an
+    /// error code keeps it open (logging why).
+    fn on_close(obj: &FidObject<Self>) -> Result<(), c_int>;
+}
+
+/// Objects with an `fi_bind` of their own ([`bind`]).
+pub trait Bind: FiObject {
+    /// # Safety
+    /// `bfid` must be NULL or a live `struct fid`.
+    unsafe fn bind(obj: &FidObject<Self>, bfid: *mut ffi::fid, flags: u64) -> c_int;
+}
+
+/// Objects with an `fi_control` of their own ([`control`]).
+pub trait Control: FiObject {
+    /// # Safety
+    /// `arg` must be what `command` expects (application contract).
+    unsafe fn control(obj: &FidObject<Self>, command: c_int, arg: *mut c_void) -> c_int;
+}
+
+impl<S: FiObject> FidObject<S> {
+    /// The `struct fid` of a new object of this kind.
+    pub fn header(context: *mut c_void) -> ffi::fid {
+        ffi::fid {
+            fclass: S::CLASS as usize,
+            context,
+            ops: ops_ptr(S::FI_OPS),
+        }
+    }
+
+    /// Hands a new object to the application: `*out` becomes its address,
+    /// which the application passes back to every call until `fi_close`
+    /// frees it. Returns the address too.
+    ///
+    /// # Safety
+    /// `out` must be valid for a write.
+    pub unsafe fn install(self: Box<Self>, out: *mut *mut S::Fid) -> *mut Self {
+        let obj = Box::into_raw(self);
+        // SAFETY: out is writable (caller); repr(C) with the fid first, so
+        // the object's address is the fid's.
+        unsafe { *out = obj as *mut S::Fid };
+        obj
+    }
+
+    /// Our object behind `fid`, or None if it is not one of this kind
+    /// (NULL, another class, or another provider's: those never point at
+    /// our `fi_ops` table).
+    ///
+    /// # Safety
+    /// `fid` must be NULL or a live `struct fid`; an object found stays
+    /// alive for `'a` (until the application closes it).
+    #[inline]
+    pub unsafe fn find<'a>(fid: *const ffi::fid) -> Option<&'a Self> {
+        // SAFETY: non-NULL fid points to a live struct fid (caller).
+        let f = unsafe { fid.as_ref() }?;
+        let ours = f.fclass == S::CLASS as usize && ptr::eq(f.ops, S::FI_OPS);
+        // SAFETY: class and ops table are ours: fid is the first field of a live FidObject<S>.
+        ours.then(|| unsafe { &*(fid as *const Self) })
+    }
+
+    /// [`find`](Self::find), with a warning naming `op` when it is not ours.
+    ///
+    /// # Safety
+    /// As [`find`](Self::find).
+    #[inline]
+    pub unsafe fn from_fid<'a>(fid: *const ffi::fid, op: &str) -> Option<&'a Self> {
+        // SAFETY: forwarded from the caller.
+        let found = unsafe { Self::find(fid) };
+        if found.is_none() {
+            not_ours::<S>(op);
+        }
+        found
+    }
+
+    /// [`from_fid`](Self::from_fid) for the typed pointer of the object's
+    /// own ops (`*mut fid_cq` for `fi_cq_read`, ...).
+    ///
+    /// # Safety
+    /// `ptr` must be NULL or a live `S::Fid`; see [`find`](Self::find).
+    #[inline]
+    pub unsafe fn from_ptr<'a>(ptr: *const S::Fid, op: &str) -> Option<&'a Self> {
+        // SAFETY: S::Fid starts with its struct fid (FiObject contract).
+        unsafe { Self::from_fid(ptr as *const ffi::fid, op) }
+    }
+
+    /// The shared state of our object behind `fid` (given to a bind), or
+    /// None if it is not one of this kind.
+    ///
+    /// # Safety
+    /// `fid` must be NULL or a live `struct fid`.
+    pub unsafe fn state_of(fid: *const ffi::fid) -> Option<Arc<S>> {
+        // SAFETY: forwarded from the caller.
+        unsafe { Self::find(fid) }.map(|obj| Arc::clone(&obj.inner))
+    }
+}
+
+#[cold]
+#[inline(never)]
+fn not_ours<S: FiObject>(op: &str) {
+    S::warn(format_args!("{op}: not a unimem {}", S::KIND));
+}
+
+/// The `fi_ops` table of an object of kind `S` with nothing particular:
+/// the generic `fi_close` and the unsupported stubs. An object replaces
+/// the entries it implements (`bind: Some(fid::bind::<S>)`, ...).
+pub const fn fi_ops<S: FiObject>() -> ffi::fi_ops {
+    ffi::fi_ops {
+        size: size_of::<ffi::fi_ops>(),
+        close: Some(close::<S>),
+        bind: Some(unsupported::fi_bind),
+        control: Some(unsupported::fi_control),
+        ops_open: Some(unsupported::fi_open_ops),
+        tostr: Some(unsupported::fi_tostr),
+        ops_set: Some(unsupported::fi_set_ops),
+    }
+}
+
+/// `fi_close` of an object of kind `S`.
+///
+/// # Safety
+/// `fid` must be NULL or a live `struct fid`.
+pub unsafe extern "C" fn close<S: FiObject>(fid: *mut ffi::fid) -> c_int {
+    ffi_guard("fi_close", || {
+        // SAFETY: fid comes from the application's fi_close.
+        let Some(obj) = (unsafe { FidObject::<S>::from_fid(fid, "fi_close") }) else {
+            return ret::EINVAL;
+        };
+        if let Err(rc) = S::on_close(obj) {
+            return rc;
+        }
+        // SAFETY: a live object of ours, boxed by install(); the
+        // application gives up its pointer with fi_close. Children and
+        // bound objects hold the Arc'd state, not this box.
+        unsafe { free_closed::<S>(fid) };
+        ret::SUCCESS
+    })
+}
+
+/// `fi_bind` (`fi_ep_bind`, `fi_av_bind`, ...) of an object of kind `S`.
+///
+/// # Safety
+/// `fid` and `bfid` must be NULL or live `struct fid`s.
+pub unsafe extern "C" fn bind<S: Bind>(
+    fid: *mut ffi::fid,
+    bfid: *mut ffi::fid,
+    flags: u64,
+) -> c_int {
+    ffi_guard("fi_bind", || {
+        // SAFETY: fid comes from the application.
+        match unsafe { FidObject::<S>::from_fid(fid, "fi_bind") } {
+            // SAFETY: bfid comes from the application.
+            Some(obj) => unsafe { S::bind(obj, bfid, flags) },
+            None => ret::EINVAL,
+        }
+    })
+}
+
+/// `fi_control` of an object of kind `S`.
+///
+/// # Safety
+/// `fid` must be NULL or a live `struct fid`, `arg` right for `command`.
+pub unsafe extern "C" fn control<S: Control>(
+    fid: *mut ffi::fid,
+    command: c_int,
+    arg: *mut c_void,
+) -> c_int {
+    ffi_guard("fi_control", || {
+        // SAFETY: fid comes from the application.
+        match unsafe { FidObject::<S>::from_fid(fid, "fi_control") } {
+            // SAFETY: arg is what the command expects (application contract).
+            Some(obj) => unsafe { S::control(obj, command, arg) },
+            None => ret::EINVAL,
+        }
+    })
 }
 
 /// `&'static` table → the `*mut` libfabric's structs declare. Nobody
 /// writes through it: the core and applications only call the entries.
-pub fn ops_ptr<T>(table: &'static T) -> *mut T {
+pub const fn ops_ptr<T>(table: &'static T) -> *mut T {
     table as *const T as *mut T
 }
 
@@ -95,56 +289,6 @@ pub fn check_no_children(children: &Children) -> Result<(), usize> {
     }
 }
 
-// `struct fi_ops` entries not implemented by an object. They ignore their
-// arguments, so any values are safe to pass (the `# Safety` sections below
-// only satisfy the unsafe-fn convention of the ops tables).
-
-/// # Safety
-/// None: the arguments are ignored.
-pub unsafe extern "C" fn no_bind(_fid: *mut ffi::fid, _bfid: *mut ffi::fid, _flags: u64) -> c_int {
-    ffi_guard("fi_bind", || ret::ENOSYS)
-}
-
-/// # Safety
-/// None: the arguments are ignored.
-pub unsafe extern "C" fn no_control(
-    _fid: *mut ffi::fid,
-    _command: c_int,
-    _arg: *mut c_void,
-) -> c_int {
-    ffi_guard("fi_control", || ret::ENOSYS)
-}
-
-/// # Safety
-/// None: the arguments are ignored.
-pub unsafe extern "C" fn no_ops_open(
-    _fid: *mut ffi::fid,
-    _name: *const c_char,
-    _flags: u64,
-    _ops: *mut *mut c_void,
-    _context: *mut c_void,
-) -> c_int {
-    ffi_guard("fi_open_ops", || ret::ENOSYS)
-}
-
-/// # Safety
-/// None: the arguments are ignored.
-pub unsafe extern "C" fn no_tostr(_fid: *const ffi::fid, _buf: *mut c_char, _len: usize) -> c_int {
-    ffi_guard("fi_tostr", || ret::ENOSYS)
-}
-
-/// # Safety
-/// None: the arguments are ignored.
-pub unsafe extern "C" fn no_ops_set(
-    _fid: *mut ffi::fid,
-    _name: *const c_char,
-    _flags: u64,
-    _ops: *mut c_void,
-    _context: *mut c_void,
-) -> c_int {
-    ffi_guard("fi_set_ops", || ret::ENOSYS)
-}
-
 /// Frees one of our objects at `fi_close`, leaving its fid pointing at
 /// [`CLOSED_OPS`]. Using an object after closing it is an application
 /// error that no provider can always catch (the memory may be reused), but
@@ -153,26 +297,26 @@ pub unsafe extern "C" fn no_ops_set(
 /// their bookkeeping at the start of a freed block, before `ops`.
 ///
 /// # Safety
-/// `fid` must be the first field of a live `Box<T>` made by one of our
-/// open functions, handed back by the application's `fi_close`.
-pub unsafe fn free_closed<T>(fid: *mut ffi::fid) {
+/// `fid` must be the first field of a live `FidObject<S>` made by
+/// [`FidObject::install`], handed back by the application's `fi_close`.
+unsafe fn free_closed<S: FiObject>(fid: *mut ffi::fid) {
     // SAFETY: fid points to a live object of ours (caller).
     unsafe {
         (*fid).fclass = ffi::FI_CLASS_UNSPEC as usize;
         (*fid).ops = ops_ptr(&CLOSED_OPS);
-        drop(Box::from_raw(fid as *mut T));
+        drop(Box::from_raw(fid as *mut FidObject<S>));
     }
 }
 
 /// What a closed object's fid answers.
 pub static CLOSED_OPS: ffi::fi_ops = ffi::fi_ops {
-    size: std::mem::size_of::<ffi::fi_ops>(),
+    size: size_of::<ffi::fi_ops>(),
     close: Some(closed_close),
     bind: Some(closed_bind),
     control: Some(closed_control),
-    ops_open: Some(no_ops_open),
-    tostr: Some(no_tostr),
-    ops_set: Some(no_ops_set),
+    ops_open: Some(unsupported::fi_open_ops),
+    tostr: Some(unsupported::fi_tostr),
+    ops_set: Some(unsupported::fi_set_ops),
 };
 
 fn use_after_close(op: &str) -> c_int {
@@ -221,70 +365,69 @@ mod tests {
         assert!(check_no_children(&p.0).is_ok());
     }
 
-    static OPS: ffi::fi_ops = ffi::fi_ops {
-        size: std::mem::size_of::<ffi::fi_ops>(),
-        close: None,
-        bind: Some(no_bind),
-        control: Some(no_control),
-        ops_open: Some(no_ops_open),
-        tostr: Some(no_tostr),
-        ops_set: Some(no_ops_set),
-    };
-    static OTHER_OPS: ffi::fi_ops = ffi::fi_ops {
-        size: 0,
-        close: None,
-        bind: None,
-        control: None,
-        ops_open: None,
-        tostr: None,
-        ops_set: None,
-    };
+    /// A kind of object for the tests; `busy` refuses fi_close.
+    #[derive(Default)]
+    struct Thing {
+        busy: std::sync::atomic::AtomicBool,
+    }
 
-    #[test]
-    fn recognises_own_objects_only() {
-        let mut f = ffi::fid {
-            fclass: ffi::FI_CLASS_FABRIC as usize,
-            context: ptr::null_mut(),
-            ops: ops_ptr(&OPS),
-        };
-        let fabric = ffi::FI_CLASS_FABRIC as usize;
-        // SAFETY: f is a live struct fid.
-        unsafe {
-            assert!(ours::<ffi::fid>(&f, fabric, &OPS).is_some());
-            assert!(ours::<ffi::fid>(&f, ffi::FI_CLASS_DOMAIN as usize, &OPS).is_none());
-            assert!(ours::<ffi::fid>(ptr::null(), fabric, &OPS).is_none());
-            f.ops = ops_ptr(&OTHER_OPS);
-            assert!(ours::<ffi::fid>(&f, fabric, &OPS).is_none());
+    static THING_OPS: ffi::fi_ops = fi_ops::<Thing>();
+
+    // SAFETY: struct fid trivially starts with a struct fid.
+    unsafe impl FiObject for Thing {
+        type Fid = ffi::fid;
+        const CLASS: u32 = ffi::FI_CLASS_CNTR;
+        const KIND: &'static str = "thing";
+        const FI_OPS: &'static ffi::fi_ops = &THING_OPS;
+
+        fn warn(args: fmt::Arguments<'_>) {
+            tracing::warn!("{args}");
+        }
+
+        fn on_close(obj: &FidObject<Self>) -> Result<(), c_int> {
+            match obj.inner.busy.load(Ordering::Relaxed) {
+                true => Err(ret::EBUSY),
+                false => Ok(()),
+            }
         }
     }
 
     #[test]
-    fn stubs_say_enosys() {
-        // SAFETY: the stubs ignore their arguments.
+    fn installs_recognises_and_closes_own_objects_only() {
+        let obj = Box::new(FidObject {
+            fid: FidObject::<Thing>::header(7 as *mut c_void),
+            inner: Arc::new(Thing::default()),
+        });
+        let mut out: *mut ffi::fid = ptr::null_mut();
+        // SAFETY: out is writable; the object stays alive until closed below.
         unsafe {
-            assert_eq!(no_bind(ptr::null_mut(), ptr::null_mut(), 0), ret::ENOSYS);
-            assert_eq!(no_control(ptr::null_mut(), 0, ptr::null_mut()), ret::ENOSYS);
-            assert_eq!(
-                no_ops_open(
-                    ptr::null_mut(),
-                    ptr::null(),
-                    0,
-                    ptr::null_mut(),
-                    ptr::null_mut()
-                ),
-                ret::ENOSYS
-            );
-            assert_eq!(no_tostr(ptr::null(), ptr::null_mut(), 0), ret::ENOSYS);
-            assert_eq!(
-                no_ops_set(
-                    ptr::null_mut(),
-                    ptr::null(),
-                    0,
-                    ptr::null_mut(),
-                    ptr::null_mut()
-                ),
-                ret::ENOSYS
-            );
+            let obj = obj.install(&mut out);
+            assert_eq!(out, obj as *mut ffi::fid);
+            assert_eq!((*out).context as usize, 7);
+            let found = FidObject::<Thing>::from_fid(out, "test").unwrap();
+            assert!(ptr::eq(found, obj));
+            let state = FidObject::<Thing>::state_of(out).unwrap();
+            assert_eq!(Arc::strong_count(&state), 2);
+            assert!(FidObject::<Thing>::find(ptr::null()).is_none());
+
+            let mut other = ffi::fid {
+                fclass: ffi::FI_CLASS_CQ as usize,
+                ..*out
+            };
+            assert!(FidObject::<Thing>::find(&other).is_none(), "other class");
+            other.fclass = ffi::FI_CLASS_CNTR as usize;
+            other.ops = ops_ptr(&CLOSED_OPS);
+            assert!(FidObject::<Thing>::find(&other).is_none(), "other table");
+
+            let close = (*(*out).ops).close.unwrap();
+            state.busy.store(true, Ordering::Relaxed);
+            assert_eq!(close(out), ret::EBUSY);
+            assert!(FidObject::<Thing>::find(out).is_some(), "still open");
+            assert_eq!(close(&mut other), ret::EINVAL);
+            state.busy.store(false, Ordering::Relaxed);
+            assert_eq!(close(out), ret::SUCCESS);
+            assert_eq!(Arc::strong_count(&state), 1, "the box is gone");
+            assert_eq!(THING_OPS.bind.unwrap()(out, out, 0), ret::ENOSYS);
         }
     }
 }

@@ -3,7 +3,8 @@
 //! (`ffi`), the core functions found at load time (`core`), who we are to
 //! the core (`provider`), fid plumbing (`fid`), the panic guard around
 //! every entry point (`guard`), logging into `fi_log` (`log`), tunables
-//! (`config`) and the exit-time cleanup of our shared objects (`shutdown`).
+//! (`config`), the exit-time cleanup of our shared objects (`shutdown`)
+//! and the stubs of every entry point we do not implement (`unsupported`).
 
 pub mod config;
 pub mod core;
@@ -14,3 +15,4 @@ pub mod guard;
 pub mod log;
 pub mod provider;
 pub(crate) mod shutdown;
+pub mod unsupported;

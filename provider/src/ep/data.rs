@@ -1,10 +1,16 @@
-//! The data path: `fi_send`/`fi_recv` and their tagged twins. Every entry
-//! point reduces to [`post_send`] or [`post_recv`].
+//! The data path: `fi_send`/`fi_recv` and their tagged twins. Each of the
+//! eighteen entry points states what is particular to it, the [`Request`]
+//! its arguments describe, and hands it to [`send`] or [`recv`]: one way
+//! to find the endpoint, read the buffers and default the flags, then
+//! [`post_send`] or [`post_recv`]. That common path inlines into each
+//! entry point and calls the two directly: a single-buffer call neither
+//! allocates nor dispatches dynamically.
 
 use std::mem::size_of;
 use std::os::raw::{c_int, c_void};
+use std::ptr;
 
-use super::{ep_of, EpInner};
+use super::inner::{Ep, EpInner};
 use crate::base::ffi::{self, ret};
 use crate::base::guard::ffi_guard_or;
 use unimem_proto::matching::{Iov, IovList, PostedRecv};
@@ -73,18 +79,120 @@ fn map_post_error(e: PostError, op: &str) -> isize {
     code as isize
 }
 
-/// A send of `iov` to `dest`.
-#[allow(clippy::too_many_arguments)]
-fn post_send(
-    ep: &EpInner,
-    op: &str,
-    iov: IovList,
-    dest: ffi::fi_addr_t,
-    info: MatchInfo,
+/// The buffers a call names.
+#[derive(Clone, Copy)]
+enum Bufs {
+    /// `buf, len`.
+    One(*const c_void, usize),
+    /// `iov, count` (the `v` and `msg` calls).
+    Iov(*const ffi::iovec, usize),
+}
+
+/// What a data call asks for, in its own terms (before its endpoint is
+/// known).
+#[derive(Clone, Copy)]
+struct Request {
+    bufs: Bufs,
+    /// A send's destination; a receive's source (FI_ADDR_UNSPEC: anyone).
+    addr: ffi::fi_addr_t,
+    /// The tag of a tagged call (None: untagged).
+    tag: Option<u64>,
+    /// Tag bits a tagged receive ignores.
+    ignore: u64,
+    /// Remote CQ data a send carries.
+    data: Option<u64>,
     context: *mut c_void,
-    flags: u64,
-    inject_call: bool,
-) -> isize {
+    /// The flags of a `msg` call; None: the endpoint's default op_flags.
+    flags: Option<u64>,
+    /// `fi_inject*`: copied before return, never completed.
+    inject: bool,
+}
+
+impl Request {
+    #[inline(always)]
+    fn buf(buf: *const c_void, len: usize, addr: ffi::fi_addr_t, context: *mut c_void) -> Self {
+        Request {
+            bufs: Bufs::One(buf, len),
+            addr,
+            tag: None,
+            ignore: 0,
+            data: None,
+            context,
+            flags: None,
+            inject: false,
+        }
+    }
+
+    #[inline(always)]
+    fn iov(
+        iov: *const ffi::iovec,
+        count: usize,
+        addr: ffi::fi_addr_t,
+        context: *mut c_void,
+    ) -> Self {
+        Request {
+            bufs: Bufs::Iov(iov, count),
+            ..Request::buf(ptr::null(), 0, addr, context)
+        }
+    }
+
+    /// No context and no flags: an inject has no completion to ask for.
+    #[inline(always)]
+    fn inject(buf: *const c_void, len: usize, addr: ffi::fi_addr_t) -> Self {
+        Request {
+            flags: Some(0),
+            inject: true,
+            ..Request::buf(buf, len, addr, ptr::null_mut())
+        }
+    }
+
+    /// An `fi_msg`; its data travels only with FI_REMOTE_CQ_DATA.
+    #[inline(always)]
+    fn msg(m: &ffi::fi_msg, flags: u64) -> Self {
+        Request {
+            data: (flags & ffi::FI_REMOTE_CQ_DATA != 0).then_some(m.data),
+            flags: Some(flags),
+            ..Request::iov(m.msg_iov, m.iov_count, m.addr, m.context)
+        }
+    }
+
+    #[inline(always)]
+    fn tagged_msg(m: &ffi::fi_msg_tagged, flags: u64) -> Self {
+        Request {
+            tag: Some(m.tag),
+            ignore: m.ignore,
+            data: (flags & ffi::FI_REMOTE_CQ_DATA != 0).then_some(m.data),
+            flags: Some(flags),
+            ..Request::iov(m.msg_iov, m.iov_count, m.addr, m.context)
+        }
+    }
+
+    #[inline(always)]
+    fn tagged(self, tag: u64, ignore: u64) -> Self {
+        Request {
+            tag: Some(tag),
+            ignore,
+            ..self
+        }
+    }
+
+    #[inline(always)]
+    fn with_data(self, data: u64) -> Self {
+        Request {
+            data: Some(data),
+            ..self
+        }
+    }
+}
+
+/// A send of `iov` as `req` asks.
+///
+/// Out of line on purpose, like [`post_recv`]: inlined into the shared
+/// entry path it pushed the AV lookup and the protocol's send out of line
+/// instead, and an inject with a receive took some 5 ns more.
+#[inline(never)]
+fn post_send(ep: &EpInner, op: &str, iov: IovList, req: &Request) -> isize {
+    let flags = req.flags.unwrap_or(ep.tx_op_flags);
     let Some(b) = ep.active.get() else {
         tracing::warn!("{op}: the endpoint is not enabled");
         return -(ffi::FI_EOPBADSTATE as c_int) as isize;
@@ -94,13 +202,14 @@ fn post_send(
         return ret::EBADFLAGS as isize;
     }
     let len: usize = iov.iter().map(|&(_, len)| len).sum();
-    if (inject_call || flags & ffi::FI_INJECT != 0) && len > ep.inject_size {
+    if (req.inject || flags & ffi::FI_INJECT != 0) && len > ep.inject_size {
         tracing::warn!(
             "{op}: {len} bytes exceed the inject size {}",
             ep.inject_size
         );
         return ret::EINVAL as isize;
     }
+    let dest = req.addr;
     let (dest, completion) = {
         let Some(dest_addr) = b.av.as_ref().and_then(|av| av.lookup(dest)) else {
             tracing::warn!("{op}: fi_addr {dest:#x} is not in the endpoint's AV");
@@ -114,10 +223,13 @@ fn post_send(
     let req = SendReq {
         dest,
         iov,
-        info,
-        context: context as usize,
+        info: MatchInfo {
+            tag: req.tag,
+            data: req.data,
+        },
+        context: req.context as usize,
         completion,
-        inject: inject_call,
+        inject: req.inject,
     };
     let mut core = ep.core.lock();
     // SAFETY: libfabric's contract: the buffers stay valid until the send
@@ -130,19 +242,11 @@ fn post_send(
     }
 }
 
-/// A receive into `iov` from `src` (or from anyone).
-#[allow(clippy::too_many_arguments)]
-fn post_recv(
-    ep: &EpInner,
-    op: &str,
-    iov: IovList,
-    src: ffi::fi_addr_t,
-    tagged: bool,
-    tag: u64,
-    ignore: u64,
-    context: *mut c_void,
-    flags: u64,
-) -> isize {
+/// A receive into `iov` as `req` asks.
+#[inline(never)]
+fn post_recv(ep: &EpInner, op: &str, iov: IovList, req: &Request) -> isize {
+    let flags = req.flags.unwrap_or(ep.rx_op_flags);
+    let tagged = req.tag.is_some();
     let Some(b) = ep.active.get() else {
         tracing::warn!("{op}: the endpoint is not enabled");
         return -(ffi::FI_EOPBADSTATE as c_int) as isize;
@@ -156,6 +260,7 @@ fn post_recv(
         tracing::warn!("{op}: FI_MULTI_RECV takes one untagged buffer");
         return ret::EINVAL as isize;
     }
+    let src = req.addr;
     let (src, completion) = {
         let directed = ep.caps & ffi::FI_DIRECTED_RECV != 0 && src != FI_ADDR_UNSPEC;
         let src = if directed {
@@ -172,11 +277,11 @@ fn post_recv(
         (src, !b.rx_selective || flags & ffi::FI_COMPLETION != 0)
     };
     let recv = PostedRecv {
-        context: context as usize,
+        context: req.context as usize,
         iov,
         src,
-        tag,
-        ignore,
+        tag: req.tag.unwrap_or(0),
+        ignore: req.ignore,
         completion,
         multi_recv,
     };
@@ -236,6 +341,10 @@ unsafe fn iovs(
     }
     // SAFETY: iov points to count iovecs (caller).
     let slice = unsafe { std::slice::from_raw_parts(iov, count) };
+    if let [v] = slice {
+        // What collecting one piece would give, without the Vec.
+        return Ok(IovList::One((v.iov_base as usize, v.iov_len)));
+    }
     Ok(slice
         .iter()
         .map(|v| (v.iov_base as usize, v.iov_len))
@@ -243,20 +352,65 @@ unsafe fn iovs(
         .into())
 }
 
-fn one(buf: *const c_void, len: usize) -> IovList {
-    IovList::One((buf as usize, len))
+/// Every send entry point: [`post`] then [`post_send`].
+///
+/// # Safety
+/// As [`post`].
+#[inline(always)]
+unsafe fn send(op: &'static str, ep: *mut ffi::fid_ep, req: impl Into<Option<Request>>) -> isize {
+    // SAFETY: forwarded from the caller.
+    unsafe { post(op, ep, req.into(), post_send) }
 }
 
-/// Runs a data-path entry point on our endpoint, or fails it cleanly.
-fn with_ep(op: &'static str, ep: *mut ffi::fid_ep, body: impl FnOnce(&EpInner) -> isize) -> isize {
+/// Every receive entry point: [`post`] then [`post_recv`].
+///
+/// # Safety
+/// As [`post`].
+#[inline(always)]
+unsafe fn recv(op: &'static str, ep: *mut ffi::fid_ep, req: impl Into<Option<Request>>) -> isize {
+    // SAFETY: forwarded from the caller.
+    unsafe { post(op, ep, req.into(), post_recv) }
+}
+
+/// What every data entry point does: find our endpoint (-FI_EINVAL if it
+/// is not one, or `req` is None: a NULL `msg`), read the call's buffers,
+/// then `post` them, all under the panic guard.
+///
+/// # Safety
+/// `ep` must be NULL or a live `struct fid_ep`; the request's iov array
+/// must hold its count of iovecs (libfabric's contract for the call).
+#[inline(always)]
+unsafe fn post(
+    op: &'static str,
+    ep: *mut ffi::fid_ep,
+    req: Option<Request>,
+    post: impl FnOnce(&EpInner, &str, IovList, &Request) -> isize,
+) -> isize {
+    // The guard's closure takes the request by reference: moving it in
+    // would copy it twice more on every call.
+    let req = req.as_ref();
     ffi_guard_or(op, ret::EOTHER as isize, || {
         // SAFETY: libfabric hands us an endpoint the application got from us.
-        match unsafe { ep_of(ep as *const ffi::fid, op) } {
-            Some(ep) => body(&ep.inner),
-            None => ret::EINVAL as isize,
-        }
+        let Some(ep) = (unsafe { Ep::from_ptr(ep, op) }) else {
+            return ret::EINVAL as isize;
+        };
+        let ep = &*ep.inner;
+        let Some(req) = req else {
+            return ret::EINVAL as isize;
+        };
+        let iov = match req.bufs {
+            Bufs::One(buf, len) => IovList::One((buf as usize, len)),
+            // SAFETY: iov holds count iovecs (caller).
+            Bufs::Iov(iov, count) => match unsafe { iovs(ep, op, iov, count) } {
+                Ok(iov) => iov,
+                Err(code) => return code,
+            },
+        };
+        post(ep, op, iov, req)
     })
 }
+
+// Each entry point below: its arguments into a Request, to send or recv.
 
 // --- fi_ops_msg --------------------------------------------------------------------
 
@@ -268,19 +422,8 @@ unsafe extern "C" fn msg_recv(
     src: ffi::fi_addr_t,
     context: *mut c_void,
 ) -> isize {
-    with_ep("fi_recv", ep, |ep| {
-        post_recv(
-            ep,
-            "fi_recv",
-            one(buf, len),
-            src,
-            false,
-            0,
-            0,
-            context,
-            ep.rx_op_flags,
-        )
-    })
+    // SAFETY: the application's arguments (API contract).
+    unsafe { recv("fi_recv", ep, Request::buf(buf, len, src, context)) }
 }
 
 unsafe extern "C" fn msg_recvv(
@@ -291,23 +434,8 @@ unsafe extern "C" fn msg_recvv(
     src: ffi::fi_addr_t,
     context: *mut c_void,
 ) -> isize {
-    with_ep("fi_recvv", ep, |ep| {
-        // SAFETY: iov holds count iovecs (libfabric contract).
-        match unsafe { iovs(ep, "fi_recvv", iov, count) } {
-            Ok(iov) => post_recv(
-                ep,
-                "fi_recvv",
-                iov,
-                src,
-                false,
-                0,
-                0,
-                context,
-                ep.rx_op_flags,
-            ),
-            Err(code) => code,
-        }
-    })
+    // SAFETY: the application's arguments (API contract).
+    unsafe { recv("fi_recvv", ep, Request::iov(iov, count, src, context)) }
 }
 
 unsafe extern "C" fn msg_recvmsg(
@@ -315,27 +443,10 @@ unsafe extern "C" fn msg_recvmsg(
     msg: *const ffi::fi_msg,
     flags: u64,
 ) -> isize {
-    with_ep("fi_recvmsg", ep, |ep| {
-        // SAFETY: msg is NULL or a valid fi_msg (libfabric contract).
-        let Some(msg) = (unsafe { msg.as_ref() }) else {
-            return ret::EINVAL as isize;
-        };
-        // SAFETY: msg_iov holds iov_count iovecs.
-        match unsafe { iovs(ep, "fi_recvmsg", msg.msg_iov, msg.iov_count) } {
-            Ok(iov) => post_recv(
-                ep,
-                "fi_recvmsg",
-                iov,
-                msg.addr,
-                false,
-                0,
-                0,
-                msg.context,
-                flags,
-            ),
-            Err(code) => code,
-        }
-    })
+    // SAFETY: msg is NULL or a valid fi_msg (API contract).
+    let req = unsafe { msg.as_ref() }.map(|m| Request::msg(m, flags));
+    // SAFETY: the application's arguments (API contract).
+    unsafe { recv("fi_recvmsg", ep, req) }
 }
 
 unsafe extern "C" fn msg_send(
@@ -346,18 +457,8 @@ unsafe extern "C" fn msg_send(
     dest: ffi::fi_addr_t,
     context: *mut c_void,
 ) -> isize {
-    with_ep("fi_send", ep, |ep| {
-        post_send(
-            ep,
-            "fi_send",
-            one(buf, len),
-            dest,
-            MatchInfo::default(),
-            context,
-            ep.tx_op_flags,
-            false,
-        )
-    })
+    // SAFETY: the application's arguments (API contract).
+    unsafe { send("fi_send", ep, Request::buf(buf, len, dest, context)) }
 }
 
 unsafe extern "C" fn msg_sendv(
@@ -368,22 +469,8 @@ unsafe extern "C" fn msg_sendv(
     dest: ffi::fi_addr_t,
     context: *mut c_void,
 ) -> isize {
-    with_ep("fi_sendv", ep, |ep| {
-        // SAFETY: iov holds count iovecs (libfabric contract).
-        match unsafe { iovs(ep, "fi_sendv", iov, count) } {
-            Ok(iov) => post_send(
-                ep,
-                "fi_sendv",
-                iov,
-                dest,
-                MatchInfo::default(),
-                context,
-                ep.tx_op_flags,
-                false,
-            ),
-            Err(code) => code,
-        }
-    })
+    // SAFETY: the application's arguments (API contract).
+    unsafe { send("fi_sendv", ep, Request::iov(iov, count, dest, context)) }
 }
 
 unsafe extern "C" fn msg_sendmsg(
@@ -391,30 +478,10 @@ unsafe extern "C" fn msg_sendmsg(
     msg: *const ffi::fi_msg,
     flags: u64,
 ) -> isize {
-    with_ep("fi_sendmsg", ep, |ep| {
-        // SAFETY: msg is NULL or a valid fi_msg (libfabric contract).
-        let Some(msg) = (unsafe { msg.as_ref() }) else {
-            return ret::EINVAL as isize;
-        };
-        let info = MatchInfo {
-            tag: None,
-            data: (flags & ffi::FI_REMOTE_CQ_DATA != 0).then_some(msg.data),
-        };
-        // SAFETY: msg_iov holds iov_count iovecs.
-        match unsafe { iovs(ep, "fi_sendmsg", msg.msg_iov, msg.iov_count) } {
-            Ok(iov) => post_send(
-                ep,
-                "fi_sendmsg",
-                iov,
-                msg.addr,
-                info,
-                msg.context,
-                flags,
-                false,
-            ),
-            Err(code) => code,
-        }
-    })
+    // SAFETY: msg is NULL or a valid fi_msg (API contract).
+    let req = unsafe { msg.as_ref() }.map(|m| Request::msg(m, flags));
+    // SAFETY: the application's arguments (API contract).
+    unsafe { send("fi_sendmsg", ep, req) }
 }
 
 unsafe extern "C" fn msg_inject(
@@ -423,18 +490,8 @@ unsafe extern "C" fn msg_inject(
     len: usize,
     dest: ffi::fi_addr_t,
 ) -> isize {
-    with_ep("fi_inject", ep, |ep| {
-        post_send(
-            ep,
-            "fi_inject",
-            one(buf, len),
-            dest,
-            MatchInfo::default(),
-            std::ptr::null_mut(),
-            0,
-            true,
-        )
-    })
+    // SAFETY: the application's arguments (API contract).
+    unsafe { send("fi_inject", ep, Request::inject(buf, len, dest)) }
 }
 
 unsafe extern "C" fn msg_senddata(
@@ -446,22 +503,9 @@ unsafe extern "C" fn msg_senddata(
     dest: ffi::fi_addr_t,
     context: *mut c_void,
 ) -> isize {
-    with_ep("fi_senddata", ep, |ep| {
-        let info = MatchInfo {
-            tag: None,
-            data: Some(data),
-        };
-        post_send(
-            ep,
-            "fi_senddata",
-            one(buf, len),
-            dest,
-            info,
-            context,
-            ep.tx_op_flags,
-            false,
-        )
-    })
+    let req = Request::buf(buf, len, dest, context).with_data(data);
+    // SAFETY: the application's arguments (API contract).
+    unsafe { send("fi_senddata", ep, req) }
 }
 
 unsafe extern "C" fn msg_injectdata(
@@ -471,22 +515,9 @@ unsafe extern "C" fn msg_injectdata(
     data: u64,
     dest: ffi::fi_addr_t,
 ) -> isize {
-    with_ep("fi_injectdata", ep, |ep| {
-        let info = MatchInfo {
-            tag: None,
-            data: Some(data),
-        };
-        post_send(
-            ep,
-            "fi_injectdata",
-            one(buf, len),
-            dest,
-            info,
-            std::ptr::null_mut(),
-            0,
-            true,
-        )
-    })
+    let req = Request::inject(buf, len, dest).with_data(data);
+    // SAFETY: the application's arguments (API contract).
+    unsafe { send("fi_injectdata", ep, req) }
 }
 
 // --- fi_ops_tagged -------------------------------------------------------------------
@@ -502,19 +533,9 @@ unsafe extern "C" fn tagged_recv(
     ignore: u64,
     context: *mut c_void,
 ) -> isize {
-    with_ep("fi_trecv", ep, |ep| {
-        post_recv(
-            ep,
-            "fi_trecv",
-            one(buf, len),
-            src,
-            true,
-            tag,
-            ignore,
-            context,
-            ep.rx_op_flags,
-        )
-    })
+    let req = Request::buf(buf, len, src, context).tagged(tag, ignore);
+    // SAFETY: the application's arguments (API contract).
+    unsafe { recv("fi_trecv", ep, req) }
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -528,23 +549,9 @@ unsafe extern "C" fn tagged_recvv(
     ignore: u64,
     context: *mut c_void,
 ) -> isize {
-    with_ep("fi_trecvv", ep, |ep| {
-        // SAFETY: iov holds count iovecs (libfabric contract).
-        match unsafe { iovs(ep, "fi_trecvv", iov, count) } {
-            Ok(iov) => post_recv(
-                ep,
-                "fi_trecvv",
-                iov,
-                src,
-                true,
-                tag,
-                ignore,
-                context,
-                ep.rx_op_flags,
-            ),
-            Err(code) => code,
-        }
-    })
+    let req = Request::iov(iov, count, src, context).tagged(tag, ignore);
+    // SAFETY: the application's arguments (API contract).
+    unsafe { recv("fi_trecvv", ep, req) }
 }
 
 unsafe extern "C" fn tagged_recvmsg(
@@ -552,27 +559,10 @@ unsafe extern "C" fn tagged_recvmsg(
     msg: *const ffi::fi_msg_tagged,
     flags: u64,
 ) -> isize {
-    with_ep("fi_trecvmsg", ep, |ep| {
-        // SAFETY: msg is NULL or a valid fi_msg_tagged (libfabric contract).
-        let Some(msg) = (unsafe { msg.as_ref() }) else {
-            return ret::EINVAL as isize;
-        };
-        // SAFETY: msg_iov holds iov_count iovecs.
-        match unsafe { iovs(ep, "fi_trecvmsg", msg.msg_iov, msg.iov_count) } {
-            Ok(iov) => post_recv(
-                ep,
-                "fi_trecvmsg",
-                iov,
-                msg.addr,
-                true,
-                msg.tag,
-                msg.ignore,
-                msg.context,
-                flags,
-            ),
-            Err(code) => code,
-        }
-    })
+    // SAFETY: msg is NULL or a valid fi_msg_tagged (API contract).
+    let req = unsafe { msg.as_ref() }.map(|m| Request::tagged_msg(m, flags));
+    // SAFETY: the application's arguments (API contract).
+    unsafe { recv("fi_trecvmsg", ep, req) }
 }
 
 unsafe extern "C" fn tagged_send(
@@ -584,22 +574,9 @@ unsafe extern "C" fn tagged_send(
     tag: u64,
     context: *mut c_void,
 ) -> isize {
-    with_ep("fi_tsend", ep, |ep| {
-        let info = MatchInfo {
-            tag: Some(tag),
-            data: None,
-        };
-        post_send(
-            ep,
-            "fi_tsend",
-            one(buf, len),
-            dest,
-            info,
-            context,
-            ep.tx_op_flags,
-            false,
-        )
-    })
+    let req = Request::buf(buf, len, dest, context).tagged(tag, 0);
+    // SAFETY: the application's arguments (API contract).
+    unsafe { send("fi_tsend", ep, req) }
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -612,26 +589,9 @@ unsafe extern "C" fn tagged_sendv(
     tag: u64,
     context: *mut c_void,
 ) -> isize {
-    with_ep("fi_tsendv", ep, |ep| {
-        let info = MatchInfo {
-            tag: Some(tag),
-            data: None,
-        };
-        // SAFETY: iov holds count iovecs (libfabric contract).
-        match unsafe { iovs(ep, "fi_tsendv", iov, count) } {
-            Ok(iov) => post_send(
-                ep,
-                "fi_tsendv",
-                iov,
-                dest,
-                info,
-                context,
-                ep.tx_op_flags,
-                false,
-            ),
-            Err(code) => code,
-        }
-    })
+    let req = Request::iov(iov, count, dest, context).tagged(tag, 0);
+    // SAFETY: the application's arguments (API contract).
+    unsafe { send("fi_tsendv", ep, req) }
 }
 
 unsafe extern "C" fn tagged_sendmsg(
@@ -639,30 +599,10 @@ unsafe extern "C" fn tagged_sendmsg(
     msg: *const ffi::fi_msg_tagged,
     flags: u64,
 ) -> isize {
-    with_ep("fi_tsendmsg", ep, |ep| {
-        // SAFETY: msg is NULL or a valid fi_msg_tagged (libfabric contract).
-        let Some(msg) = (unsafe { msg.as_ref() }) else {
-            return ret::EINVAL as isize;
-        };
-        let info = MatchInfo {
-            tag: Some(msg.tag),
-            data: (flags & ffi::FI_REMOTE_CQ_DATA != 0).then_some(msg.data),
-        };
-        // SAFETY: msg_iov holds iov_count iovecs.
-        match unsafe { iovs(ep, "fi_tsendmsg", msg.msg_iov, msg.iov_count) } {
-            Ok(iov) => post_send(
-                ep,
-                "fi_tsendmsg",
-                iov,
-                msg.addr,
-                info,
-                msg.context,
-                flags,
-                false,
-            ),
-            Err(code) => code,
-        }
-    })
+    // SAFETY: msg is NULL or a valid fi_msg_tagged (API contract).
+    let req = unsafe { msg.as_ref() }.map(|m| Request::tagged_msg(m, flags));
+    // SAFETY: the application's arguments (API contract).
+    unsafe { send("fi_tsendmsg", ep, req) }
 }
 
 unsafe extern "C" fn tagged_inject(
@@ -672,22 +612,9 @@ unsafe extern "C" fn tagged_inject(
     dest: ffi::fi_addr_t,
     tag: u64,
 ) -> isize {
-    with_ep("fi_tinject", ep, |ep| {
-        let info = MatchInfo {
-            tag: Some(tag),
-            data: None,
-        };
-        post_send(
-            ep,
-            "fi_tinject",
-            one(buf, len),
-            dest,
-            info,
-            std::ptr::null_mut(),
-            0,
-            true,
-        )
-    })
+    let req = Request::inject(buf, len, dest).tagged(tag, 0);
+    // SAFETY: the application's arguments (API contract).
+    unsafe { send("fi_tinject", ep, req) }
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -701,22 +628,11 @@ unsafe extern "C" fn tagged_senddata(
     tag: u64,
     context: *mut c_void,
 ) -> isize {
-    with_ep("fi_tsenddata", ep, |ep| {
-        let info = MatchInfo {
-            tag: Some(tag),
-            data: Some(data),
-        };
-        post_send(
-            ep,
-            "fi_tsenddata",
-            one(buf, len),
-            dest,
-            info,
-            context,
-            ep.tx_op_flags,
-            false,
-        )
-    })
+    let req = Request::buf(buf, len, dest, context)
+        .tagged(tag, 0)
+        .with_data(data);
+    // SAFETY: the application's arguments (API contract).
+    unsafe { send("fi_tsenddata", ep, req) }
 }
 
 unsafe extern "C" fn tagged_injectdata(
@@ -727,20 +643,84 @@ unsafe extern "C" fn tagged_injectdata(
     dest: ffi::fi_addr_t,
     tag: u64,
 ) -> isize {
-    with_ep("fi_tinjectdata", ep, |ep| {
-        let info = MatchInfo {
-            tag: Some(tag),
-            data: Some(data),
+    let req = Request::inject(buf, len, dest)
+        .tagged(tag, 0)
+        .with_data(data);
+    // SAFETY: the application's arguments (API contract).
+    unsafe { send("fi_tinjectdata", ep, req) }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn requests_say_what_each_call_asks() {
+        let (buf, ctx) = (0x1000 as *const c_void, 7 as *mut c_void);
+        let r = Request::buf(buf, 5, 3, ctx);
+        assert!(matches!(r.bufs, Bufs::One(b, 5) if b == buf));
+        assert_eq!((r.addr, r.tag, r.data, r.flags), (3, None, None, None));
+        assert!(r.context == ctx && !r.inject);
+
+        let r = Request::inject(buf, 5, 3).tagged(9, 0).with_data(4);
+        assert_eq!((r.tag, r.data, r.flags), (Some(9), Some(4), Some(0)));
+        assert!(r.inject && r.context.is_null());
+
+        let iov = [ffi::iovec::default(); 2];
+        let m = ffi::fi_msg {
+            msg_iov: iov.as_ptr(),
+            iov_count: 2,
+            addr: 3,
+            context: ctx,
+            data: 11,
+            ..Default::default()
         };
-        post_send(
-            ep,
-            "fi_tinjectdata",
-            one(buf, len),
-            dest,
-            info,
-            std::ptr::null_mut(),
-            0,
-            true,
-        )
-    })
+        let r = Request::msg(&m, ffi::FI_COMPLETION);
+        assert!(matches!(r.bufs, Bufs::Iov(p, 2) if p == iov.as_ptr()));
+        assert_eq!(
+            (r.addr, r.tag, r.data),
+            (3, None, None),
+            "no FI_REMOTE_CQ_DATA"
+        );
+        assert_eq!(r.flags, Some(ffi::FI_COMPLETION));
+        let r = Request::msg(&m, ffi::FI_REMOTE_CQ_DATA);
+        assert_eq!(r.data, Some(11));
+
+        let t = ffi::fi_msg_tagged {
+            msg_iov: iov.as_ptr(),
+            iov_count: 1,
+            tag: 0xab,
+            ignore: 0xf,
+            ..Default::default()
+        };
+        let r = Request::tagged_msg(&t, 0);
+        assert_eq!((r.tag, r.ignore, r.flags), (Some(0xab), 0xf, Some(0)));
+    }
+
+    #[test]
+    fn entry_points_refuse_what_is_not_an_endpoint() {
+        let einval = ret::EINVAL as isize;
+        let mut not_ep = ffi::fid_ep::default();
+        let not_ep: *mut ffi::fid_ep = &mut not_ep;
+        // SAFETY: NULL or a zeroed fid_ep, which no entry point takes for ours.
+        unsafe {
+            for ep in [ptr::null_mut(), not_ep] {
+                assert_eq!(msg_inject(ep, ptr::null(), 0, 0), einval);
+                assert_eq!(msg_sendmsg(ep, ptr::null(), 0), einval);
+                assert_eq!(tagged_recvmsg(ep, ptr::null(), 0), einval);
+                let recv = TAGGED_OPS.recv.unwrap();
+                let r = recv(
+                    ep,
+                    ptr::null_mut(),
+                    0,
+                    ptr::null_mut(),
+                    0,
+                    1,
+                    0,
+                    ptr::null_mut(),
+                );
+                assert_eq!(r, einval);
+            }
+        }
+    }
 }

@@ -9,7 +9,7 @@ use parking_lot::Mutex;
 use crate::base::config::Config;
 use crate::base::fid::{Children, Parent, ParentRef};
 use crate::info::attr::Info;
-use crate::state::FabricState;
+use crate::state::fabric::FabricState;
 
 /// State shared with the domain's children.
 #[derive(Debug)]

@@ -3,8 +3,8 @@
 //! consumes slots, piggybacked on its own data messages when it can, or in
 //! a Credit message once half the ring is owed.
 //!
-//! Owns: the `credits` of each peer's [`TxRing`](super::send::eager::TxRing)
-//! and the `owed` of each [`RxRing`](super::recv::eager::RxRing).
+//! Owns: the `credits` of each peer's [`TxRing`](super::peers::TxRing)
+//! and the `owed` of each [`RxRing`](super::peers::RxRing).
 
 use std::hash::Hash;
 

@@ -58,10 +58,10 @@ use crate::wire::MatchInfo;
 use crate::{Event, PostError, ProtoConfig, WireNode};
 use ids::Slab;
 use peers::Peer;
-use progress::Waiter;
 use recv::rendezvous::RxXfer;
 use send::rendezvous::Grant;
 use send::TxOp;
+use send::Waiter;
 
 /// Index of a peer in the table: peers are never removed.
 type PeerIdx = usize;

@@ -2,17 +2,17 @@
 //! aside for the peer, and theirs), lookup by address, and the two outgoing
 //! queues of each peer (control, and data in send order).
 //!
-//! Owns: `peers`, `by_addr`, `last_peer`, `active`. Touches the DMA handle
+//! Owns: `peers`, `by_addr`, `last_peer`, `active`, and the records of
+//! each peer's eager rings ([`TxRing`], [`RxRing`]), which the eager send
+//! side, the ring consumer and the credits move through. Touches the DMA handle
 //! only to set up eager rings (allocation, and registration of the peer's).
 
 use std::collections::VecDeque;
 use std::hash::Hash;
 
-use unimem_dma::DmaEngine;
+use unimem_dma::{DmaBuf, DmaEngine, RegId};
 use unimem_mailbox::{Mailbox, Message};
 
-use super::recv::eager::RxRing;
-use super::send::eager::TxRing;
 use super::{post_error, Messenger, PeerIdx};
 use crate::wire::{Wire, NODE_LEN};
 use crate::{PostError, WireNode};
@@ -30,6 +30,26 @@ pub(crate) enum DataItem {
     Rts {
         op: usize,
     },
+}
+
+/// The eager ring a peer set aside for us, and our place in it.
+pub(crate) struct TxRing {
+    pub(crate) reg: RegId,
+    pub(crate) base: u64,
+    pub(crate) slot_size: usize,
+    pub(crate) slots: usize,
+    pub(crate) next: usize,
+    pub(crate) credits: usize,
+}
+
+/// The eager ring we set aside for a peer.
+pub(crate) struct RxRing {
+    pub(crate) memory: DmaBuf,
+    pub(crate) slot_size: usize,
+    pub(crate) slots: usize,
+    pub(crate) next: usize,
+    /// Slots consumed and not yet handed back.
+    pub(crate) owed: usize,
 }
 
 /// A peer: its address and route (mailbox), node (DMA), eager rings and

@@ -12,25 +12,11 @@ use unimem_dma::DmaEngine;
 use unimem_mailbox::{Mailbox, Message};
 
 use super::send::rendezvous::Grant;
-use super::send::{EagerState, TxKind};
+use super::send::{EagerState, TxKind, Waiter};
 use super::Messenger;
 use crate::dma::Token;
-use crate::pool::Buffer;
 use crate::wire::Wire;
 use crate::WireNode;
-
-/// What a DMA in flight is for, to act on its completion.
-pub(crate) enum Waiter {
-    Eager {
-        op: usize,
-    },
-    Fragment {
-        op: usize,
-        fragment: u32,
-        recv_id: u16,
-        staging: Option<Buffer>,
-    },
-}
 
 impl<M, D> Messenger<M, D>
 where

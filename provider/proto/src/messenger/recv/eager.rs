@@ -2,26 +2,17 @@
 //! of the ring we set aside for its sender; it is delivered from there, and
 //! the slot is owed back as a credit.
 //!
-//! Owns: [`RxRing`] (the ring's memory and our place in it).
+//! Moves through [`RxRing`](super::super::peers::RxRing) (the ring's memory
+//! and our place in it).
 
 use std::hash::Hash;
 
-use unimem_dma::{DmaBuf, DmaEngine};
+use unimem_dma::DmaEngine;
 use unimem_mailbox::Mailbox;
 
 use super::super::{Messenger, PeerIdx};
 use crate::wire::MatchInfo;
 use crate::WireNode;
-
-/// The eager ring we set aside for a peer.
-pub(crate) struct RxRing {
-    pub(crate) memory: DmaBuf,
-    pub(crate) slot_size: usize,
-    pub(crate) slots: usize,
-    pub(crate) next: usize,
-    /// Slots consumed and not yet handed back.
-    pub(crate) owed: usize,
-}
 
 impl<M, D> Messenger<M, D>
 where

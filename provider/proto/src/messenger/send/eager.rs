@@ -2,31 +2,22 @@
 //! the next slot of the ring the receiver set aside for us, then announced
 //! by the data queue; a peer without a ring gets it by rendezvous instead.
 //!
-//! Owns: [`TxRing`], our place in the peer's ring (its credits are
+//! Moves through [`TxRing`](super::super::peers::TxRing), our place in the
+//! peer's ring (its credits are
 //! [`credits`](super::super::credits)'). Submits DMA through the
 //! messenger's DMA handle.
 
 use std::hash::Hash;
 
-use unimem_dma::{DmaEngine, RegId};
+use unimem_dma::DmaEngine;
 use unimem_mailbox::Mailbox;
 
 use super::super::peers::DataItem;
-use super::super::progress::Waiter;
+
 use super::super::{Messenger, PeerIdx};
-use super::{EagerState, TxKind, TxOp};
+use super::{EagerState, TxKind, TxOp, Waiter};
 use crate::matching::IovList;
 use crate::WireNode;
-
-/// The eager ring a peer set aside for us, and our place in it.
-pub(crate) struct TxRing {
-    pub(crate) reg: RegId,
-    pub(crate) base: u64,
-    pub(crate) slot_size: usize,
-    pub(crate) slots: usize,
-    pub(crate) next: usize,
-    pub(crate) credits: usize,
-}
 
 impl<M, D> Messenger<M, D>
 where

@@ -56,6 +56,19 @@ pub(crate) struct TxOp {
     pub(crate) kind: TxKind,
 }
 
+/// What a DMA in flight is for, to act on its completion.
+pub(crate) enum Waiter {
+    Eager {
+        op: usize,
+    },
+    Fragment {
+        op: usize,
+        fragment: u32,
+        recv_id: u16,
+        staging: Option<Buffer>,
+    },
+}
+
 impl<M, D> Messenger<M, D>
 where
     M: Mailbox,

@@ -15,9 +15,8 @@ use std::hash::Hash;
 use unimem_dma::DmaEngine;
 use unimem_mailbox::Mailbox;
 
-use super::super::progress::Waiter;
 use super::super::Messenger;
-use super::TxKind;
+use super::{TxKind, Waiter};
 use crate::iov::gather;
 use crate::WireNode;
 

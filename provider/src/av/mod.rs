@@ -21,8 +21,10 @@
 //! - `lookup`/`reverse_lookup` take a read lock only: the data path may
 //!   call them from any thread.
 
-use std::collections::HashMap;
+mod table;
+
 use std::ffi::CStr;
+use std::fmt;
 use std::mem::size_of;
 use std::os::raw::{c_char, c_int, c_void};
 use std::ptr;
@@ -32,87 +34,17 @@ use parking_lot::{Mutex, RwLock};
 use unimem_mailbox::{JobId, MailboxAddr};
 
 use crate::base::ffi::{self, ret, FI_ADDR_NOTAVAIL};
-use crate::base::fid::{self, Children, Parent, ParentRef};
+use crate::base::fid::{self, Bind, Children, FiObject, FidObject, Parent, ParentRef};
 use crate::base::guard::{ffi_guard, ffi_guard_or};
-use crate::eq::{self, EqError, EqInner};
+use crate::base::unsupported;
+use crate::eq::{Eq, EqError, EqInner};
 use crate::info::addr;
 use crate::info::getinfo;
 use crate::state::DomainState;
-
-/// Where an address of the reverse map lives.
-#[derive(Debug, Clone, Copy)]
-struct Reverse {
-    /// Lowest live index holding the address.
-    first: u64,
-    /// Further live copies (duplicate inserts).
-    others: u32,
-}
-
-/// The table proper (pure Rust).
-#[derive(Debug, Default)]
-struct Table {
-    /// Index → address; None once removed (indices are never reused).
-    entries: Vec<Option<MailboxAddr>>,
-    reverse: HashMap<MailboxAddr, Reverse>,
-}
-
-impl Table {
-    fn insert(&mut self, addr: MailboxAddr) -> u64 {
-        let index = self.entries.len() as u64;
-        self.entries.push(Some(addr));
-        self.reverse
-            .entry(addr)
-            .and_modify(|r| r.others += 1)
-            .or_insert(Reverse {
-                first: index,
-                others: 0,
-            });
-        index
-    }
-
-    fn lookup(&self, fi_addr: u64) -> Option<MailboxAddr> {
-        let i = usize::try_from(fi_addr).ok()?;
-        self.entries.get(i).copied().flatten()
-    }
-
-    fn reverse_lookup(&self, addr: &MailboxAddr) -> Option<u64> {
-        self.reverse.get(addr).map(|r| r.first)
-    }
-
-    /// Remove one entry; false if `fi_addr` names no live entry.
-    fn remove(&mut self, fi_addr: u64) -> bool {
-        let Some(addr) = self.lookup(fi_addr) else {
-            return false;
-        };
-        self.entries[fi_addr as usize] = None;
-        let std::collections::hash_map::Entry::Occupied(mut slot) = self.reverse.entry(addr) else {
-            unreachable!("every live entry is in the reverse map");
-        };
-        let r = slot.get_mut();
-        if r.others == 0 {
-            slot.remove();
-        } else {
-            r.others -= 1;
-            if r.first == fi_addr {
-                // Rare (duplicates only): find the next live copy.
-                r.first = self
-                    .entries
-                    .iter()
-                    .position(|e| *e == Some(addr))
-                    .expect("a live duplicate remains") as u64;
-            }
-        }
-        true
-    }
-}
+use table::Table;
 
 /// Our `struct fid_av`.
-#[repr(C)]
-pub struct Av {
-    /// Must stay first: applications hold a pointer to it.
-    fid: ffi::fid_av,
-    inner: Arc<AvInner>,
-}
+pub type Av = FidObject<AvInner>;
 
 /// State shared with the endpoints bound to the AV.
 #[derive(Debug)]
@@ -276,14 +208,59 @@ fn parse_addr(text: &[u8]) -> Result<MailboxAddr, c_int> {
 }
 
 static AV_FI_OPS: ffi::fi_ops = ffi::fi_ops {
-    size: size_of::<ffi::fi_ops>(),
-    close: Some(av_close),
-    bind: Some(av_bind),
-    control: Some(fid::no_control),
-    ops_open: Some(fid::no_ops_open),
-    tostr: Some(fid::no_tostr),
-    ops_set: Some(fid::no_ops_set),
+    bind: Some(fid::bind::<AvInner>),
+    ..fid::fi_ops::<AvInner>()
 };
+
+// SAFETY: fid_av starts with its struct fid.
+unsafe impl FiObject for AvInner {
+    type Fid = ffi::fid_av;
+    const CLASS: u32 = ffi::FI_CLASS_AV;
+    const KIND: &'static str = "address vector";
+    const FI_OPS: &'static ffi::fi_ops = &AV_FI_OPS;
+
+    fn warn(args: fmt::Arguments<'_>) {
+        tracing::warn!("{args}");
+    }
+
+    fn on_close(av: &Av) -> Result<(), c_int> {
+        if let Err(n) = fid::check_no_children(av.inner.children()) {
+            tracing::warn!("fi_close(av): still bound to {n} endpoint(s)");
+            return Err(ret::EBUSY);
+        }
+        // Dropping it releases the domain and the EQ.
+        tracing::debug!("av {av:p} closed");
+        Ok(())
+    }
+}
+
+impl Bind for AvInner {
+    unsafe fn bind(av: &Av, bfid: *mut ffi::fid, flags: u64) -> c_int {
+        let av = &av.inner;
+        if flags != 0 {
+            tracing::warn!("fi_av_bind: flags must be 0 (got {flags:#x})");
+            return ret::EBADFLAGS;
+        }
+        // SAFETY: bfid comes from the application.
+        let Some(eq) = (unsafe { Eq::state_of(bfid) }) else {
+            tracing::warn!("fi_av_bind: only a unimem EQ can be bound to an AV");
+            return ret::EINVAL;
+        };
+        if !av.events {
+            tracing::warn!(
+                "fi_av_bind: the AV was opened without FI_EVENT (inserts are synchronous)"
+            );
+            return ret::EINVAL;
+        }
+        let mut slot = av.eq.lock();
+        if slot.is_some() {
+            tracing::warn!("fi_av_bind: an EQ is already bound");
+            return ret::EINVAL;
+        }
+        *slot = Some(ParentRef::new(&eq));
+        ret::SUCCESS
+    }
+}
 
 static AV_OPS: ffi::fi_ops_av = ffi::fi_ops_av {
     size: size_of::<ffi::fi_ops_av>(),
@@ -293,7 +270,7 @@ static AV_OPS: ffi::fi_ops_av = ffi::fi_ops_av {
     remove: Some(av_remove),
     lookup: Some(av_lookup),
     straddr: Some(av_straddr),
-    av_set: Some(av_set),
+    av_set: Some(unsupported::fi_av_set),
 };
 
 /// `fi_av_open` on one of our domains; an FI_AV_UNSPEC type is replaced in
@@ -341,11 +318,7 @@ pub unsafe fn open(
     let job = JobId::from_name(&domain.config().job);
     let obj = Box::new(Av {
         fid: ffi::fid_av {
-            fid: ffi::fid {
-                fclass: ffi::FI_CLASS_AV as usize,
-                context,
-                ops: fid::ops_ptr(&AV_FI_OPS),
-            },
+            fid: Av::header(context),
             ops: fid::ops_ptr(&AV_OPS),
         },
         inner: Arc::new(AvInner {
@@ -354,99 +327,23 @@ pub unsafe fn open(
             av_type,
             events: a.flags & ffi::FI_EVENT != 0,
             eq: Mutex::new(None),
-            table: RwLock::new(Table {
-                // `count` is a hint; do not trust it with memory.
-                entries: Vec::with_capacity(a.count.min(1024)),
-                reverse: HashMap::new(),
-            }),
+            table: RwLock::new(Table::with_capacity(a.count)),
             children: Children::default(),
         }),
     });
-    let obj = Box::into_raw(obj);
+    // SAFETY: av is non-NULL (checked).
+    let obj = unsafe { obj.install(av) };
     tracing::debug!("av {obj:p} opened (job {job})");
-    // SAFETY: av is non-NULL (checked); Av is repr(C) with the fid first.
-    unsafe { *av = obj as *mut ffi::fid_av };
     ret::SUCCESS
 }
 
-/// Our AV behind `fid`, or None (with a warning) if it is not one.
+/// The state of our AV behind `av`, or None (with a warning).
 ///
 /// # Safety
-/// `fid` must be NULL or a live `struct fid`.
-unsafe fn av_of<'a>(fid: *const ffi::fid, op: &str) -> Option<&'a AvInner> {
-    // SAFETY: guaranteed by the caller; `ours` checks class and ops table.
-    let a = unsafe { fid::ours::<Av>(fid, ffi::FI_CLASS_AV as usize, &AV_FI_OPS) };
-    if a.is_none() {
-        tracing::warn!("{op}: not a unimem address vector");
-    }
-    // SAFETY: a recognised AV stays alive until fi_close.
-    a.map(|p| unsafe { &*(*p).inner })
-}
-
-/// The shared state of our AV behind `fid` (given to `fi_ep_bind`), or
-/// None if `fid` is not one of our AVs.
-///
-/// # Safety
-/// `fid` must be NULL or a live `struct fid`.
-pub unsafe fn inner_of(fid: *const ffi::fid) -> Option<Arc<AvInner>> {
-    // SAFETY: guaranteed by the caller; `ours` checks class and ops table.
-    let a = unsafe { fid::ours::<Av>(fid, ffi::FI_CLASS_AV as usize, &AV_FI_OPS) }?;
-    // SAFETY: a recognised AV stays alive until fi_close.
-    Some(Arc::clone(unsafe { &(*a).inner }))
-}
-
-impl Av {
-    pub fn inner(&self) -> &Arc<AvInner> {
-        &self.inner
-    }
-}
-
-unsafe extern "C" fn av_close(fid: *mut ffi::fid) -> c_int {
-    ffi_guard("fi_close(av)", || {
-        // SAFETY: fid comes from the application's fi_close.
-        let Some(av) = (unsafe { av_of(fid, "fi_close") }) else {
-            return ret::EINVAL;
-        };
-        if let Err(n) = fid::check_no_children(av.children()) {
-            tracing::warn!("fi_close(av): still bound to {n} endpoint(s)");
-            return ret::EBUSY;
-        }
-        tracing::debug!("av {fid:p} closed");
-        // SAFETY: from Box::into_raw in open(); dropping it releases the domain and EQ.
-        unsafe { fid::free_closed::<Av>(fid) };
-        ret::SUCCESS
-    })
-}
-
-unsafe extern "C" fn av_bind(fid: *mut ffi::fid, bfid: *mut ffi::fid, flags: u64) -> c_int {
-    ffi_guard("fi_av_bind", || {
-        // SAFETY: fid comes from the application.
-        let Some(av) = (unsafe { av_of(fid, "fi_av_bind") }) else {
-            return ret::EINVAL;
-        };
-        if flags != 0 {
-            tracing::warn!("fi_av_bind: flags must be 0 (got {flags:#x})");
-            return ret::EBADFLAGS;
-        }
-        // SAFETY: bfid comes from the application.
-        let Some(eq) = (unsafe { eq::inner_of(bfid) }) else {
-            tracing::warn!("fi_av_bind: only a unimem EQ can be bound to an AV");
-            return ret::EINVAL;
-        };
-        if !av.events {
-            tracing::warn!(
-                "fi_av_bind: the AV was opened without FI_EVENT (inserts are synchronous)"
-            );
-            return ret::EINVAL;
-        }
-        let mut slot = av.eq.lock();
-        if slot.is_some() {
-            tracing::warn!("fi_av_bind: an EQ is already bound");
-            return ret::EINVAL;
-        }
-        *slot = Some(ParentRef::new(&eq));
-        ret::SUCCESS
-    })
+/// `av` must be NULL or a live `struct fid_av`.
+unsafe fn av_of<'a>(av: *mut ffi::fid_av, op: &str) -> Option<&'a AvInner> {
+    // SAFETY: forwarded from the caller.
+    unsafe { Av::from_ptr(av, op) }.map(|av| &*av.inner)
 }
 
 unsafe extern "C" fn av_insert(
@@ -459,7 +356,7 @@ unsafe extern "C" fn av_insert(
 ) -> c_int {
     ffi_guard("fi_av_insert", || {
         // SAFETY: fid_av starts with its fid (application's pointer).
-        let Some(inner) = (unsafe { av_of(av as *const ffi::fid, "fi_av_insert") }) else {
+        let Some(inner) = (unsafe { av_of(av, "fi_av_insert") }) else {
             return ret::EINVAL;
         };
         if let Err(rc) = inner.check_insert(flags, context, "fi_av_insert") {
@@ -493,7 +390,7 @@ unsafe extern "C" fn av_insertsvc(
 ) -> c_int {
     ffi_guard("fi_av_insertsvc", || {
         // SAFETY: fid_av starts with its fid (application's pointer).
-        let Some(inner) = (unsafe { av_of(av as *const ffi::fid, "fi_av_insertsvc") }) else {
+        let Some(inner) = (unsafe { av_of(av, "fi_av_insertsvc") }) else {
             return ret::EINVAL;
         };
         if let Err(rc) = inner.check_insert(flags, context, "fi_av_insertsvc") {
@@ -534,7 +431,7 @@ unsafe extern "C" fn av_insertsym(
 ) -> c_int {
     ffi_guard("fi_av_insertsym", || {
         // SAFETY: fid_av starts with its fid (application's pointer).
-        let Some(inner) = (unsafe { av_of(av as *const ffi::fid, "fi_av_insertsym") }) else {
+        let Some(inner) = (unsafe { av_of(av, "fi_av_insertsym") }) else {
             return ret::EINVAL;
         };
         if let Err(rc) = inner.check_insert(flags, context, "fi_av_insertsym") {
@@ -585,7 +482,7 @@ unsafe extern "C" fn av_remove(
 ) -> c_int {
     ffi_guard("fi_av_remove", || {
         // SAFETY: fid_av starts with its fid (application's pointer).
-        let Some(inner) = (unsafe { av_of(av as *const ffi::fid, "fi_av_remove") }) else {
+        let Some(inner) = (unsafe { av_of(av, "fi_av_remove") }) else {
             return ret::EINVAL;
         };
         if flags != 0 {
@@ -645,7 +542,7 @@ unsafe extern "C" fn av_lookup(
 ) -> c_int {
     ffi_guard("fi_av_lookup", || {
         // SAFETY: fid_av starts with its fid (application's pointer).
-        let Some(inner) = (unsafe { av_of(av as *const ffi::fid, "fi_av_lookup") }) else {
+        let Some(inner) = (unsafe { av_of(av, "fi_av_lookup") }) else {
             return ret::EINVAL;
         };
         // SAFETY: addrlen is NULL or a writable size_t (API contract).
@@ -675,7 +572,7 @@ unsafe extern "C" fn av_straddr(
 ) -> *const c_char {
     ffi_guard_or("fi_av_straddr", ptr::null(), || {
         // SAFETY: fid_av starts with its fid (application's pointer).
-        if unsafe { av_of(av as *const ffi::fid, "fi_av_straddr") }.is_none() {
+        if unsafe { av_of(av, "fi_av_straddr") }.is_none() {
             return ptr::null();
         }
         // SAFETY: len is NULL or a writable size_t (API contract).
@@ -696,67 +593,11 @@ unsafe extern "C" fn av_straddr(
     })
 }
 
-unsafe extern "C" fn av_set(
-    _av: *mut ffi::fid_av,
-    _attr: *mut ffi::fi_av_set_attr,
-    _av_set: *mut *mut ffi::fid_av_set,
-    _context: *mut c_void,
-) -> c_int {
-    // AV sets are for collectives (no FI_COLLECTIVE).
-    ffi_guard("fi_av_set", || ret::ENOSYS)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::cq::tests::{close, fabric_domain};
-    use unimem_mailbox::NodeId;
-
-    fn peer(pid: u32, index: u32) -> MailboxAddr {
-        MailboxAddr {
-            node: NodeId {
-                job: JobId(0xab),
-                pid,
-                nonce: 0x1234,
-            },
-            index,
-        }
-    }
-
-    #[test]
-    fn table_indices_are_stable_and_never_reused() {
-        let mut t = Table::default();
-        let (a, b) = (peer(1, 0), peer(2, 0));
-        assert_eq!(t.insert(a), 0);
-        assert_eq!(t.insert(b), 1);
-        assert_eq!(t.lookup(1), Some(b));
-        assert_eq!(t.reverse_lookup(&b), Some(1));
-        assert!(t.remove(0));
-        assert!(!t.remove(0));
-        assert_eq!(t.lookup(0), None);
-        assert_eq!(t.reverse_lookup(&a), None);
-        assert_eq!(t.insert(a), 2, "removed index 0 is not reused");
-        assert_eq!(t.reverse_lookup(&a), Some(2));
-        assert_eq!(t.lookup(u64::MAX), None);
-        assert!(!t.remove(99));
-    }
-
-    #[test]
-    fn duplicates_resolve_to_the_lowest_live_index() {
-        let mut t = Table::default();
-        let a = peer(1, 0);
-        assert_eq!(
-            (t.insert(a), t.insert(peer(3, 3)), t.insert(a), t.insert(a)),
-            (0, 1, 2, 3)
-        );
-        assert_eq!(t.reverse_lookup(&a), Some(0));
-        assert!(t.remove(0));
-        assert_eq!(t.reverse_lookup(&a), Some(2));
-        assert!(t.remove(3));
-        assert_eq!(t.reverse_lookup(&a), Some(2));
-        assert!(t.remove(2));
-        assert_eq!(t.reverse_lookup(&a), None);
-    }
+    use table::tests::peer;
 
     fn open_av(
         dom: *mut ffi::fid_domain,
@@ -803,7 +644,7 @@ mod tests {
             assert_eq!(n, 3);
             assert_eq!(out, [0, FI_ADDR_NOTAVAIL, 1, 2]);
 
-            let inner = inner_of(av as *const ffi::fid).unwrap();
+            let inner = Av::state_of(av as *const ffi::fid).unwrap();
             assert_eq!(inner.lookup(1), Some(peer(11, 2)));
             assert_eq!(inner.reverse_lookup(&peer(10, 1)), Some(0));
             assert_eq!(inner.lookup(2).unwrap().to_string(), svc);
@@ -1005,7 +846,7 @@ mod tests {
             assert_eq!(close(av as *mut ffi::fid), 0);
             assert_eq!(close(dom as *mut ffi::fid), 0);
             assert_eq!(close(fab as *mut ffi::fid), 0);
-            assert_eq!(av_close(ptr::null_mut()), ret::EINVAL);
+            assert_eq!(fid::close::<AvInner>(ptr::null_mut()), ret::EINVAL);
         }
     }
 }

@@ -1,0 +1,306 @@
+//! Every entry point unimem does not implement, in one table.
+//!
+//! libfabric's inline wrappers call an ops table's pointers without
+//! checking them, so none may be NULL: each unsupported entry point is a
+//! stub that returns its error code. An application that relies on one
+//! must learn why it fails rather than retry or hang in silence, so the
+//! first call of each stub in a process logs a warning naming the call
+//! and the reason; later calls only return the code (no log flood from a
+//! caller that polls).
+
+use std::mem::size_of;
+use std::os::raw::{c_char, c_int, c_void};
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use crate::base::ffi::*;
+use crate::base::guard::ffi_guard_or;
+
+/// Logs why `call` is refused, the first time only (`warned` belongs to
+/// the stub). True if it logged.
+#[cold]
+pub fn refuse(call: &'static str, why: &'static str, warned: &AtomicBool) -> bool {
+    // Logging is the only thing here that could panic.
+    ffi_guard_or(call, false, || {
+        let first = !warned.swap(true, Ordering::Relaxed);
+        if first {
+            tracing::warn!("{call}: not supported by unimem: {why} (reported once)");
+        }
+        first
+    })
+}
+
+/// Stubs sharing one error code and reason: `code, "why"; name(arg types)
+/// -> return type; ...`. The name is the libfabric call, as the warning
+/// shows it.
+macro_rules! unsupported {
+    ($code:expr, $why:literal; $($name:ident($($arg:ty),* $(,)?) -> $ret:ty;)+) => {$(
+        #[doc = concat!("`", stringify!($name), "`: ", $why, ".")]
+        ///
+        /// # Safety
+        /// None: the arguments are ignored.
+        pub unsafe extern "C" fn $name($(_: $arg),*) -> $ret {
+            static WARNED: AtomicBool = AtomicBool::new(false);
+            refuse(stringify!($name), $why, &WARNED);
+            $code as $ret
+        }
+    )+};
+}
+
+const ENOSYS: c_int = -FI_ENOSYS;
+
+// --- struct fi_ops (every object) ----------------------------------------------------
+
+unsupported! { ENOSYS, "nothing can be bound to this object";
+    fi_bind(*mut fid, *mut fid, u64) -> c_int;
+}
+unsupported! { ENOSYS, "this object takes no fi_control commands";
+    fi_control(*mut fid, c_int, *mut c_void) -> c_int;
+}
+unsupported! { ENOSYS, "there are no provider-specific interfaces";
+    fi_open_ops(*mut fid, *const c_char, u64, *mut *mut c_void, *mut c_void) -> c_int;
+    fi_set_ops(*mut fid, *const c_char, u64, *mut c_void, *mut c_void) -> c_int;
+}
+unsupported! { ENOSYS, "objects have no text form of their own";
+    fi_tostr(*const fid, *mut c_char, usize) -> c_int;
+}
+
+// --- fabric, domain, AV --------------------------------------------------------------
+
+unsupported! { ENOSYS, "passive endpoints are for FI_EP_MSG; unimem offers FI_EP_RDM";
+    fi_passive_ep(*mut fid_fabric, *mut fi_info, *mut *mut fid_pep, *mut c_void) -> c_int;
+}
+unsupported! { ENOSYS, "wait sets are not supported (deprecated in libfabric 2.x)";
+    fi_wait_open(*mut fid_fabric, *mut fi_wait_attr, *mut *mut fid_wait) -> c_int;
+}
+unsupported! { ENOSYS, "scalable endpoints are not offered (max_ep_tx_ctx = 1)";
+    fi_scalable_ep(*mut fid_domain, *mut fi_info, *mut *mut fid_ep, *mut c_void) -> c_int;
+    fi_tx_context(*mut fid_ep, c_int, *mut fi_tx_attr, *mut *mut fid_ep, *mut c_void) -> c_int;
+    fi_rx_context(*mut fid_ep, c_int, *mut fi_rx_attr, *mut *mut fid_ep, *mut c_void) -> c_int;
+}
+unsupported! { ENOSYS, "no shared transmit contexts (max_ep_stx_ctx = 0)";
+    fi_stx_context(*mut fid_domain, *mut fi_tx_attr, *mut *mut fid_stx, *mut c_void) -> c_int;
+}
+unsupported! { ENOSYS, "no shared receive contexts (max_ep_srx_ctx = 0)";
+    fi_srx_context(*mut fid_domain, *mut fi_rx_attr, *mut *mut fid_ep, *mut c_void) -> c_int;
+}
+unsupported! { ENOSYS, "no FI_ATOMIC";
+    fi_query_atomic(*mut fid_domain, fi_datatype, fi_op, *mut fi_atomic_attr, u64) -> c_int;
+}
+unsupported! { ENOSYS, "no FI_COLLECTIVE";
+    fi_query_collective(*mut fid_domain, fi_collective_op, *mut fi_collective_attr, u64)
+        -> c_int;
+}
+unsupported! { ENOSYS, "AV sets are for collectives (no FI_COLLECTIVE)";
+    fi_av_set(*mut fid_av, *mut fi_av_set_attr, *mut *mut fid_av_set, *mut c_void) -> c_int;
+}
+
+// --- endpoint: struct fi_ops_ep, struct fi_ops_cm ------------------------------------
+
+unsupported! { ENOSYS, "queue space is not reported (deprecated call)";
+    fi_rx_size_left(*mut fid_ep) -> isize;
+    fi_tx_size_left(*mut fid_ep) -> isize;
+}
+unsupported! { ENOSYS, "an endpoint's address is fixed when it is opened (use src_addr)";
+    fi_setname(*mut fid, *mut c_void, usize) -> c_int;
+}
+unsupported! { ENOSYS, "connections are for FI_EP_MSG endpoints; unimem's are FI_EP_RDM";
+    fi_getpeer(*mut fid_ep, *mut c_void, *mut usize) -> c_int;
+    fi_connect(*mut fid_ep, *const c_void, *const c_void, usize) -> c_int;
+    fi_listen(*mut fid_pep) -> c_int;
+    fi_accept(*mut fid_ep, *const c_void, usize) -> c_int;
+    fi_reject(*mut fid_pep, fid_t, *const c_void, usize) -> c_int;
+    fi_shutdown(*mut fid_ep, u64) -> c_int;
+}
+unsupported! { ENOSYS, "no multicast groups or collectives";
+    fi_join(*mut fid_ep, *const c_void, u64, *mut *mut fid_mc, *mut c_void) -> c_int;
+}
+
+// --- endpoint: RMA -------------------------------------------------------------------
+
+unsupported! { ENOSYS, "no FI_RMA (messaging only)";
+    fi_read(*mut fid_ep, *mut c_void, usize, *mut c_void, fi_addr_t, u64, u64, *mut c_void)
+        -> isize;
+    fi_readv(
+        *mut fid_ep, *const iovec, *mut *mut c_void, usize, fi_addr_t, u64, u64, *mut c_void,
+    ) -> isize;
+    fi_readmsg(*mut fid_ep, *const fi_msg_rma, u64) -> isize;
+    fi_write(*mut fid_ep, *const c_void, usize, *mut c_void, fi_addr_t, u64, u64, *mut c_void)
+        -> isize;
+    fi_writev(
+        *mut fid_ep, *const iovec, *mut *mut c_void, usize, fi_addr_t, u64, u64, *mut c_void,
+    ) -> isize;
+    fi_writemsg(*mut fid_ep, *const fi_msg_rma, u64) -> isize;
+    fi_inject_write(*mut fid_ep, *const c_void, usize, fi_addr_t, u64, u64) -> isize;
+    fi_writedata(
+        *mut fid_ep, *const c_void, usize, *mut c_void, u64, fi_addr_t, u64, u64, *mut c_void,
+    ) -> isize;
+    fi_inject_writedata(*mut fid_ep, *const c_void, usize, u64, fi_addr_t, u64, u64) -> isize;
+}
+
+pub static RMA_OPS: fi_ops_rma = fi_ops_rma {
+    size: size_of::<fi_ops_rma>(),
+    read: Some(fi_read),
+    readv: Some(fi_readv),
+    readmsg: Some(fi_readmsg),
+    write: Some(fi_write),
+    writev: Some(fi_writev),
+    writemsg: Some(fi_writemsg),
+    inject: Some(fi_inject_write),
+    writedata: Some(fi_writedata),
+    injectdata: Some(fi_inject_writedata),
+};
+
+// --- endpoint: atomics ---------------------------------------------------------------
+
+unsupported! { ENOSYS, "no FI_ATOMIC";
+    fi_atomic(
+        *mut fid_ep, *const c_void, usize, *mut c_void, fi_addr_t, u64, u64, fi_datatype, fi_op,
+        *mut c_void,
+    ) -> isize;
+    fi_atomicv(
+        *mut fid_ep, *const fi_ioc, *mut *mut c_void, usize, fi_addr_t, u64, u64, fi_datatype,
+        fi_op, *mut c_void,
+    ) -> isize;
+    fi_atomicmsg(*mut fid_ep, *const fi_msg_atomic, u64) -> isize;
+    fi_inject_atomic(
+        *mut fid_ep, *const c_void, usize, fi_addr_t, u64, u64, fi_datatype, fi_op,
+    ) -> isize;
+    fi_fetch_atomic(
+        *mut fid_ep, *const c_void, usize, *mut c_void, *mut c_void, *mut c_void, fi_addr_t,
+        u64, u64, fi_datatype, fi_op, *mut c_void,
+    ) -> isize;
+    fi_fetch_atomicv(
+        *mut fid_ep, *const fi_ioc, *mut *mut c_void, usize, *mut fi_ioc, *mut *mut c_void,
+        usize, fi_addr_t, u64, u64, fi_datatype, fi_op, *mut c_void,
+    ) -> isize;
+    fi_fetch_atomicmsg(
+        *mut fid_ep, *const fi_msg_atomic, *mut fi_ioc, *mut *mut c_void, usize, u64,
+    ) -> isize;
+    fi_compare_atomic(
+        *mut fid_ep, *const c_void, usize, *mut c_void, *const c_void, *mut c_void, *mut c_void,
+        *mut c_void, fi_addr_t, u64, u64, fi_datatype, fi_op, *mut c_void,
+    ) -> isize;
+    fi_compare_atomicv(
+        *mut fid_ep, *const fi_ioc, *mut *mut c_void, usize, *const fi_ioc, *mut *mut c_void,
+        usize, *mut fi_ioc, *mut *mut c_void, usize, fi_addr_t, u64, u64, fi_datatype, fi_op,
+        *mut c_void,
+    ) -> isize;
+    fi_compare_atomicmsg(
+        *mut fid_ep, *const fi_msg_atomic, *const fi_ioc, *mut *mut c_void, usize, *mut fi_ioc,
+        *mut *mut c_void, usize, u64,
+    ) -> isize;
+    fi_atomicvalid(*mut fid_ep, fi_datatype, fi_op, *mut usize) -> c_int;
+    fi_fetch_atomicvalid(*mut fid_ep, fi_datatype, fi_op, *mut usize) -> c_int;
+    fi_compare_atomicvalid(*mut fid_ep, fi_datatype, fi_op, *mut usize) -> c_int;
+}
+
+pub static ATOMIC_OPS: fi_ops_atomic = fi_ops_atomic {
+    size: size_of::<fi_ops_atomic>(),
+    write: Some(fi_atomic),
+    writev: Some(fi_atomicv),
+    writemsg: Some(fi_atomicmsg),
+    inject: Some(fi_inject_atomic),
+    readwrite: Some(fi_fetch_atomic),
+    readwritev: Some(fi_fetch_atomicv),
+    readwritemsg: Some(fi_fetch_atomicmsg),
+    compwrite: Some(fi_compare_atomic),
+    compwritev: Some(fi_compare_atomicv),
+    compwritemsg: Some(fi_compare_atomicmsg),
+    writevalid: Some(fi_atomicvalid),
+    readwritevalid: Some(fi_fetch_atomicvalid),
+    compwritevalid: Some(fi_compare_atomicvalid),
+};
+
+// --- endpoint: collectives -----------------------------------------------------------
+
+unsupported! { ENOSYS, "no FI_COLLECTIVE";
+    fi_barrier(*mut fid_ep, fi_addr_t, *mut c_void) -> isize;
+    fi_broadcast(
+        *mut fid_ep, *mut c_void, usize, *mut c_void, fi_addr_t, fi_addr_t, fi_datatype, u64,
+        *mut c_void,
+    ) -> isize;
+    fi_alltoall(
+        *mut fid_ep, *const c_void, usize, *mut c_void, *mut c_void, *mut c_void, fi_addr_t,
+        fi_datatype, u64, *mut c_void,
+    ) -> isize;
+    fi_allreduce(
+        *mut fid_ep, *const c_void, usize, *mut c_void, *mut c_void, *mut c_void, fi_addr_t,
+        fi_datatype, fi_op, u64, *mut c_void,
+    ) -> isize;
+    fi_allgather(
+        *mut fid_ep, *const c_void, usize, *mut c_void, *mut c_void, *mut c_void, fi_addr_t,
+        fi_datatype, u64, *mut c_void,
+    ) -> isize;
+    fi_reduce_scatter(
+        *mut fid_ep, *const c_void, usize, *mut c_void, *mut c_void, *mut c_void, fi_addr_t,
+        fi_datatype, fi_op, u64, *mut c_void,
+    ) -> isize;
+    fi_reduce(
+        *mut fid_ep, *const c_void, usize, *mut c_void, *mut c_void, *mut c_void, fi_addr_t,
+        fi_addr_t, fi_datatype, fi_op, u64, *mut c_void,
+    ) -> isize;
+    fi_scatter(
+        *mut fid_ep, *const c_void, usize, *mut c_void, *mut c_void, *mut c_void, fi_addr_t,
+        fi_addr_t, fi_datatype, u64, *mut c_void,
+    ) -> isize;
+    fi_gather(
+        *mut fid_ep, *const c_void, usize, *mut c_void, *mut c_void, *mut c_void, fi_addr_t,
+        fi_addr_t, fi_datatype, u64, *mut c_void,
+    ) -> isize;
+    fi_collective_msg(
+        *mut fid_ep, *const fi_msg_collective, *mut fi_ioc, *mut *mut c_void, usize, u64,
+    ) -> isize;
+    fi_barrier2(*mut fid_ep, fi_addr_t, u64, *mut c_void) -> isize;
+}
+
+pub static COLLECTIVE_OPS: fi_ops_collective = fi_ops_collective {
+    size: size_of::<fi_ops_collective>(),
+    barrier: Some(fi_barrier),
+    broadcast: Some(fi_broadcast),
+    alltoall: Some(fi_alltoall),
+    allreduce: Some(fi_allreduce),
+    allgather: Some(fi_allgather),
+    reduce_scatter: Some(fi_reduce_scatter),
+    reduce: Some(fi_reduce),
+    scatter: Some(fi_scatter),
+    gather: Some(fi_gather),
+    msg: Some(fi_collective_msg),
+    barrier2: Some(fi_barrier2),
+};
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::ptr::{null, null_mut};
+
+    #[test]
+    fn warns_once_per_stub() {
+        let warned = AtomicBool::new(false);
+        assert!(refuse("fi_test", "testing", &warned));
+        assert!(!refuse("fi_test", "testing", &warned));
+        assert!(warned.load(Ordering::Relaxed));
+    }
+
+    #[test]
+    fn stubs_keep_their_codes() {
+        let enosys = -(FI_ENOSYS as isize);
+        // SAFETY: the stubs ignore their arguments.
+        unsafe {
+            for _ in 0..2 {
+                assert_eq!(fi_bind(null_mut(), null_mut(), 0), ENOSYS);
+                assert_eq!(fi_control(null_mut(), 0, null_mut()), ENOSYS);
+                let open_ops = fi_open_ops(null_mut(), null(), 0, null_mut(), null_mut());
+                assert_eq!(open_ops, ENOSYS);
+                assert_eq!(fi_tostr(null(), null_mut(), 0), ENOSYS);
+                assert_eq!(fi_setname(null_mut(), null_mut(), 0), ENOSYS);
+                assert_eq!(fi_shutdown(null_mut(), 0), ENOSYS);
+                assert_eq!(fi_rx_size_left(null_mut()), enosys);
+                assert_eq!((RMA_OPS.readmsg.unwrap())(null_mut(), null(), 0), enosys);
+                let valid = ATOMIC_OPS.writevalid.unwrap();
+                assert_eq!(valid(null_mut(), 0, 0, null_mut()), ENOSYS);
+                let barrier = COLLECTIVE_OPS.barrier.unwrap();
+                assert_eq!(barrier(null_mut(), 0, null_mut()), enosys);
+            }
+        }
+    }
+}

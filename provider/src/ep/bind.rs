@@ -1,0 +1,128 @@
+//! `fi_ep_bind` and `fi_enable`: what the endpoint is bound to, frozen
+//! when it is enabled.
+
+use std::os::raw::{c_int, c_void};
+use std::sync::Arc;
+
+use super::inner::{Ep, EpInner};
+use crate::av::Av;
+use crate::base::ffi::{self, ret};
+use crate::base::fid::{Bind, Control, ParentRef};
+use crate::cntr::Cntr;
+use crate::cq::Cq;
+use crate::eq::Eq;
+use crate::state::progress::Progress;
+
+impl Bind for EpInner {
+    unsafe fn bind(ep: &Ep, bfid: *mut ffi::fid, flags: u64) -> c_int {
+        // SAFETY: bfid is NULL or a live fid (libfabric contract).
+        let Some(class) = (unsafe { bfid.as_ref() }).map(|f| f.fclass as u32) else {
+            tracing::warn!("fi_ep_bind: NULL object");
+            return ret::EINVAL;
+        };
+        let inner = &ep.inner;
+        let me: Arc<dyn Progress> = inner.clone();
+        let mut b = inner.bindings.write();
+        // Checked under the lock fi_enable takes to freeze the bindings.
+        if inner.active.get().is_some() {
+            tracing::warn!("fi_ep_bind: the endpoint is already enabled");
+            return -(ffi::FI_EOPBADSTATE as c_int);
+        }
+        match class {
+            ffi::FI_CLASS_AV => {
+                // SAFETY: bfid is a live fid of class AV.
+                let Some(av) = (unsafe { Av::state_of(bfid) }) else {
+                    return ret::EINVAL;
+                };
+                if b.av.is_some() {
+                    tracing::warn!("fi_ep_bind: an AV is already bound");
+                    return ret::EINVAL;
+                }
+                b.av = Some(ParentRef::new(&av));
+            }
+            ffi::FI_CLASS_CQ => {
+                // SAFETY: bfid is a live fid of class CQ.
+                let Some(cq) = (unsafe { Cq::state_of(bfid) }) else {
+                    return ret::EINVAL;
+                };
+                let known = ffi::FI_TRANSMIT | ffi::FI_RECV | ffi::FI_SELECTIVE_COMPLETION;
+                if flags & !known != 0 || flags & (ffi::FI_TRANSMIT | ffi::FI_RECV) == 0 {
+                    tracing::warn!("fi_ep_bind: CQ flags {flags:#x} are not FI_TRANSMIT/FI_RECV[/FI_SELECTIVE_COMPLETION]");
+                    return ret::EBADFLAGS;
+                }
+                let selective = flags & ffi::FI_SELECTIVE_COMPLETION != 0;
+                if flags & ffi::FI_TRANSMIT != 0 {
+                    b.tx_cq = Some(ParentRef::new(&cq));
+                    b.tx_selective = selective;
+                }
+                if flags & ffi::FI_RECV != 0 {
+                    b.rx_cq = Some(ParentRef::new(&cq));
+                    b.rx_selective = selective;
+                }
+                cq.progress().add(&me);
+            }
+            ffi::FI_CLASS_CNTR => {
+                // SAFETY: bfid is a live fid of class CNTR.
+                let Some(cntr) = (unsafe { Cntr::state_of(bfid) }) else {
+                    return ret::EINVAL;
+                };
+                if flags & ffi::FI_SEND != 0 {
+                    b.send_cntr = Some(ParentRef::new(&cntr));
+                }
+                if flags & ffi::FI_RECV != 0 {
+                    b.recv_cntr = Some(ParentRef::new(&cntr));
+                }
+                // RMA counters (FI_READ/FI_WRITE...) never count (no RMA),
+                // and the endpoint keeps no reference to them: it joins
+                // the progress list only of counters it can leave at close.
+                if flags & (ffi::FI_SEND | ffi::FI_RECV) != 0 {
+                    cntr.progress().add(&me);
+                }
+            }
+            ffi::FI_CLASS_EQ => {
+                // SAFETY: bfid is a live fid of class EQ.
+                let Some(eq) = (unsafe { Eq::state_of(bfid) }) else {
+                    return ret::EINVAL;
+                };
+                b.eq = Some(ParentRef::new(&eq));
+            }
+            other => {
+                tracing::warn!("fi_ep_bind: cannot bind an object of class {other}");
+                return ret::EINVAL;
+            }
+        }
+        ret::SUCCESS
+    }
+}
+
+impl Control for EpInner {
+    unsafe fn control(ep: &Ep, command: c_int, _arg: *mut c_void) -> c_int {
+        match command as u32 {
+            ffi::FI_ENABLE => {
+                let mut b = ep.inner.bindings.write();
+                if ep.inner.active.get().is_some() {
+                    return ret::SUCCESS;
+                }
+                if b.av.is_none() {
+                    tracing::warn!("fi_enable: no AV bound to the endpoint");
+                    return -(ffi::FI_ENOAV as c_int);
+                }
+                if b.tx_cq.is_none()
+                    && b.rx_cq.is_none()
+                    && b.send_cntr.is_none()
+                    && b.recv_cntr.is_none()
+                {
+                    tracing::warn!("fi_enable: no CQ or counter bound to the endpoint");
+                    return -(ffi::FI_ENOCQ as c_int);
+                }
+                // Binding is refused from now on, so the bindings freeze.
+                let _ = ep.inner.active.set(std::mem::take(&mut *b));
+                ret::SUCCESS
+            }
+            other => {
+                tracing::info!("fi_control(ep): command {other} is not supported");
+                ret::ENOSYS
+            }
+        }
+    }
+}

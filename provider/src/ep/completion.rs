@@ -1,0 +1,159 @@
+//! Turning the protocol's finished operations into CQ entries and counter
+//! events, honouring selective completion, and progress on behalf of the
+//! CQs and counters the endpoint is bound to.
+
+use std::os::raw::c_void;
+use std::sync::atomic::Ordering;
+
+use unimem_mailbox::MailboxAddr;
+
+use super::inner::{Bindings, Core, EpInner};
+use crate::base::ffi;
+use crate::cq::{Completion, CompletionError};
+use crate::state::progress::Progress;
+use unimem_proto::{ErrorKind, Event};
+
+impl Progress for EpInner {
+    fn progress(&self) {
+        let mut core = self.core.lock();
+        core.progress();
+        self.drain(&mut core);
+        let lost = core.peers_lost();
+        drop(core);
+        // A load first: a swap on every progress call would be a locked
+        // instruction on the polling path.
+        if self.peers_reclaimed.load(Ordering::Relaxed) != lost
+            && self.peers_reclaimed.swap(lost, Ordering::Relaxed) != lost
+        {
+            // A killed process cannot remove its mailbox and memory: the
+            // peers that find it dead do.
+            let removed = unimem_mailbox::shm::reclaim_dead_objects();
+            tracing::info!(removed, "reclaimed the shared objects of dead peers");
+        }
+    }
+}
+
+fn kind_flag(tagged: bool) -> u64 {
+    if tagged {
+        ffi::FI_TAGGED
+    } else {
+        ffi::FI_MSG
+    }
+}
+
+impl EpInner {
+    /// Turns the protocol's finished operations into CQ entries and counter
+    /// events.
+    pub(super) fn drain(&self, core: &mut Core) {
+        let setup;
+        let bindings = match self.active.get() {
+            Some(active) => active,
+            None => {
+                setup = self.bindings.read();
+                &*setup
+            }
+        };
+        while let Some(event) = core.next_event() {
+            match event {
+                Event::Send {
+                    context,
+                    tagged,
+                    completion,
+                } => {
+                    if completion {
+                        if let Some(cq) = &bindings.tx_cq {
+                            cq.write(Completion::new(
+                                context as *mut c_void,
+                                ffi::FI_SEND | kind_flag(tagged),
+                            ));
+                        }
+                    }
+                    if let Some(cntr) = &bindings.send_cntr {
+                        cntr.inc();
+                    }
+                }
+                Event::Recv(done) => {
+                    let mut flags = ffi::FI_RECV | kind_flag(done.tagged);
+                    if done.data.is_some() {
+                        flags |= ffi::FI_REMOTE_CQ_DATA;
+                    }
+                    if done.multi_released {
+                        flags |= ffi::FI_MULTI_RECV;
+                    }
+                    if done.completion || done.multi_released {
+                        if let Some(cq) = &bindings.rx_cq {
+                            cq.write(Completion {
+                                op_context: done.context as *mut c_void,
+                                flags,
+                                len: done.len,
+                                buf: done.buf as *mut c_void,
+                                data: done.data.unwrap_or(0),
+                                tag: done.tag,
+                                src_addr: source_fi_addr(self.caps, bindings, &done.src),
+                            });
+                        }
+                    }
+                    if let Some(cntr) = &bindings.recv_cntr {
+                        cntr.inc();
+                    }
+                }
+                Event::Error(e) => {
+                    let (cq, cntr, direction) = if e.send {
+                        (&bindings.tx_cq, &bindings.send_cntr, ffi::FI_SEND)
+                    } else {
+                        (&bindings.rx_cq, &bindings.recv_cntr, ffi::FI_RECV)
+                    };
+                    let mut flags = direction | kind_flag(e.tagged);
+                    if e.multi_released {
+                        flags |= ffi::FI_MULTI_RECV;
+                    }
+                    if e.data.is_some() {
+                        flags |= ffi::FI_REMOTE_CQ_DATA;
+                    }
+                    let err = match e.kind {
+                        ErrorKind::Truncated => ffi::FI_ETRUNC as i32,
+                        ErrorKind::Canceled => ffi::FI_ECANCELED,
+                        ErrorKind::PeerUnreachable => ffi::FI_EHOSTUNREACH,
+                        ErrorKind::NoMessage => ffi::FI_ENOMSG,
+                    };
+                    if let Some(cq) = cq {
+                        cq.write_error(CompletionError {
+                            completion: Completion {
+                                op_context: e.context as *mut c_void,
+                                flags,
+                                len: e.len,
+                                buf: e.buf as *mut c_void,
+                                data: e.data.unwrap_or(0),
+                                tag: e.tag,
+                                src_addr: e.src.map_or(ffi::FI_ADDR_NOTAVAIL, |src| {
+                                    source_fi_addr(self.caps, bindings, &src)
+                                }),
+                            },
+                            err,
+                            prov_errno: err,
+                            olen: e.olen,
+                            err_data: Vec::new(),
+                        });
+                    }
+                    if let Some(cntr) = cntr {
+                        cntr.inc_err();
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// A completion's source address: an AV lookup (hashing the address) that
+/// only endpoints with FI_SOURCE pay for; MPI does without (it sends its rank
+/// as CQ data).
+fn source_fi_addr(caps: u64, bindings: &Bindings, src: &MailboxAddr) -> ffi::fi_addr_t {
+    if caps & ffi::FI_SOURCE == 0 {
+        return ffi::FI_ADDR_NOTAVAIL;
+    }
+    bindings
+        .av
+        .as_ref()
+        .and_then(|av| av.reverse_lookup(src))
+        .unwrap_or(ffi::FI_ADDR_NOTAVAIL)
+}

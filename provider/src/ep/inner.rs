@@ -1,0 +1,104 @@
+//! The endpoint's state, shared with the CQs and counters whose reads
+//! progress it, and how it is recognised and closed as a libfabric object.
+
+use std::fmt;
+use std::os::raw::c_int;
+use std::sync::atomic::AtomicUsize;
+use std::sync::{Arc, OnceLock};
+
+use parking_lot::{Mutex, RwLock};
+use unimem_dma::ShmDmaEngine;
+use unimem_mailbox::ShmMailbox;
+
+use crate::av::AvInner;
+use crate::base::ffi;
+use crate::base::fid::{self, FiObject, FidObject, ParentRef};
+use crate::cntr::CntrInner;
+use crate::cq::CqInner;
+use crate::eq::EqInner;
+use crate::state::progress::Progress;
+use crate::state::DomainState;
+use unimem_proto as proto;
+
+/// The protocol over the shared-memory emulation.
+pub type Core = proto::Messenger<ShmMailbox, ShmDmaEngine>;
+
+/// The DMA engine and registration cache a domain's endpoints share.
+pub type SharedDma = proto::DomainDma<ShmDmaEngine>;
+
+/// Our `struct fid_ep`.
+pub type Ep = FidObject<EpInner>;
+
+/// What the endpoint is bound to.
+#[derive(Default)]
+pub(super) struct Bindings {
+    pub(super) av: Option<ParentRef<AvInner>>,
+    pub(super) tx_cq: Option<ParentRef<CqInner>>,
+    pub(super) rx_cq: Option<ParentRef<CqInner>>,
+    /// FI_SELECTIVE_COMPLETION on the CQ binding: only operations flagged
+    /// FI_COMPLETION produce an entry.
+    pub(super) tx_selective: bool,
+    pub(super) rx_selective: bool,
+    pub(super) send_cntr: Option<ParentRef<CntrInner>>,
+    pub(super) recv_cntr: Option<ParentRef<CntrInner>>,
+    pub(super) eq: Option<ParentRef<EqInner>>,
+}
+
+/// What the endpoint's CQs and counters hold of it (to progress it) and
+/// its calls work on.
+pub struct EpInner {
+    /// Held, not read: the domain cannot close while the endpoint is open.
+    pub(super) _domain: ParentRef<DomainState>,
+    pub(super) caps: u64,
+    pub(super) tx_op_flags: u64,
+    pub(super) rx_op_flags: u64,
+    pub(super) inject_size: usize,
+    pub(super) iov_limit: usize,
+    pub(super) core: Mutex<Core>,
+    /// Bindings while the endpoint is being set up.
+    pub(super) bindings: RwLock<Bindings>,
+    /// The bindings, frozen by fi_enable (binding is refused afterwards):
+    /// the data path reads them without a lock. Set means enabled.
+    pub(super) active: OnceLock<Bindings>,
+    /// Dead peers whose shared objects were already reclaimed.
+    pub(super) peers_reclaimed: AtomicUsize,
+}
+
+/// `fi_close` below, `fi_ep_bind` and `fi_enable` (bind.rs).
+pub(super) static EP_FI_OPS: ffi::fi_ops = ffi::fi_ops {
+    bind: Some(fid::bind::<EpInner>),
+    control: Some(fid::control::<EpInner>),
+    ..fid::fi_ops::<EpInner>()
+};
+
+// SAFETY: fid_ep starts with its struct fid.
+unsafe impl FiObject for EpInner {
+    type Fid = ffi::fid_ep;
+    const CLASS: u32 = ffi::FI_CLASS_EP;
+    const KIND: &'static str = "endpoint";
+    const FI_OPS: &'static ffi::fi_ops = &EP_FI_OPS;
+
+    fn warn(args: fmt::Arguments<'_>) {
+        tracing::warn!("{args}");
+    }
+
+    /// Leaves the progress lists of the CQs and counters it is bound to
+    /// (they hold the endpoint, which holds them: a cycle to break).
+    fn on_close(ep: &Ep) -> Result<(), c_int> {
+        let me: Arc<dyn Progress> = ep.inner.clone();
+        let setup = ep.inner.bindings.read();
+        let bindings = ep.inner.active.get().unwrap_or(&setup);
+        for cq in [&bindings.tx_cq, &bindings.rx_cq].into_iter().flatten() {
+            cq.progress().remove(&me);
+        }
+        for cntr in [&bindings.send_cntr, &bindings.recv_cntr]
+            .into_iter()
+            .flatten()
+        {
+            cntr.progress().remove(&me);
+        }
+        drop(setup);
+        tracing::info!("endpoint {:p} closed", ep);
+        Ok(())
+    }
+}
