@@ -3,7 +3,7 @@
 //! application reads, sets, adds to and waits on.
 //!
 //! Manual progress, as for CQs: reads and waits first run the endpoints
-//! bound to the counter. `fi_cntr_wait` polls (see wait.rs) and, like
+//! of the counter's domain. `fi_cntr_wait` polls (see wait.rs) and, like
 //! prov/util, returns -FI_EAVAIL as soon as the error count changes while
 //! it waits and -FI_ETIMEDOUT when the time is up.
 
@@ -40,7 +40,6 @@ pub struct CntrInner {
     /// (count, errors) as `fi_poll` last saw them, or as the application
     /// last set or added to them: `fi_poll` reports changes since then.
     checkpoint: Mutex<(u64, u64)>,
-    progress: ProgressList,
     /// Endpoints bound to this counter.
     children: Children,
 }
@@ -62,9 +61,9 @@ impl CntrInner {
         self.errors.fetch_add(1, Ordering::AcqRel);
     }
 
-    /// The endpoints a read of this counter progresses.
+    /// The endpoints a read of this counter progresses: its domain's.
     pub fn progress(&self) -> &ProgressList {
-        &self.progress
+        self.domain.progress()
     }
 
     /// The domain the counter belongs to (endpoints must share it).
@@ -85,7 +84,7 @@ impl CntrInner {
     /// `fi_poll`: progress, then whether either count changed since the
     /// checkpoint, which moves on.
     pub fn poll_changed(&self) -> bool {
-        self.progress.run();
+        self.progress().run();
         let now = (self.value(), self.errors());
         let mut seen = self.checkpoint.lock();
         std::mem::replace(&mut *seen, now) != now
@@ -107,7 +106,7 @@ impl CntrInner {
         let deadline = Deadline::after_ms(timeout);
         let mut backoff = Backoff::new(self.spin_yield);
         loop {
-            self.progress.run();
+            self.progress().run();
             if self.value() >= threshold {
                 return ret::SUCCESS;
             }
@@ -225,7 +224,6 @@ pub unsafe fn open(
             count: AtomicU64::new(0),
             errors: AtomicU64::new(0),
             checkpoint: Mutex::new((0, 0)),
-            progress: ProgressList::default(),
             children: Children::default(),
         }),
     });
@@ -243,7 +241,7 @@ pub unsafe fn open(
 pub unsafe fn trywait(fid: *const ffi::fid) -> Option<c_int> {
     // SAFETY: guaranteed by the caller.
     let cntr = unsafe { Cntr::find(fid) }?;
-    cntr.inner.progress.run();
+    cntr.inner.progress().run();
     Some(ret::SUCCESS)
 }
 
@@ -277,7 +275,7 @@ unsafe fn read_with(
     ffi_guard_or(op, 0, || {
         // SAFETY: fid_cntr starts with its fid (caller).
         unsafe { Cntr::from_ptr(cntr, op) }.map_or(0, |c| {
-            c.inner.progress.run();
+            c.inner.progress().run();
             f(&c.inner)
         })
     })

@@ -1,8 +1,8 @@
 //! Poll sets (`fi_poll_open`): CQs and counters that one `fi_poll` call
 //! progresses and checks, as prov/util's poll sets do.
 //!
-//! `fi_poll` runs each member's endpoints (manual progress, as a read of
-//! the member would) and returns the fid contexts of the members with
+//! `fi_poll` runs the endpoints of each member's domain (manual progress,
+//! as a read of the member would) and returns the fid contexts of the members with
 //! something new: a CQ that is not empty (successes or errors), a counter
 //! whose success or error count changed since the last `fi_poll`,
 //! `fi_cntr_set` or `fi_cntr_add` (the checkpoint lives in the counter, see

@@ -11,9 +11,9 @@ use crate::base::ffi::{self, ret};
 use crate::base::guard::{ffi_guard, ffi_guard_or};
 use crate::base::log;
 use crate::base::provider::{core_fi_version, provider_mut};
-use crate::ep;
 use crate::fabric;
 use crate::info::getinfo;
+use crate::state::memory;
 
 /// How many times the core registered us without cleaning up yet. The same
 /// file reached under two names (a symlink, or a directory listed twice in
@@ -124,7 +124,7 @@ unsafe extern "C" fn cleanup_entry() {
         // dlclose us: stop calling into it and drop cached state so that a
         // re-load starts fresh.
         tracing::debug!("cleanup");
-        ep::release_process_region();
+        memory::release_process_region();
         log::shutdown();
         config::reset();
         core::forget();

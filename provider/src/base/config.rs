@@ -333,6 +333,11 @@ pub fn parse_file(text: &str) -> (Vec<FileEntry>, Vec<(usize, String)>) {
 }
 
 impl Config {
+    /// The emulation's timing profile (`profile`; validated when parsed).
+    pub fn timing_profile(&self) -> unimem_mailbox::Profile {
+        self.profile.parse().unwrap_or_default()
+    }
+
     /// Built-in defaults only.
     pub fn defaults() -> Self {
         let values: Vec<Value> = TUNABLES.iter().map(Tunable::default_value).collect();

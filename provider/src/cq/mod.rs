@@ -11,8 +11,8 @@
 //!   endpoint may use [`CqInner::size`] for flow control) but not enforced:
 //!   with FI_RM_ENABLED the endpoint refuses work it could not complete, so
 //!   an overrun would be a provider bug, and losing completions is worse.
-//! - Manual progress: every read first runs the endpoints bound to the CQ
-//!   ([`CqInner::progress`]).
+//! - Manual progress: every read first runs the endpoints of the CQ's
+//!   domain ([`CqInner::progress`]).
 //! - Blocking reads poll (see wait.rs); `fi_cq_signal` makes the current
 //!   or next `fi_cq_sread` return -FI_EAGAIN.
 //! - `prov_errno` is a positive libfabric error code (0 if none); its text
@@ -65,7 +65,6 @@ pub struct CqInner {
     queued: AtomicUsize,
     /// Set by `fi_cq_signal`, taken by the blocking read it wakes.
     signaled: AtomicBool,
-    progress: ProgressList,
     /// Endpoints bound to this CQ.
     children: Children,
 }
@@ -100,9 +99,9 @@ impl CqInner {
         self.format
     }
 
-    /// The endpoints a read of this CQ progresses.
+    /// The endpoints a read of this CQ progresses: its domain's.
     pub fn progress(&self) -> &ProgressList {
-        &self.progress
+        self.domain.progress()
     }
 
     /// The size asked at open (or the configured default); not enforced.
@@ -121,7 +120,7 @@ impl CqInner {
 
     /// `fi_poll`: progress, then whether there is anything to read.
     pub fn poll_ready(&self) -> bool {
-        self.progress.run();
+        self.progress().run();
         !self.is_empty()
     }
 
@@ -140,7 +139,7 @@ impl CqInner {
     /// # Safety
     /// As [`Queue::read`] for `self.format`.
     unsafe fn read(&self, buf: *mut c_void, count: usize, src_addr: *mut ffi::fi_addr_t) -> isize {
-        self.progress.run();
+        self.progress().run();
         let n = if self.queued.load(Ordering::Acquire) == 0 {
             ret::EAGAIN as isize
         } else {
@@ -310,7 +309,6 @@ pub unsafe fn open(
             }),
             queued: AtomicUsize::new(0),
             signaled: AtomicBool::new(false),
-            progress: ProgressList::default(),
             children: Children::default(),
         }),
     });
@@ -328,7 +326,7 @@ pub unsafe fn open(
 pub unsafe fn trywait(fid: *const ffi::fid) -> Option<c_int> {
     // SAFETY: guaranteed by the caller.
     let inner = &unsafe { Cq::find(fid) }?.inner;
-    inner.progress.run();
+    inner.progress().run();
     Some(if inner.is_empty() {
         ret::SUCCESS
     } else {
@@ -424,7 +422,7 @@ unsafe extern "C" fn cq_readerr(
             return ret::EINVAL as isize;
         }
         let inner = &c.inner;
-        inner.progress.run();
+        inner.progress().run();
         let api = inner.domain.api_version;
         // SAFETY: buf is an fi_cq_err_entry of the application's API version.
         inner.with_queue(|q| unsafe { q.read_err(api, buf as *mut ErrEntry) })

@@ -21,7 +21,6 @@ impl Bind for EpInner {
             return ret::EINVAL;
         };
         let inner = &ep.inner;
-        let me: Arc<dyn Progress> = inner.clone();
         let mut b = inner.bindings.write();
         // Checked under the lock fi_enable takes to freeze the bindings.
         if inner.active.get().is_some() {
@@ -59,7 +58,6 @@ impl Bind for EpInner {
                     b.rx_cq = Some(ParentRef::new(&cq));
                     b.rx_selective = selective;
                 }
-                cq.progress().add(&me);
             }
             ffi::FI_CLASS_CNTR => {
                 // SAFETY: bfid is a live fid of class CNTR.
@@ -72,12 +70,8 @@ impl Bind for EpInner {
                 if flags & ffi::FI_RECV != 0 {
                     b.recv_cntr = Some(ParentRef::new(&cntr));
                 }
-                // RMA counters (FI_READ/FI_WRITE...) never count (no RMA),
-                // and the endpoint keeps no reference to them: it joins
-                // the progress list only of counters it can leave at close.
-                if flags & (ffi::FI_SEND | ffi::FI_RECV) != 0 {
-                    cntr.progress().add(&me);
-                }
+                // RMA counters (FI_READ/FI_WRITE...) never count (no RMA):
+                // the endpoint keeps no reference to them.
             }
             ffi::FI_CLASS_EQ => {
                 // SAFETY: bfid is a live fid of class EQ.
@@ -117,6 +111,9 @@ impl Control for EpInner {
                 }
                 // Binding is refused from now on, so the bindings freeze.
                 let _ = ep.inner.active.set(std::mem::take(&mut *b));
+                // Reads of the domain's CQs and counters progress it now.
+                let me: Arc<dyn Progress> = ep.inner.clone();
+                ep.inner.domain.progress().add(&me);
                 ret::SUCCESS
             }
             other => {

@@ -23,9 +23,6 @@ use unimem_proto as proto;
 /// The protocol over the shared-memory emulation.
 pub type Core = proto::Messenger<ShmMailbox, ShmDmaEngine>;
 
-/// The DMA engine and registration cache a domain's endpoints share.
-pub type SharedDma = proto::DomainDma<ShmDmaEngine>;
-
 /// Our `struct fid_ep`.
 pub type Ep = FidObject<EpInner>;
 
@@ -47,8 +44,9 @@ pub(super) struct Bindings {
 /// What the endpoint's CQs and counters hold of it (to progress it) and
 /// its calls work on.
 pub struct EpInner {
-    /// Held, not read: the domain cannot close while the endpoint is open.
-    pub(super) _domain: ParentRef<DomainState>,
+    /// Its domain: held open while the endpoint is, and the owner of the
+    /// progress list the endpoint joins when enabled.
+    pub(super) domain: ParentRef<DomainState>,
     pub(super) caps: u64,
     pub(super) tx_op_flags: u64,
     pub(super) rx_op_flags: u64,
@@ -82,22 +80,11 @@ unsafe impl FiObject for EpInner {
         tracing::warn!("{args}");
     }
 
-    /// Leaves the progress lists of the CQs and counters it is bound to
-    /// (they hold the endpoint, which holds them: a cycle to break).
+    /// Leaves its domain's progress list (the domain holds the endpoint,
+    /// which holds the domain: a cycle to break).
     fn on_close(ep: &Ep) -> Result<(), c_int> {
         let me: Arc<dyn Progress> = ep.inner.clone();
-        let setup = ep.inner.bindings.read();
-        let bindings = ep.inner.active.get().unwrap_or(&setup);
-        for cq in [&bindings.tx_cq, &bindings.rx_cq].into_iter().flatten() {
-            cq.progress().remove(&me);
-        }
-        for cntr in [&bindings.send_cntr, &bindings.recv_cntr]
-            .into_iter()
-            .flatten()
-        {
-            cntr.progress().remove(&me);
-        }
-        drop(setup);
+        ep.inner.domain.progress().remove(&me);
         tracing::info!("endpoint {:p} closed", ep);
         Ok(())
     }

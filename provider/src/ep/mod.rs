@@ -25,15 +25,14 @@ use std::sync::atomic::AtomicUsize;
 use std::sync::{Arc, OnceLock};
 
 use parking_lot::{Mutex, RwLock};
-use unimem_dma::{DmaRegion, RegionConfig, ShmDmaEngine};
-use unimem_mailbox::{JobId, MailboxAddr, Profile, ShmMailbox, ShmMailboxConfig};
+use unimem_mailbox::{JobId, MailboxAddr, ShmMailbox, ShmMailboxConfig};
 
 use crate::base::config::Config;
 use crate::base::ffi::{self, ret};
 use crate::base::fid::{self, ParentRef};
 use crate::base::unsupported;
 use crate::state::DomainState;
-use inner::{Bindings, Core, Ep, EpInner, SharedDma};
+use inner::{Bindings, Core, Ep, EpInner};
 use options::{EP_CM_OPS, EP_OPS};
 use unimem_proto::ProtoConfig;
 
@@ -53,29 +52,6 @@ fn proto_config(cfg: &Config) -> ProtoConfig {
     }
 }
 
-/// The registration cache's sizing from the provider configuration.
-fn regcache_config(cfg: &Config) -> unimem_regcache::Config {
-    unimem_regcache::Config {
-        max_entries: cfg.regcache_max_entries,
-        max_bytes: cfg.regcache_max_size,
-        enabled: cfg.regcache_enable,
-        ..unimem_regcache::Config::default()
-    }
-}
-
-/// A domain's DMA: its engine over `region` and its registration cache.
-/// For now each endpoint makes its own; a domain would make one, to share.
-fn shared_dma(cfg: &Config, region: Arc<DmaRegion>) -> SharedDma {
-    SharedDma::new(
-        ShmDmaEngine::new(region, profile(cfg)),
-        regcache_config(cfg),
-    )
-}
-
-fn profile(cfg: &Config) -> Profile {
-    cfg.profile.parse().unwrap_or_default()
-}
-
 /// Opens the mailbox an endpoint created from `info` listens on: the
 /// service named by its `src_addr`, or a new address of its own. The
 /// default `src_addr` of `fi_getinfo` (a service named after this process)
@@ -86,7 +62,7 @@ fn open_mailbox(cfg: &Config, src: Option<MailboxAddr>) -> Result<ShmMailbox, c_
     let config = ShmMailboxConfig {
         job,
         depth: cfg.mbx_depth,
-        profile: profile(cfg),
+        profile: cfg.timing_profile(),
     };
     let placeholder = MailboxAddr::for_service(job, &format!("pid{}", std::process::id()));
     let opened = match src {
@@ -105,56 +81,6 @@ fn open_mailbox(cfg: &Config, src: Option<MailboxAddr>) -> Result<ShmMailbox, c_
             ret::ENOMEM
         }
     })
-}
-
-/// The region kept for the life of the process (until the provider's
-/// cleanup), once an endpoint has needed it.
-static PROCESS_REGION: std::sync::Mutex<Option<Arc<DmaRegion>>> = std::sync::Mutex::new(None);
-
-/// This process's dmable region, kept alive from the first endpoint to the
-/// provider's cleanup. A node's memory must not come and go while the node
-/// lives: peers identify it by the node id (pid and start time) alone, and
-/// cache their mappings of it. Dropping it with the last endpoint and
-/// creating it again for the next one (fi_rdm_multi_client's clients,
-/// one after another in one process) would give the same node id to new
-/// memory: peers would find their cached node closed ("dead") or, worse,
-/// put data through stale mappings into the old segments.
-fn process_region(cfg: &Config) -> Result<Arc<DmaRegion>, unimem_dma::DmaError> {
-    let region = DmaRegion::for_process(&RegionConfig {
-        job: JobId::from_name(&cfg.job),
-        segment_size: cfg.dma_segment_size,
-        max_size: cfg.dma_max_size,
-    })?;
-    let mut kept = PROCESS_REGION.lock().unwrap_or_else(|e| e.into_inner());
-    // After a fork, for_process made a new region: it replaces the parent's.
-    if let Some(old) = kept.replace(Arc::clone(&region)) {
-        let_go(old);
-    }
-    Ok(region)
-}
-
-/// Lets the process's region go (provider cleanup): it is removed once the
-/// last endpoint using it closes.
-pub fn release_process_region() {
-    let kept = PROCESS_REGION
-        .lock()
-        .unwrap_or_else(|e| e.into_inner())
-        .take();
-    if let Some(region) = kept {
-        let_go(region);
-    }
-}
-
-/// Drops our reference to a region, unless it is a forked child's copy of
-/// its parent's: dropping that one would remove the parent's objects from
-/// /dev/shm while the parent still uses them, so it is leaked instead (a
-/// mapping, gone when the child exits).
-fn let_go(region: Arc<DmaRegion>) {
-    if region.node().pid == std::process::id() {
-        drop(region);
-    } else {
-        std::mem::forget(region);
-    }
 }
 
 /// `fi_endpoint` on one of our domains.
@@ -205,14 +131,14 @@ pub unsafe fn open(
         Ok(mailbox) => mailbox,
         Err(code) => return code,
     };
-    let region = match process_region(cfg) {
-        Ok(region) => region,
+    let dma = match domain.dma() {
+        Ok(dma) => dma,
         Err(e) => {
             tracing::warn!("fi_endpoint: no dmable memory: {e}");
             return ret::ENOMEM;
         }
     };
-    let core = match Core::new(mailbox, &shared_dma(cfg, region), proto_config(cfg)) {
+    let core = match Core::new(mailbox, &dma, proto_config(cfg)) {
         Ok(core) => core,
         Err(e) => {
             tracing::warn!("fi_endpoint: cannot set up the endpoint's buffers: {e}");
@@ -232,7 +158,7 @@ pub unsafe fn open(
             collective: fid::ops_ptr(&unsupported::COLLECTIVE_OPS),
         },
         inner: Arc::new(EpInner {
-            _domain: ParentRef::new(domain),
+            domain: ParentRef::new(domain),
             caps: if info.caps != 0 {
                 info.caps
             } else {
@@ -256,29 +182,4 @@ pub unsafe fn open(
     // SAFETY: ep is non-NULL (checked).
     unsafe { obj.install(ep) };
     ret::SUCCESS
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use std::sync::Weak;
-
-    /// The dmable region is not dropped with the last endpoint: opening
-    /// the next one finds the same region (same node, same memory).
-    #[test]
-    fn the_process_region_outlives_its_endpoints() {
-        let mut cfg = Config::defaults();
-        // The job of the crate's other unit tests: one process, one job.
-        cfg.job = format!("provider-unit-{}", std::process::id());
-        let first = process_region(&cfg).unwrap();
-        let node = first.node();
-        let weak = Arc::downgrade(&first);
-        drop(first);
-        assert!(weak.upgrade().is_some(), "kept after the last user");
-        let again = process_region(&cfg).unwrap();
-        assert!(Weak::ptr_eq(&weak, &Arc::downgrade(&again)));
-        assert_eq!(again.node(), node);
-        drop(again);
-        release_process_region();
-    }
 }

@@ -1,15 +1,25 @@
 //! The state of one `fi_domain` that its children (AVs, CQs, counters,
 //! memory regions, poll sets, endpoints) hold: the attributes resolved
-//! against the application's info, the tunables, and the EQ bound to it.
+//! against the application's info, the tunables, the EQ bound to it, and
+//! what its endpoints share, as libfabric has it: one DMA engine with one
+//! registration cache over the process's dmable region, and one progress
+//! list of its endpoints, which every read of its CQs and counters runs.
 
 use std::sync::Arc;
 
 use parking_lot::Mutex;
+use unimem_dma::{DmaError, ShmDmaEngine};
+use unimem_proto::DomainDma;
 
 use crate::base::config::Config;
 use crate::base::fid::{Children, Parent, ParentRef};
 use crate::info::attr::Info;
 use crate::state::fabric::FabricState;
+use crate::state::memory;
+use crate::state::progress::ProgressList;
+
+/// The DMA engine and registration cache a domain's endpoints share.
+pub type SharedDma = DomainDma<ShmDmaEngine>;
 
 /// State shared with the domain's children.
 #[derive(Debug)]
@@ -23,6 +33,11 @@ pub struct DomainState {
     pub info: Info,
     /// EQ bound with `fi_domain_bind` (at most one), held open while bound.
     eq: Mutex<Option<ParentRef<dyn Parent>>>,
+    /// Made for the first endpoint (a domain without endpoints needs no
+    /// dmable memory), then shared by all.
+    dma: Mutex<Option<SharedDma>>,
+    /// The domain's enabled endpoints: what a CQ or counter read advances.
+    progress: ProgressList,
     children: Children,
 }
 
@@ -33,6 +48,8 @@ impl DomainState {
             api_version,
             info,
             eq: Mutex::new(None),
+            dma: Mutex::new(None),
+            progress: ProgressList::default(),
             children: Children::default(),
         }
     }
@@ -49,6 +66,39 @@ impl DomainState {
         }
         *slot = Some(eq);
         true
+    }
+
+    /// The DMA engine and registration cache of the domain's endpoints,
+    /// made on first use. A forked child that opens an endpoint on a domain
+    /// it inherited gets an engine over its own region (the parent's is
+    /// not its memory).
+    pub fn dma(&self) -> Result<SharedDma, DmaError> {
+        let mut slot = self.dma.lock();
+        let pid = std::process::id();
+        if let Some(dma) = slot
+            .as_ref()
+            .filter(|d| d.with_engine(|e| e.region().node().pid) == pid)
+        {
+            return Ok(dma.clone());
+        }
+        let cfg = self.config();
+        let region = memory::process_region(cfg)?;
+        let dma = SharedDma::new(
+            ShmDmaEngine::new(region, cfg.timing_profile()),
+            unimem_regcache::Config {
+                max_entries: cfg.regcache_max_entries,
+                max_bytes: cfg.regcache_max_size,
+                enabled: cfg.regcache_enable,
+                ..unimem_regcache::Config::default()
+            },
+        );
+        *slot = Some(dma.clone());
+        Ok(dma)
+    }
+
+    /// The domain's enabled endpoints, run by every CQ and counter read.
+    pub fn progress(&self) -> &ProgressList {
+        &self.progress
     }
 
     /// Whether an EQ is bound.

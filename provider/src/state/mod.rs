@@ -6,11 +6,14 @@
 //!
 //! - `fabric`: the tunables snapshot of one `fi_fabric`;
 //! - `domain`: the resolved attributes of one `fi_domain` and the
-//!   resources its endpoints share;
+//!   resources its endpoints share (DMA engine, registration cache,
+//!   progress);
+//! - `memory`: the process's dmable region, which every domain's DMA uses;
 //! - `progress`: the endpoints a CQ or counter read advances.
 
 pub mod domain;
 pub mod fabric;
+pub mod memory;
 pub mod progress;
 
 pub use domain::DomainState;

@@ -1,7 +1,8 @@
 //! Manual progress: the provider moves data only inside the application's
-//! calls. Reading a CQ or a counter progresses every endpoint bound to it,
-//! so an application that only polls its receive CQ still gets its sends
-//! delivered.
+//! calls. A domain keeps one list of its enabled endpoints, and reading any
+//! of its CQs or counters progresses them all, as prov/tcp's per-domain
+//! progress does: an application that only polls its receive CQ still gets
+//! its sends delivered, and there is one place that drives the domain.
 
 use std::sync::Arc;
 
@@ -12,7 +13,7 @@ pub trait Progress: Send + Sync {
     fn progress(&self);
 }
 
-/// The endpoints bound to one CQ or counter.
+/// The enabled endpoints of one domain.
 #[derive(Default)]
 pub struct ProgressList {
     /// Strong references, so that a read pays no upgrade: an endpoint
