@@ -5,9 +5,13 @@
 //! the real libfabric core in `fabric-peer` processes, use three modules:
 //! [`fabric`] (a thin wrapper over libfabric's calls), [`payload`] (message
 //! contents and checks) and [`cluster`] (the children, driven from a test).
+//!
+//! [`layers`] is the import-circle checker that `tests/layers.rs` runs over
+//! the workspace.
 
 pub mod cluster;
 pub mod fabric;
+pub mod layers;
 pub mod mpi;
 pub mod payload;
 
