@@ -44,7 +44,7 @@ pub use graph::Graph;
 pub use workspace::SourceTree;
 
 use resolve::{Crate, ModPath};
-use workspace::{expand_in_tree, load_workspace, member_targets, workspace_members, Target};
+use workspace::Target;
 
 /// What the check found in one crate (library or binary).
 #[derive(Debug)]
@@ -84,22 +84,16 @@ fn module_name(module: &[String]) -> String {
 /// Checks every crate (library, binaries) of the workspace at
 /// `workspace_root`, read from disk.
 pub fn check(workspace_root: &Path) -> Vec<CrateReport> {
-    check_tree(&load_workspace(workspace_root))
+    check_tree(&workspace::load(workspace_root))
 }
 
 /// Checks every crate of a workspace given as its files (the workspace
 /// `Cargo.toml`, the members' manifests and sources).
 pub fn check_tree(tree: &SourceTree) -> Vec<CrateReport> {
-    let manifest = tree.get("Cargo.toml").expect("workspace Cargo.toml");
-    let mut reports = Vec::new();
-    for pattern in workspace_members(manifest) {
-        for member in expand_in_tree(tree, &pattern) {
-            for target in member_targets(tree, &member) {
-                reports.push(check_crate(tree, &target));
-            }
-        }
-    }
-    reports
+    workspace::targets(tree)
+        .iter()
+        .map(|target| check_crate(tree, target))
+        .collect()
 }
 
 fn check_crate(tree: &SourceTree, target: &Target) -> CrateReport {

@@ -8,7 +8,7 @@
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
 use super::scan::{scan, Import, Scanned};
-use super::workspace::{SourceTree, Target};
+use super::workspace::{join, parent_dir, SourceTree, Target};
 
 /// A module by its names below the crate root (empty: the root).
 pub(super) type ModPath = Vec<String>;
@@ -40,28 +40,6 @@ pub(super) struct Crate {
     modules: BTreeMap<ModPath, Module>,
     pub(super) files: BTreeMap<String, FileInfo>,
     pub(super) notes: Vec<String>,
-}
-
-fn parent_dir(file: &str) -> &str {
-    file.rfind('/').map_or("", |k| &file[..k])
-}
-
-fn join(dir: &str, rest: &str) -> String {
-    let mut parts: Vec<&str> = if dir.is_empty() {
-        Vec::new()
-    } else {
-        dir.split('/').collect()
-    };
-    for part in rest.split('/') {
-        match part {
-            "" | "." => {}
-            ".." => {
-                parts.pop();
-            }
-            p => parts.push(p),
-        }
-    }
-    parts.join("/")
 }
 
 impl Crate {

@@ -10,44 +10,54 @@ use std::path::Path;
 /// Files by their path relative to the workspace root ('/'-separated).
 pub type SourceTree = BTreeMap<String, String>;
 
+/// One compilation target of a member: its library or one binary.
+#[derive(Clone, Debug)]
+pub(super) struct Target {
+    /// `unimem-mailbox` (the library) or `unimem-mailbox bin unimem-shm`.
+    pub(super) name: String,
+    /// The root file, a key of the tree.
+    pub(super) root: String,
+}
+
 /// The workspace manifest, each member's manifest and every `.rs` file under
 /// each member's `src/` (and under the folder of any target `path` outside
 /// it), read from disk.
-pub(super) fn load_workspace(root: &Path) -> SourceTree {
-    let mut tree = SourceTree::new();
+pub(super) fn load(root: &Path) -> SourceTree {
     let manifest = std::fs::read_to_string(root.join("Cargo.toml"))
         .unwrap_or_else(|e| panic!("read {}/Cargo.toml: {e}", root.display()));
-    let members = workspace_members(&manifest);
+    let patterns = Manifest::parse(&manifest).strings("workspace", "members");
     assert!(
-        !members.is_empty(),
+        !patterns.is_empty(),
         "no [workspace] members in {}/Cargo.toml",
         root.display()
     );
-    tree.insert("Cargo.toml".into(), manifest);
-    for pattern in &members {
-        for member in expand_on_disk(root, pattern) {
-            let toml_path = format!("{member}/Cargo.toml");
-            let Ok(toml) = std::fs::read_to_string(root.join(&toml_path)) else {
-                continue;
-            };
-            let mut dirs = vec![format!("{member}/src")];
-            for entry in toml_entries(&toml) {
-                if entry.key == "path" && (entry.table == "lib" || entry.table == "bin") {
-                    if let Some(p) = toml_strings(&entry.value).first() {
-                        let dir = Path::new(p)
-                            .parent()
-                            .map(|d| d.to_string_lossy().into_owned());
-                        match dir {
-                            Some(d) if !d.is_empty() => dirs.push(format!("{member}/{d}")),
-                            _ => dirs.push(member.clone()),
-                        }
-                    }
-                }
-            }
-            tree.insert(toml_path, toml);
-            for dir in dirs {
-                load_rs_files(root, &dir, &mut tree);
-            }
+    let subdirs = |dir: &str| {
+        let mut names: Vec<String> = std::fs::read_dir(root.join(dir))
+            .into_iter()
+            .flatten()
+            .flatten()
+            .filter(|e| e.path().is_dir())
+            .map(|e| e.file_name().to_string_lossy().into_owned())
+            .collect();
+        names.sort();
+        names
+    };
+    let mut tree = SourceTree::from([("Cargo.toml".to_string(), manifest)]);
+    for member in patterns.iter().flat_map(|p| expand(p, subdirs)) {
+        let toml_path = format!("{member}/Cargo.toml");
+        let Ok(toml) = std::fs::read_to_string(root.join(&toml_path)) else {
+            continue;
+        };
+        let mut dirs = vec![format!("{member}/src")];
+        dirs.extend(
+            Manifest::parse(&toml)
+                .target_paths()
+                .iter()
+                .map(|path| join(&member, parent_dir(path))),
+        );
+        tree.insert(toml_path, toml);
+        for dir in dirs {
+            load_rs_files(root, &dir, &mut tree);
         }
     }
     tree
@@ -59,11 +69,7 @@ fn load_rs_files(root: &Path, dir: &str, tree: &mut SourceTree) {
     };
     for entry in entries.flatten() {
         let name = entry.file_name().to_string_lossy().into_owned();
-        let rel = if dir.is_empty() {
-            name.clone()
-        } else {
-            format!("{dir}/{name}")
-        };
+        let rel = join(dir, &name);
         let path = entry.path();
         if path.is_dir() {
             if !name.starts_with('.') && name != "target" {
@@ -77,54 +83,49 @@ fn load_rs_files(root: &Path, dir: &str, tree: &mut SourceTree) {
     }
 }
 
-/// Directories matching a member pattern (`*` within a path segment).
-fn expand_on_disk(root: &Path, pattern: &str) -> Vec<String> {
+/// Every target of every member of the workspace in `tree`, in the order
+/// the manifest lists the members.
+pub(super) fn targets(tree: &SourceTree) -> Vec<Target> {
+    let manifest = tree.get("Cargo.toml").expect("workspace Cargo.toml");
+    // The folders directly under `dir` that hold a file of the tree.
+    let subdirs = |dir: &str| {
+        let prefix = if dir.is_empty() {
+            String::new()
+        } else {
+            format!("{dir}/")
+        };
+        let names: BTreeSet<&str> = tree
+            .keys()
+            .filter_map(|k| Some(k.strip_prefix(&prefix)?.split_once('/')?.0))
+            .collect();
+        names.into_iter().map(str::to_string).collect()
+    };
+    Manifest::parse(manifest)
+        .strings("workspace", "members")
+        .iter()
+        .flat_map(|pattern| expand(pattern, subdirs))
+        .filter(|member| tree.contains_key(&format!("{member}/Cargo.toml")))
+        .flat_map(|member| member_targets(tree, &member))
+        .collect()
+}
+
+/// The folders a member pattern names, `subdirs` listing (sorted) the
+/// folders in a folder for the segments with a `*`.
+fn expand(pattern: &str, subdirs: impl Fn(&str) -> Vec<String>) -> Vec<String> {
     let mut found = vec![String::new()];
     for segment in pattern.split('/').filter(|s| !s.is_empty() && *s != ".") {
         let mut next = Vec::new();
         for dir in &found {
-            let join = |name: &str| {
-                if dir.is_empty() {
-                    name.to_string()
-                } else {
-                    format!("{dir}/{name}")
-                }
-            };
             if segment.contains('*') {
-                if let Ok(entries) = std::fs::read_dir(root.join(dir)) {
-                    let mut names: Vec<String> = entries
-                        .flatten()
-                        .filter(|e| e.path().is_dir())
-                        .map(|e| e.file_name().to_string_lossy().into_owned())
-                        .filter(|n| glob_match(segment, n))
-                        .collect();
-                    names.sort();
-                    next.extend(names.iter().map(|n| join(n)));
-                }
+                let names = subdirs(dir).into_iter().filter(|n| glob_match(segment, n));
+                next.extend(names.map(|n| join(dir, &n)));
             } else {
-                next.push(join(segment));
+                next.push(join(dir, segment));
             }
         }
         found = next;
     }
     found
-}
-
-/// The member directories a pattern names in `tree` (they have a
-/// `Cargo.toml`).
-pub(super) fn expand_in_tree(tree: &SourceTree, pattern: &str) -> Vec<String> {
-    let wanted: Vec<&str> = pattern
-        .split('/')
-        .filter(|s| !s.is_empty() && *s != ".")
-        .collect();
-    tree.keys()
-        .filter_map(|k| k.strip_suffix("/Cargo.toml"))
-        .filter(|dir| {
-            let parts: Vec<&str> = dir.split('/').collect();
-            parts.len() == wanted.len() && parts.iter().zip(&wanted).all(|(p, w)| glob_match(w, p))
-        })
-        .map(str::to_string)
-        .collect()
 }
 
 /// `*` matches any run of characters; everything else itself.
@@ -142,6 +143,77 @@ fn glob_match(pattern: &str, name: &str) -> bool {
     }
 }
 
+/// The library and binaries of one member, by its manifest and the files
+/// cargo finds by convention (`src/lib.rs`, `src/main.rs`, `src/bin/`).
+fn member_targets(tree: &SourceTree, member: &str) -> Vec<Target> {
+    let manifest = Manifest::parse(&tree[&format!("{member}/Cargo.toml")]);
+    let package = manifest
+        .string("package", 0, "name")
+        .unwrap_or_else(|| member.to_string());
+    let mut targets = Vec::new();
+    let lib = join(
+        member,
+        &manifest.lib_path().unwrap_or_else(|| "src/lib.rs".into()),
+    );
+    if tree.contains_key(&lib) {
+        targets.push(Target {
+            name: package.clone(),
+            root: lib,
+        });
+    }
+    // Binaries by root file; a `[[bin]]` table names the one at its path.
+    let mut bins = BTreeMap::from([(join(member, "src/main.rs"), package.clone())]);
+    let bin_dir = format!("{}/", join(member, "src/bin"));
+    for key in tree.keys() {
+        let Some(rest) = key.strip_prefix(&bin_dir) else {
+            continue;
+        };
+        let name = [".rs", "/main.rs"]
+            .iter()
+            .find_map(|suffix| rest.strip_suffix(suffix).filter(|n| !n.contains('/')));
+        if let Some(name) = name {
+            bins.insert(key.clone(), name.to_string());
+        }
+    }
+    for (name, path) in manifest.bins() {
+        bins.insert(join(member, &path), name.unwrap_or_else(|| package.clone()));
+    }
+    for (root, name) in bins {
+        if tree.contains_key(&root) {
+            let name = if name == package {
+                format!("{package} bin")
+            } else {
+                format!("{package} bin {name}")
+            };
+            targets.push(Target { name, root });
+        }
+    }
+    targets
+}
+
+// ===========================================================================
+// Paths of the tree
+
+/// The folder of a file ("" at the top).
+pub(super) fn parent_dir(file: &str) -> &str {
+    file.rfind('/').map_or("", |k| &file[..k])
+}
+
+/// `rest` ('/'-separated, `.` and `..` allowed) taken from folder `dir`.
+pub(super) fn join(dir: &str, rest: &str) -> String {
+    let mut parts: Vec<&str> = dir.split('/').filter(|p| !p.is_empty()).collect();
+    for part in rest.split('/') {
+        match part {
+            "" | "." => {}
+            ".." if parts.last().is_some_and(|p| *p != "..") => {
+                parts.pop();
+            }
+            p => parts.push(p),
+        }
+    }
+    parts.join("/")
+}
+
 // ===========================================================================
 // A little TOML
 
@@ -152,6 +224,96 @@ struct TomlEntry {
     occurrence: usize,
     key: String,
     value: String,
+}
+
+/// The keys of a manifest, in order.
+struct Manifest(Vec<TomlEntry>);
+
+impl Manifest {
+    fn parse(text: &str) -> Manifest {
+        let mut entries = Vec::new();
+        let mut table = String::new();
+        let mut occurrences: BTreeMap<String, usize> = BTreeMap::new();
+        let mut lines = text.lines().map(strip_toml_comment);
+        while let Some(line) = lines.next() {
+            let line = line.trim();
+            if let Some(name) = line.strip_prefix("[[").and_then(|l| l.strip_suffix("]]")) {
+                table = name.trim().to_string();
+                *occurrences.entry(table.clone()).or_insert(0) += 1;
+            } else if let Some(name) = line.strip_prefix('[').and_then(|l| l.strip_suffix(']')) {
+                table = name.trim().to_string();
+            } else if let Some((key, value)) = line.split_once('=') {
+                let mut value = value.trim().to_string();
+                let depth = |v: &str| {
+                    v.chars().filter(|&c| c == '[').count() as isize
+                        - v.chars().filter(|&c| c == ']').count() as isize
+                };
+                while depth(&value) > 0 {
+                    match lines.next() {
+                        Some(more) => {
+                            value.push(' ');
+                            value.push_str(more.trim());
+                        }
+                        None => break,
+                    }
+                }
+                entries.push(TomlEntry {
+                    occurrence: occurrences.get(&table).copied().unwrap_or(0),
+                    table: table.clone(),
+                    key: key.trim().trim_matches('"').to_string(),
+                    value,
+                });
+            }
+        }
+        Manifest(entries)
+    }
+
+    /// The strings of every `key` in `table` (a string or arrays of them).
+    fn strings(&self, table: &str, key: &str) -> Vec<String> {
+        self.0
+            .iter()
+            .filter(|e| e.table == table && e.key == key)
+            .flat_map(|e| toml_strings(&e.value))
+            .collect()
+    }
+
+    /// The first string of `key` in the given occurrence of `table`.
+    fn string(&self, table: &str, occurrence: usize, key: &str) -> Option<String> {
+        self.0
+            .iter()
+            .find(|e| e.table == table && e.occurrence == occurrence && e.key == key)
+            .and_then(|e| toml_strings(&e.value).into_iter().next())
+    }
+
+    /// `[lib] path`.
+    fn lib_path(&self) -> Option<String> {
+        self.string("lib", 0, "path")
+    }
+
+    /// Each `[[bin]]` with a `path`: its `name`, if any, and the path.
+    fn bins(&self) -> Vec<(Option<String>, String)> {
+        let occurrences: BTreeSet<usize> = self
+            .0
+            .iter()
+            .filter(|e| e.table == "bin")
+            .map(|e| e.occurrence)
+            .collect();
+        occurrences
+            .into_iter()
+            .filter_map(|k| {
+                Some((
+                    self.string("bin", k, "name"),
+                    self.string("bin", k, "path")?,
+                ))
+            })
+            .collect()
+    }
+
+    /// The root files the manifest gives its targets (`[lib]`, `[[bin]]`).
+    fn target_paths(&self) -> Vec<String> {
+        let bins = self.bins().into_iter().map(|(_, path)| path);
+        self.lib_path().into_iter().chain(bins).collect()
+    }
 }
 
 fn strip_toml_comment(line: &str) -> &str {
@@ -165,44 +327,6 @@ fn strip_toml_comment(line: &str) -> &str {
         }
     }
     line
-}
-
-fn toml_entries(text: &str) -> Vec<TomlEntry> {
-    let mut out = Vec::new();
-    let mut table = String::new();
-    let mut occurrences: BTreeMap<String, usize> = BTreeMap::new();
-    let mut lines = text.lines().map(strip_toml_comment);
-    while let Some(line) = lines.next() {
-        let line = line.trim();
-        if let Some(name) = line.strip_prefix("[[").and_then(|l| l.strip_suffix("]]")) {
-            table = name.trim().to_string();
-            *occurrences.entry(table.clone()).or_insert(0) += 1;
-        } else if let Some(name) = line.strip_prefix('[').and_then(|l| l.strip_suffix(']')) {
-            table = name.trim().to_string();
-        } else if let Some((key, value)) = line.split_once('=') {
-            let mut value = value.trim().to_string();
-            let depth = |v: &str| {
-                v.chars().filter(|&c| c == '[').count() as isize
-                    - v.chars().filter(|&c| c == ']').count() as isize
-            };
-            while depth(&value) > 0 {
-                match lines.next() {
-                    Some(more) => {
-                        value.push(' ');
-                        value.push_str(more.trim());
-                    }
-                    None => break,
-                }
-            }
-            out.push(TomlEntry {
-                occurrence: occurrences.get(&table).copied().unwrap_or(0),
-                table: table.clone(),
-                key: key.trim().trim_matches('"').to_string(),
-                value,
-            });
-        }
-    }
-    out
 }
 
 /// The string literals in a TOML value (`"a"`, `'b'`, arrays of them).
@@ -222,79 +346,4 @@ fn toml_strings(value: &str) -> Vec<String> {
         }
     }
     out
-}
-
-pub(super) fn workspace_members(manifest: &str) -> Vec<String> {
-    toml_entries(manifest)
-        .into_iter()
-        .filter(|e| e.table == "workspace" && e.key == "members")
-        .flat_map(|e| toml_strings(&e.value))
-        .collect()
-}
-
-/// One compilation target of a member: its library or one binary.
-#[derive(Clone, Debug)]
-pub(super) struct Target {
-    /// `unimem-mailbox` (the library) or `unimem-mailbox bin unimem-shm`.
-    pub(super) name: String,
-    /// The root file, a key of the tree.
-    pub(super) root: String,
-}
-
-pub(super) fn member_targets(tree: &SourceTree, member: &str) -> Vec<Target> {
-    let toml = &tree[&format!("{member}/Cargo.toml")];
-    let entries = toml_entries(toml);
-    let get = |table: &str, occurrence: usize, key: &str| {
-        entries
-            .iter()
-            .find(|e| e.table == table && e.occurrence == occurrence && e.key == key)
-            .and_then(|e| toml_strings(&e.value).into_iter().next())
-    };
-    let package = get("package", 0, "name").unwrap_or_else(|| member.to_string());
-    let in_member = |p: &str| format!("{member}/{}", p.trim_start_matches("./"));
-    let mut targets = Vec::new();
-    let lib = get("lib", 0, "path").map_or_else(|| in_member("src/lib.rs"), |p| in_member(&p));
-    if tree.contains_key(&lib) {
-        targets.push(Target {
-            name: package.clone(),
-            root: lib,
-        });
-    }
-    let mut bins: BTreeMap<String, String> = BTreeMap::new();
-    let main = in_member("src/main.rs");
-    if tree.contains_key(&main) {
-        bins.insert(main, package.clone());
-    }
-    let bin_dir = in_member("src/bin/");
-    for key in tree.keys() {
-        let Some(rest) = key.strip_prefix(&bin_dir) else {
-            continue;
-        };
-        if let Some(name) = rest.strip_suffix(".rs").filter(|n| !n.contains('/')) {
-            bins.insert(key.clone(), name.to_string());
-        } else if let Some(name) = rest.strip_suffix("/main.rs").filter(|n| !n.contains('/')) {
-            bins.insert(key.clone(), name.to_string());
-        }
-    }
-    let bin_tables = entries
-        .iter()
-        .filter(|e| e.table == "bin")
-        .map(|e| e.occurrence);
-    for occurrence in bin_tables.collect::<BTreeSet<_>>() {
-        if let Some(path) = get("bin", occurrence, "path") {
-            let name = get("bin", occurrence, "name").unwrap_or_else(|| package.clone());
-            bins.insert(in_member(&path), name);
-        }
-    }
-    for (root, name) in bins {
-        if tree.contains_key(&root) {
-            let name = if name == package {
-                format!("{package} bin")
-            } else {
-                format!("{package} bin {name}")
-            };
-            targets.push(Target { name, root });
-        }
-    }
-    targets
 }
