@@ -291,21 +291,19 @@ fn skip_item(t: &[Token], mut i: usize) -> usize {
         matches!(keyword, Some("use" | "const" | "static" | "type" | "let")) && !const_fn;
     let is_item = keyword.is_some();
     let mut depth = 0usize;
-    while let Some(tok) = t.get(i) {
-        match tok.tok {
-            Tok::Punct('(' | '[' | '{') => depth += 1,
-            Tok::Punct(c @ (')' | ']' | '}')) => {
-                if depth == 0 {
-                    return i; // the end of the enclosing block
-                }
-                depth -= 1;
-                if c == '}' && depth == 0 && is_item && !semicolon_only {
-                    return if punct(t, i + 1, ';') { i + 2 } else { i + 1 };
-                }
+    while let Some(token) = t.get(i) {
+        if token.opens() {
+            depth += 1;
+        } else if token.closes() {
+            if depth == 0 {
+                return i; // the end of the enclosing block
             }
-            Tok::Punct(';') if depth == 0 => return i + 1,
-            Tok::Punct(',') if depth == 0 && !is_item => return i + 1,
-            _ => {}
+            depth -= 1;
+            if token.tok == Tok::Punct('}') && depth == 0 && is_item && !semicolon_only {
+                return if punct(t, i + 1, ';') { i + 2 } else { i + 1 };
+            }
+        } else if depth == 0 && (punct(t, i, ';') || (punct(t, i, ',') && !is_item)) {
+            return i + 1;
         }
         i += 1;
     }

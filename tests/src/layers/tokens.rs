@@ -19,6 +19,32 @@ pub(super) struct Token {
     pub(super) line: usize,
 }
 
+impl Token {
+    /// `(`, `[` or `{`.
+    pub(super) fn opens(&self) -> bool {
+        matches!(self.tok, Tok::Punct('(' | '[' | '{'))
+    }
+
+    /// `)`, `]` or `}`.
+    pub(super) fn closes(&self) -> bool {
+        matches!(self.tok, Tok::Punct(')' | ']' | '}'))
+    }
+}
+
+/// Rust tokens without comments and whitespace; literals as one token.
+pub(super) fn tokenize(src: &str) -> Vec<Token> {
+    let mut lexer = Lexer {
+        c: src.chars().collect(),
+        i: 0,
+        line: 1,
+        out: Vec::new(),
+    };
+    while lexer.i < lexer.c.len() {
+        lexer.next_token();
+    }
+    lexer.out
+}
+
 fn is_ident_start(c: char) -> bool {
     c == '_' || c.is_alphabetic()
 }
@@ -27,158 +53,170 @@ fn is_ident_continue(c: char) -> bool {
     c == '_' || c.is_alphanumeric()
 }
 
-/// Rust tokens without comments and whitespace; literals as one token.
-pub(super) fn tokenize(src: &str) -> Vec<Token> {
-    let c: Vec<char> = src.chars().collect();
-    let at = |i: usize| c.get(i).copied().unwrap_or('\0');
-    let mut out = Vec::new();
-    let mut i = 0;
-    let mut line = 1;
-    while i < c.len() {
-        let ch = c[i];
-        let start_line = line;
-        let mut push = |tok: Tok| {
-            out.push(Token {
-                tok,
-                line: start_line,
-            })
-        };
-        if ch == '\n' {
-            line += 1;
-            i += 1;
-        } else if ch.is_whitespace() {
-            i += 1;
-        } else if ch == '/' && at(i + 1) == '/' {
-            while i < c.len() && c[i] != '\n' {
-                i += 1;
-            }
-        } else if ch == '/' && at(i + 1) == '*' {
-            // Block comments nest.
-            let mut depth = 0;
-            while i < c.len() {
-                if c[i] == '/' && at(i + 1) == '*' {
-                    depth += 1;
-                    i += 2;
-                } else if c[i] == '*' && at(i + 1) == '/' {
-                    depth -= 1;
-                    i += 2;
-                    if depth == 0 {
-                        break;
-                    }
-                } else {
-                    if c[i] == '\n' {
-                        line += 1;
-                    }
-                    i += 1;
-                }
-            }
-        } else if is_ident_start(ch) {
-            let mut j = i;
-            while j < c.len() && j - i < 2 && matches!(c[j], 'b' | 'c' | 'r') {
-                j += 1;
-            }
-            let prefix: String = c[i..j].iter().collect();
-            let is_prefix = matches!(prefix.as_str(), "b" | "c" | "r" | "br" | "cr");
-            let raw = prefix.contains('r');
-            let mut hashes = 0;
-            while raw && at(j + hashes) == '#' {
-                hashes += 1;
-            }
-            if is_prefix && raw && at(j + hashes) == '"' {
-                // r"…", r#"…"#, br"…", cr#"…"#
-                let body = j + hashes + 1;
-                let mut k = body;
-                loop {
-                    if k >= c.len() {
-                        break;
-                    }
-                    if c[k] == '"' && (1..=hashes).all(|h| at(k + h) == '#') {
-                        break;
-                    }
-                    if c[k] == '\n' {
-                        line += 1;
-                    }
-                    k += 1;
-                }
-                push(Tok::Lit(c[body..k.min(c.len())].iter().collect()));
-                i = k + 1 + hashes;
-            } else if (is_prefix && !raw && at(j) == '"') || (prefix == "b" && at(j) == '\'') {
-                // "…" after b or c; b'…'.
-                let (text, end, lines) = quoted(&c, j);
-                push(Tok::Lit(text));
-                line += lines;
-                i = end;
-            } else {
-                // An identifier, r#raw or not.
-                let mut s = i;
-                if ch == 'r' && at(i + 1) == '#' && is_ident_start(at(i + 2)) {
-                    s = i + 2;
-                }
-                let mut k = s;
-                while k < c.len() && is_ident_continue(c[k]) {
-                    k += 1;
-                }
-                push(Tok::Ident(c[s..k].iter().collect()));
-                i = k;
-            }
-        } else if ch == '"' {
-            let (text, end, lines) = quoted(&c, i);
-            push(Tok::Lit(text));
-            line += lines;
-            i = end;
-        } else if ch == '\'' {
-            if at(i + 1) == '\\' || (at(i + 2) == '\'' && at(i + 1) != '\n') {
-                let (text, end, lines) = quoted(&c, i);
-                push(Tok::Lit(text));
-                line += lines;
-                i = end;
-            } else {
-                // A lifetime or label: 'a, 'static.
-                i += 1;
-                while i < c.len() && is_ident_continue(c[i]) {
-                    i += 1;
-                }
-            }
-        } else if ch.is_ascii_digit() {
-            let s = i;
-            while i < c.len()
-                && (is_ident_continue(c[i]) || (c[i] == '.' && at(i + 1).is_ascii_digit()))
-            {
-                i += 1;
-            }
-            push(Tok::Lit(c[s..i].iter().collect()));
-        } else if ch == ':' && at(i + 1) == ':' {
-            push(Tok::PathSep);
-            i += 2;
-        } else {
-            push(Tok::Punct(ch));
-            i += 1;
-        }
-    }
-    out
+/// The source as characters, where the next token starts (`i`) and on
+/// which line, and the tokens so far.
+struct Lexer {
+    c: Vec<char>,
+    i: usize,
+    line: usize,
+    out: Vec<Token>,
 }
 
-/// A literal quoted with `c[open]` (`"` or `'`), backslash escapes allowed:
-/// its text, the index after it and the newlines in it.
-fn quoted(c: &[char], open: usize) -> (String, usize, usize) {
-    let quote = c[open];
-    let mut k = open + 1;
-    let mut lines = 0;
-    let mut text = String::new();
-    while k < c.len() && c[k] != quote {
-        if c[k] == '\\' {
-            text.push(c[k]);
-            k += 1;
-        }
-        if k < c.len() {
-            if c[k] == '\n' {
-                lines += 1;
-            }
-            text.push(c[k]);
-        }
-        k += 1;
+impl Lexer {
+    fn at(&self, k: usize) -> char {
+        self.c.get(k).copied().unwrap_or('\0')
     }
-    (text, k + 1, lines)
+
+    /// A token that starts on the current line.
+    fn push(&mut self, tok: Tok) {
+        self.out.push(Token {
+            tok,
+            line: self.line,
+        });
+    }
+
+    /// Moves past `c[i]`, counting a newline.
+    fn advance(&mut self) {
+        if self.c[self.i] == '\n' {
+            self.line += 1;
+        }
+        self.i += 1;
+    }
+
+    /// Moves on while `c[i]` satisfies `f`.
+    fn skip_while(&mut self, f: impl Fn(char) -> bool) {
+        while self.i < self.c.len() && f(self.c[self.i]) {
+            self.advance();
+        }
+    }
+
+    fn text(&self, from: usize, to: usize) -> String {
+        self.c[from..to.min(self.c.len())].iter().collect()
+    }
+
+    /// Reads the token (or comment, whitespace) that starts at `c[i]`.
+    fn next_token(&mut self) {
+        let (ch, next) = (self.c[self.i], self.at(self.i + 1));
+        if ch.is_whitespace() {
+            self.advance();
+        } else if ch == '/' && next == '/' {
+            self.skip_while(|c| c != '\n');
+        } else if ch == '/' && next == '*' {
+            self.block_comment();
+        } else if is_ident_start(ch) {
+            self.word();
+        } else if ch == '"' {
+            self.quoted(self.i);
+        } else if ch == '\'' {
+            if next == '\\' || (self.at(self.i + 2) == '\'' && next != '\n') {
+                self.quoted(self.i);
+            } else {
+                // A lifetime or label: 'a, 'static.
+                self.i += 1;
+                self.skip_while(is_ident_continue);
+            }
+        } else if ch.is_ascii_digit() {
+            let start = self.i;
+            while self.i < self.c.len()
+                && (is_ident_continue(self.c[self.i])
+                    || (self.c[self.i] == '.' && self.at(self.i + 1).is_ascii_digit()))
+            {
+                self.i += 1;
+            }
+            self.push(Tok::Lit(self.text(start, self.i)));
+        } else if ch == ':' && next == ':' {
+            self.push(Tok::PathSep);
+            self.i += 2;
+        } else {
+            self.push(Tok::Punct(ch));
+            self.i += 1;
+        }
+    }
+
+    /// A block comment; they nest.
+    fn block_comment(&mut self) {
+        let mut depth = 0;
+        while self.i < self.c.len() {
+            if self.c[self.i] == '/' && self.at(self.i + 1) == '*' {
+                depth += 1;
+                self.i += 2;
+            } else if self.c[self.i] == '*' && self.at(self.i + 1) == '/' {
+                depth -= 1;
+                self.i += 2;
+                if depth == 0 {
+                    break;
+                }
+            } else {
+                self.advance();
+            }
+        }
+    }
+
+    /// An identifier (`r#raw` or not), or a literal with a prefix:
+    /// `b"…"`, `c"…"`, `b'…'`, `r"…"`, `r#"…"#`, `br"…"`, `cr#"…"#`.
+    fn word(&mut self) {
+        let i = self.i;
+        let mut j = i;
+        while j < self.c.len() && j - i < 2 && matches!(self.c[j], 'b' | 'c' | 'r') {
+            j += 1;
+        }
+        let prefix = self.text(i, j);
+        let is_prefix = matches!(prefix.as_str(), "b" | "c" | "r" | "br" | "cr");
+        let raw = prefix.contains('r');
+        let mut hashes = 0;
+        while raw && self.at(j + hashes) == '#' {
+            hashes += 1;
+        }
+        if is_prefix && raw && self.at(j + hashes) == '"' {
+            let body = j + hashes + 1;
+            let start_line = self.line;
+            self.i = body;
+            while self.i < self.c.len()
+                && !(self.c[self.i] == '"' && (1..=hashes).all(|h| self.at(self.i + h) == '#'))
+            {
+                self.advance();
+            }
+            self.out.push(Token {
+                tok: Tok::Lit(self.text(body, self.i)),
+                line: start_line,
+            });
+            self.i += 1 + hashes;
+        } else if (is_prefix && !raw && self.at(j) == '"') || (prefix == "b" && self.at(j) == '\'')
+        {
+            self.quoted(j);
+        } else {
+            if self.c[i] == 'r' && self.at(i + 1) == '#' && is_ident_start(self.at(i + 2)) {
+                self.i = i + 2;
+            }
+            let start = self.i;
+            self.skip_while(is_ident_continue);
+            self.push(Tok::Ident(self.text(start, self.i)));
+        }
+    }
+
+    /// A literal quoted with `c[open]` (`"` or `'`), backslash escapes
+    /// allowed, pushed with its text.
+    fn quoted(&mut self, open: usize) {
+        let quote = self.c[open];
+        let start_line = self.line;
+        let mut text = String::new();
+        self.i = open + 1;
+        while self.i < self.c.len() && self.c[self.i] != quote {
+            if self.c[self.i] == '\\' {
+                text.push('\\');
+                self.i += 1;
+            }
+            if self.i < self.c.len() {
+                text.push(self.c[self.i]);
+                self.advance();
+            }
+        }
+        self.out.push(Token {
+            tok: Tok::Lit(text),
+            line: start_line,
+        });
+        self.i += 1;
+    }
 }
 
 // ===========================================================================
@@ -203,15 +241,13 @@ pub(super) fn path_sep(t: &[Token], i: usize) -> bool {
 pub(super) fn closing(t: &[Token], open: usize) -> usize {
     let mut depth = 0usize;
     for (k, token) in t.iter().enumerate().skip(open) {
-        match token.tok {
-            Tok::Punct('(' | '[' | '{') => depth += 1,
-            Tok::Punct(')' | ']' | '}') => {
-                depth = depth.saturating_sub(1);
-                if depth == 0 {
-                    return k;
-                }
+        if token.opens() {
+            depth += 1;
+        } else if token.closes() {
+            depth = depth.saturating_sub(1);
+            if depth == 0 {
+                return k;
             }
-            _ => {}
         }
     }
     t.len()
@@ -222,14 +258,13 @@ pub(super) fn split_commas(t: &[Token]) -> Vec<&[Token]> {
     let mut parts = Vec::new();
     let (mut depth, mut start) = (0usize, 0);
     for (k, token) in t.iter().enumerate() {
-        match token.tok {
-            Tok::Punct('(' | '[' | '{') => depth += 1,
-            Tok::Punct(')' | ']' | '}') => depth = depth.saturating_sub(1),
-            Tok::Punct(',') if depth == 0 => {
-                parts.push(&t[start..k]);
-                start = k + 1;
-            }
-            _ => {}
+        if token.opens() {
+            depth += 1;
+        } else if token.closes() {
+            depth = depth.saturating_sub(1);
+        } else if depth == 0 && token.tok == Tok::Punct(',') {
+            parts.push(&t[start..k]);
+            start = k + 1;
         }
     }
     if start < t.len() {
