@@ -43,7 +43,7 @@ use std::path::Path;
 pub use graph::Graph;
 pub use workspace::SourceTree;
 
-use resolve::{Crate, ModPath};
+use resolve::{Crate, FileUse, ModPath};
 use workspace::Target;
 
 /// What the check found in one crate (library or binary).
@@ -120,7 +120,7 @@ fn check_crate(tree: &SourceTree, target: &Target) -> CrateReport {
             .insert(module_name(&module[..module.len().min(1)]));
         report.files.insert(name, file.to_string());
     }
-    for (from, to, evidence) in krate.file_edges() {
+    for FileUse { from, to, evidence } in krate.file_uses() {
         let (a, b) = (node_of_file[from.as_str()], node_of_file[to.as_str()]);
         report
             .file_graph

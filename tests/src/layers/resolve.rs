@@ -2,12 +2,12 @@
 //! `mod` declarations (test code left out), and where the paths its files
 //! write lead: through child modules, `crate`, `self`, `super` and the
 //! names `use` brings in, so that a re-export leads on to the module that
-//! defines the item. [`Crate::file_edges`] turns that into which file uses
+//! defines the item. [`Crate::file_uses`] turns that into which file uses
 //! which.
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
-use super::scan::{scan, Import, Scanned};
+use super::scan::{scan, Scanned};
 use super::workspace::{join, parent_dir, SourceTree, Target};
 
 /// A module by its names below the crate root (empty: the root).
@@ -18,8 +18,15 @@ struct Module {
     /// The file it is written in (inline modules: the enclosing file).
     file: String,
     children: BTreeSet<String>,
-    /// Names brought in by `use` (any visibility), by name.
-    imports: BTreeMap<String, Import>,
+    /// Names brought in by `use` (any visibility).
+    imports: BTreeMap<String, Binding>,
+}
+
+/// What a name brought in by `use` stands for: a path, written in a module.
+#[derive(Debug)]
+struct Binding {
+    ctx: ModPath,
+    segs: Vec<String>,
 }
 
 #[derive(Debug)]
@@ -36,10 +43,33 @@ struct Resolved {
     item: bool,
 }
 
+/// What a name means in a module.
+enum Name<'a> {
+    Child,
+    Import(&'a Binding),
+    /// An item of the module itself, or nothing of ours.
+    Other,
+}
+
+/// Code in file `from` uses an item defined in file `to`.
+pub(super) struct FileUse {
+    pub(super) from: String,
+    pub(super) to: String,
+    /// `file:line: what is written there`.
+    pub(super) evidence: String,
+}
+
 pub(super) struct Crate {
     modules: BTreeMap<ModPath, Module>,
+    /// The crate's files by path, with the module each one is.
     pub(super) files: BTreeMap<String, FileInfo>,
+    /// What could not be read (`mod` without a file, a file included twice).
     pub(super) notes: Vec<String>,
+}
+
+/// The module a file's `scope` (inline modules) is, in the file's module.
+fn within(module: &[String], scope: &[String]) -> ModPath {
+    module.iter().chain(scope).cloned().collect()
 }
 
 impl Crate {
@@ -64,7 +94,7 @@ impl Crate {
             if scanned.test_only {
                 continue;
             }
-            krate.modules.entry(module.clone()).or_default().file = file.clone();
+            krate.module(&module).file = file.clone();
             // Child modules of this file go to `dir` (plus inline modules).
             let dir = if mod_rs {
                 parent_dir(&file).to_string()
@@ -72,18 +102,11 @@ impl Crate {
                 file.trim_end_matches(".rs").to_string()
             };
             for decl in &scanned.mods {
-                let parent: ModPath = module.iter().chain(&decl.scope).cloned().collect();
-                let mut child = parent.clone();
-                child.push(decl.name.clone());
-                krate
-                    .modules
-                    .entry(parent)
-                    .or_default()
-                    .children
-                    .insert(decl.name.clone());
+                let parent = within(&module, &decl.scope);
+                let child = within(&parent, std::slice::from_ref(&decl.name));
+                krate.module(&parent).children.insert(decl.name.clone());
                 if decl.inline {
-                    let m = krate.modules.entry(child).or_default();
-                    m.file = file.clone();
+                    krate.module(&child).file = file.clone();
                     continue;
                 }
                 let scope_dir = decl.scope.iter().fold(dir.clone(), |d, s| join(&d, s));
@@ -108,22 +131,33 @@ impl Crate {
             }
             for import in &scanned.imports {
                 if let Some(name) = &import.name {
-                    let ctx: ModPath = module.iter().chain(&import.scope).cloned().collect();
-                    let import = Import {
+                    let ctx = within(&module, &import.scope);
+                    let binding = Binding {
                         ctx: ctx.clone(),
-                        ..import.clone()
+                        segs: import.segs.clone(),
                     };
-                    krate
-                        .modules
-                        .entry(ctx)
-                        .or_default()
-                        .imports
-                        .insert(name.clone(), import);
+                    krate.module(&ctx).imports.insert(name.clone(), binding);
                 }
             }
             krate.files.insert(file, FileInfo { module, scanned });
         }
         krate
+    }
+
+    fn module(&mut self, path: &[String]) -> &mut Module {
+        self.modules.entry(path.to_vec()).or_default()
+    }
+
+    /// What `name` means in module `ctx` (`None`: no such module).
+    fn lookup(&self, ctx: &[String], name: &str) -> Option<Name<'_>> {
+        let m = self.modules.get(ctx)?;
+        Some(if m.children.contains(name) {
+            Name::Child
+        } else if let Some(binding) = m.imports.get(name) {
+            Name::Import(binding)
+        } else {
+            Name::Other
+        })
     }
 
     /// Follows `segs`, written in module `ctx`, to where it leads; `None`
@@ -144,38 +178,31 @@ impl Crate {
                 }
                 (cur, &segs[k..])
             }
-            first => {
-                let m = self.modules.get(ctx)?;
-                if m.children.contains(first) {
-                    let mut cur = ctx.to_vec();
-                    cur.push(first.to_string());
-                    (cur, &segs[1..])
-                } else {
-                    let import = m.imports.get(first)?;
-                    return self.follow(import, &segs[1..], hops);
-                }
-            }
+            first => match self.lookup(ctx, first)? {
+                Name::Child => (within(ctx, &segs[..1]), &segs[1..]),
+                Name::Import(binding) => return self.follow(binding, &segs[1..], hops),
+                Name::Other => return None,
+            },
         };
         self.walk(start, rest, hops)
     }
 
-    fn follow(&self, import: &Import, rest: &[String], hops: usize) -> Option<Resolved> {
-        let full: Vec<String> = import.segs.iter().chain(rest).cloned().collect();
-        self.resolve(&import.ctx, &full, hops + 1)
+    fn follow(&self, binding: &Binding, rest: &[String], hops: usize) -> Option<Resolved> {
+        let full: Vec<String> = binding.segs.iter().chain(rest).cloned().collect();
+        self.resolve(&binding.ctx, &full, hops + 1)
     }
 
     fn walk(&self, mut cur: ModPath, rest: &[String], hops: usize) -> Option<Resolved> {
         for (k, seg) in rest.iter().enumerate() {
-            let m = self.modules.get(&cur)?;
-            if m.children.contains(seg) {
-                cur.push(seg.clone());
-            } else if let Some(import) = m.imports.get(seg) {
-                return self.follow(import, &rest[k + 1..], hops);
-            } else {
-                return Some(Resolved {
-                    module: cur,
-                    item: true,
-                });
+            match self.lookup(&cur, seg)? {
+                Name::Child => cur.push(seg.clone()),
+                Name::Import(binding) => return self.follow(binding, &rest[k + 1..], hops),
+                Name::Other => {
+                    return Some(Resolved {
+                        module: cur,
+                        item: true,
+                    })
+                }
             }
         }
         Some(Resolved {
@@ -192,11 +219,10 @@ impl Crate {
             .filter(|f| !f.is_empty())
     }
 
-    /// Every use of another file's items: (from file, to file, evidence).
-    /// A module using its own descendants' items is containment, not an
-    /// import: no edge.
-    pub(super) fn file_edges(&self) -> Vec<(String, String, String)> {
-        let mut edges = Vec::new();
+    /// Every use of another file's items. A module using what it contains
+    /// (its own descendants' items) is containment, not an import: no use.
+    pub(super) fn file_uses(&self) -> Vec<FileUse> {
+        let mut uses = Vec::new();
         for (file, info) in &self.files {
             let mut add = |resolved: Option<Resolved>, line: usize, what: String| {
                 let Some(resolved) = resolved else { return };
@@ -205,16 +231,16 @@ impl Crate {
                 }
                 if let Some(to) = self.file_of(&resolved.module) {
                     if to != file {
-                        edges.push((
-                            file.clone(),
-                            to.to_string(),
-                            format!("{file}:{line}: {what}"),
-                        ));
+                        uses.push(FileUse {
+                            from: file.clone(),
+                            to: to.to_string(),
+                            evidence: format!("{file}:{line}: {what}"),
+                        });
                     }
                 }
             };
             for import in &info.scanned.imports {
-                let ctx: ModPath = info.module.iter().chain(&import.scope).cloned().collect();
+                let ctx = within(&info.module, &import.scope);
                 let written = format!(
                     "use {}{}",
                     import.segs.join("::"),
@@ -236,7 +262,7 @@ impl Crate {
                 if import.public && !used_here {
                     continue;
                 }
-                // A module import (`use crate::m;`) is no edge by itself: the
+                // A module import (`use crate::m;`) is no use by itself: the
                 // paths through it (`m::f()`) are.
                 match self.resolve(&ctx, &import.segs, 0) {
                     Some(r) if r.item => add(Some(r), import.line, written),
@@ -244,14 +270,11 @@ impl Crate {
                 }
             }
             for path in &info.scanned.paths {
-                let ctx: ModPath = info.module.iter().chain(&path.scope).cloned().collect();
-                add(
-                    self.resolve(&ctx, &path.segs, 0),
-                    path.line,
-                    path.segs.join("::"),
-                );
+                let ctx = within(&info.module, &path.scope);
+                let resolved = self.resolve(&ctx, &path.segs, 0);
+                add(resolved, path.line, path.segs.join("::"));
             }
         }
-        edges
+        uses
     }
 }

@@ -34,8 +34,6 @@ pub(super) struct Import {
     /// `pub`, `pub(crate)`, …: may be a re-export.
     pub(super) public: bool,
     pub(super) line: usize,
-    /// The module it is written in (set when the crate is read).
-    pub(super) ctx: Vec<String>,
 }
 
 /// A path in code: `crate::a::f`, `super::X`, `name::item`.
@@ -331,7 +329,6 @@ fn scan_use(t: &[Token], i: usize, scope: Vec<String>, public: bool, s: &mut Sca
                     glob,
                     public,
                     line,
-                    ctx: Vec::new(),
                 });
             }
         }
