@@ -22,12 +22,11 @@ fn workspace_has_no_import_cycles() {
         "found no crate with modules: is {} the workspace?",
         root.display()
     );
-    println!("{}", layers::render(&reports));
-    let mut failures = String::new();
     for r in &reports {
-        failures.push_str(&render_cycles(&r.file_graph, "files", &r.name));
-        failures.push_str(&render_cycles(&r.top_graph, "top-level modules", &r.name));
+        print!("{r}");
     }
+    println!();
+    let failures: String = reports.iter().map(CrateReport::circles).collect();
     assert!(failures.is_empty(), "import circles:\n{failures}");
     println!("no import circles in {} crates", reports.len());
 }

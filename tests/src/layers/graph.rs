@@ -9,11 +9,17 @@ use std::collections::{BTreeMap, BTreeSet, VecDeque};
 /// made it.
 #[derive(Debug, Default)]
 pub struct Graph {
-    pub(super) nodes: BTreeSet<String>,
-    pub(super) edges: BTreeMap<String, BTreeMap<String, String>>,
+    nodes: BTreeSet<String>,
+    edges: BTreeMap<String, BTreeMap<String, String>>,
 }
 
 impl Graph {
+    pub(super) fn add_node(&mut self, node: String) {
+        self.nodes.insert(node);
+    }
+
+    /// An edge `from -> to` (none from a node to itself), with its evidence
+    /// unless it already has some.
     pub(super) fn add_edge(&mut self, from: &str, to: &str, evidence: &str) {
         if from == to {
             return;
@@ -39,11 +45,13 @@ impl Graph {
         })
     }
 
-    fn targets(&self, node: &str) -> impl Iterator<Item = &String> {
+    /// The nodes `node` has an edge to.
+    pub fn targets(&self, node: &str) -> impl Iterator<Item = &String> {
         self.edges.get(node).into_iter().flat_map(|m| m.keys())
     }
 
-    /// Strongly connected components (Tarjan), each sorted.
+    /// Strongly connected components (Tarjan), each sorted, each after
+    /// every component it reaches.
     fn components(&self) -> Vec<Vec<String>> {
         struct State<'g> {
             graph: &'g Graph,
@@ -61,16 +69,16 @@ impl Graph {
             s.on_stack.insert(v);
             for w in s.graph.targets(v) {
                 let w = w.as_str();
-                if !s.index.contains_key(w) {
+                let reached = if !s.index.contains_key(w) {
                     visit(s, w);
-                    let lw = s.low[w];
-                    let lv = s.low.get_mut(v).expect("visited");
-                    *lv = (*lv).min(lw);
+                    s.low[w]
                 } else if s.on_stack.contains(w) {
-                    let iw = s.index[w];
-                    let lv = s.low.get_mut(v).expect("visited");
-                    *lv = (*lv).min(iw);
-                }
+                    s.index[w]
+                } else {
+                    continue;
+                };
+                let low = s.low.get_mut(v).expect("visited");
+                *low = (*low).min(reached);
             }
             if s.low[v] == s.index[v] {
                 let mut component = Vec::new();

@@ -25,9 +25,10 @@
 //! [`check`] is the entry: it reads the workspace (`workspace.rs`), scans
 //! each file (`scan.rs`, over `tokens.rs`), resolves what each file uses to
 //! the file that defines it (`resolve.rs`) and builds the two graphs of each
-//! crate (`graph.rs`). [`render`] prints each crate's top-level modules in
-//! dependency order (lowest layer first) and the edges, [`render_cycles`]
-//! every circle with the places that make it. `tests/tests/layers.rs` runs the check on this workspace (alone:
+//! crate (`graph.rs`). A [`CrateReport`] prints each crate's top-level
+//! modules in dependency order (lowest layer first) and the edges; its
+//! [`circles`](CrateReport::circles) list every circle with the places that
+//! make it. `tests/tests/layers.rs` runs the check on this workspace (alone:
 //! `scripts/check-layers`) and shows on small trees what it understands.
 
 mod graph;
@@ -37,13 +38,13 @@ mod tokens;
 mod workspace;
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::fmt::Write as _;
+use std::fmt::{self, Write as _};
 use std::path::Path;
 
 pub use graph::Graph;
 pub use workspace::SourceTree;
 
-use resolve::{Crate, FileUse, ModPath};
+use resolve::Crate;
 use workspace::Target;
 
 /// What the check found in one crate (library or binary).
@@ -71,13 +72,35 @@ impl CrateReport {
     pub fn top_cycles(&self) -> Vec<Vec<String>> {
         self.top_graph.cycles()
     }
+
+    /// The import circles between files and between top-level modules, as
+    /// [`render_cycles`] shows them; empty where there are none.
+    pub fn circles(&self) -> String {
+        render_cycles(&self.file_graph, "files", &self.name)
+            + &render_cycles(&self.top_graph, "top-level modules", &self.name)
+    }
 }
 
-fn module_name(module: &[String]) -> String {
-    if module.is_empty() {
-        "crate".to_string()
-    } else {
-        module.join("::")
+/// The listing: the crate's top-level modules, lowest layer first, their
+/// edges, and the notes.
+impl fmt::Display for CrateReport {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        writeln!(
+            f,
+            "== {} ({}): {} files, {} top-level modules",
+            self.name,
+            self.root,
+            self.file_graph.nodes().len(),
+            self.top_graph.nodes().len()
+        )?;
+        f.write_str("  top-level modules, lowest layer first:\n")?;
+        f.write_str(&render_layers(&self.top_graph))?;
+        f.write_str("  top-level edges (a -> b: a uses b):\n")?;
+        f.write_str(&render_edges(&self.top_graph))?;
+        for note in &self.notes {
+            writeln!(f, "  note: {note}")?;
+        }
+        Ok(())
     }
 }
 
@@ -98,11 +121,6 @@ pub fn check_tree(tree: &SourceTree) -> Vec<CrateReport> {
 
 fn check_crate(tree: &SourceTree, target: &Target) -> CrateReport {
     let krate = Crate::load(tree, target);
-    let node_of_file: BTreeMap<&str, &ModPath> = krate
-        .files
-        .iter()
-        .map(|(f, info)| (f.as_str(), &info.module))
-        .collect();
     let mut report = CrateReport {
         name: target.name.clone(),
         root: target.root.clone(),
@@ -111,29 +129,38 @@ fn check_crate(tree: &SourceTree, target: &Target) -> CrateReport {
         files: BTreeMap::new(),
         notes: krate.notes.clone(),
     };
-    for (file, module) in &node_of_file {
-        let name = module_name(module);
-        report.file_graph.nodes.insert(name.clone());
-        report
-            .top_graph
-            .nodes
-            .insert(module_name(&module[..module.len().min(1)]));
-        report.files.insert(name, file.to_string());
+    for (file, info) in &krate.files {
+        let (file_node, top_node) = nodes_of(&info.module);
+        report.file_graph.add_node(file_node.clone());
+        report.top_graph.add_node(top_node);
+        report.files.insert(file_node, file.clone());
     }
-    for FileUse { from, to, evidence } in krate.file_uses() {
-        let (a, b) = (node_of_file[from.as_str()], node_of_file[to.as_str()]);
-        report
-            .file_graph
-            .add_edge(&module_name(a), &module_name(b), &evidence);
-        report.top_graph.add_edge(
-            &module_name(&a[..a.len().min(1)]),
-            &module_name(&b[..b.len().min(1)]),
-            &evidence,
-        );
+    for used in krate.file_uses() {
+        let (from_file, from_top) = nodes_of(&krate.files[&used.from].module);
+        let (to_file, to_top) = nodes_of(&krate.files[&used.to].module);
+        let evidence = &used.evidence;
+        report.file_graph.add_edge(&from_file, &to_file, evidence);
+        report.top_graph.add_edge(&from_top, &to_top, evidence);
     }
     report
 }
 
+/// A module's node in the file graph and in the top-level graph.
+fn nodes_of(module: &[String]) -> (String, String) {
+    let name = |m: &[String]| {
+        if m.is_empty() {
+            "crate".to_string()
+        } else {
+            m.join("::")
+        }
+    };
+    (name(module), name(&module[..module.len().min(1)]))
+}
+
+// ===========================================================================
+// Printing
+
+/// One line a layer, lowest first: `    0: a, b`, circles in braces.
 pub fn render_layers(graph: &Graph) -> String {
     let mut s = String::new();
     for (k, layer) in graph.layers().iter().enumerate() {
@@ -154,18 +181,20 @@ pub fn render_layers(graph: &Graph) -> String {
 
 fn render_edges(graph: &Graph) -> String {
     let mut s = String::new();
-    for (from, to) in &graph.edges {
-        let targets: Vec<&str> = to.keys().map(String::as_str).collect();
-        let _ = writeln!(s, "    {from} -> {}", targets.join(", "));
+    for from in graph.nodes() {
+        let targets: Vec<&str> = graph.targets(from).map(String::as_str).collect();
+        if !targets.is_empty() {
+            let _ = writeln!(s, "    {from} -> {}", targets.join(", "));
+        }
     }
-    if graph.edges.is_empty() {
+    if s.is_empty() {
         s.push_str("    (none)\n");
     }
     s
 }
 
-/// The circles of one granularity, with one example loop and the edges
-/// inside each (with where they come from).
+/// The circles of one granularity (`what`), with one example loop and the
+/// edges inside each (with where they come from).
 pub fn render_cycles(graph: &Graph, what: &str, crate_name: &str) -> String {
     let mut s = String::new();
     for cycle in graph.cycles() {
@@ -176,35 +205,11 @@ pub fn render_cycles(graph: &Graph, what: &str, crate_name: &str) -> String {
             cycle.join(", ")
         );
         let _ = writeln!(s, "  e.g. {}", graph.example_cycle(&cycle).join(" -> "));
-        let inside: BTreeSet<&String> = cycle.iter().collect();
-        for from in &cycle {
-            for (to, evidence) in graph.edges.get(from).into_iter().flatten() {
-                if inside.contains(to) {
-                    let _ = writeln!(s, "    {from} -> {to}   ({evidence})");
-                }
+        let inside: BTreeSet<&str> = cycle.iter().map(String::as_str).collect();
+        for (from, to, evidence) in graph.edges() {
+            if inside.contains(from) && inside.contains(to) {
+                let _ = writeln!(s, "    {from} -> {to}   ({evidence})");
             }
-        }
-    }
-    s
-}
-
-pub fn render(reports: &[CrateReport]) -> String {
-    let mut s = String::new();
-    for r in reports {
-        let _ = writeln!(
-            s,
-            "== {} ({}): {} files, {} top-level modules",
-            r.name,
-            r.root,
-            r.file_graph.nodes.len(),
-            r.top_graph.nodes.len()
-        );
-        s.push_str("  top-level modules, lowest layer first:\n");
-        s.push_str(&render_layers(&r.top_graph));
-        s.push_str("  top-level edges (a -> b: a uses b):\n");
-        s.push_str(&render_edges(&r.top_graph));
-        for note in &r.notes {
-            let _ = writeln!(s, "  note: {note}");
         }
     }
     s
