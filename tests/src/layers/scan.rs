@@ -69,12 +69,10 @@ pub(super) fn scan(src: &str) -> Scanned {
         let module_level = depth == scopes.last().map_or(0, |s| s.1);
         match &t[i].tok {
             Tok::Punct('#') => {
-                let inner = punct(&t, i + 1, '!');
-                let open = i + 1 + usize::from(inner);
-                if !punct(&t, open, '[') {
+                let Some((inner, open)) = attribute_at(&t, i) else {
                     i += 1;
                     continue;
-                }
+                };
                 let close = closing(&t, open);
                 let attr = &t[open + 1..close.min(t.len())];
                 i = close + 1;
@@ -185,6 +183,14 @@ pub(super) fn scan(src: &str) -> Scanned {
 // ===========================================================================
 // Attributes
 
+/// An attribute, `#[…]` or `#![…]`, at `t[i]`: whether it is an inner one,
+/// and the index of its `[`.
+fn attribute_at(t: &[Token], i: usize) -> Option<(bool, usize)> {
+    let inner = punct(t, i + 1, '!');
+    let open = i + 1 + usize::from(inner);
+    (punct(t, i, '#') && punct(t, open, '[')).then_some((inner, open))
+}
+
 /// Whether a `cfg` predicate holds only in test builds: `test`,
 /// `all(…, test, …)`, `any(a, b)` with every branch test-only.
 fn test_only_predicate(t: &[Token]) -> bool {
@@ -246,11 +252,7 @@ const ITEM_KEYWORDS: &[&str] = &[
 /// after a test-only attribute; returns the index after it.
 fn skip_item(t: &[Token], mut i: usize) -> usize {
     // More attributes first.
-    while punct(t, i, '#') {
-        let open = if punct(t, i + 1, '!') { i + 2 } else { i + 1 };
-        if !punct(t, open, '[') {
-            break;
-        }
+    while let Some((_, open)) = attribute_at(t, i) {
         i = closing(t, open) + 1;
     }
     // What kind of item: skip visibility and qualifiers.
