@@ -6,49 +6,15 @@
 //! install, when they are missing (scripts/install-deps installs both).
 
 mod common;
-use common::cdylib;
+use common::{cdylib, provider_dir};
 use std::ffi::CStr;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Command, Output};
-use std::sync::atomic::{AtomicUsize, Ordering};
 
 use unimem_fi::base::config::TUNABLES;
 use unimem_fi::base::ffi;
 use unimem_fi::info::addr::service_address;
 use unimem_mailbox::JobId;
-
-/// A fresh directory holding `libunimem-fi.so` (the installed name) as a
-/// symlink to the cargo output, plus optional extra files; removed on drop.
-struct ProviderDir(PathBuf);
-
-impl std::ops::Deref for ProviderDir {
-    type Target = Path;
-    fn deref(&self) -> &Path {
-        &self.0
-    }
-}
-
-impl Drop for ProviderDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
-
-fn provider_dir(files: &[(&str, &str)]) -> ProviderDir {
-    static N: AtomicUsize = AtomicUsize::new(0);
-    let dir = std::env::temp_dir().join(format!(
-        "unimem-fi-test-{}-{}",
-        std::process::id(),
-        N.fetch_add(1, Ordering::Relaxed)
-    ));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).expect("temp dir");
-    std::os::unix::fs::symlink(cdylib(), dir.join("libunimem-fi.so")).expect("symlink");
-    for (name, text) in files {
-        std::fs::write(dir.join(name), text).expect("write file");
-    }
-    ProviderDir(dir)
-}
 
 /// Fails the test, saying what to install, when `fi_info` cannot run.
 fn require_fi_info() {

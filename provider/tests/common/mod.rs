@@ -1,14 +1,16 @@
 //! Pieces shared by the provider's integration tests (`loading.rs`,
-//! `objects.rs`): where the cdylib is, the libfabric core opened
-//! privately, and child processes run with a hang guard.
+//! `objects.rs`): where the cdylib is and a directory that offers it to
+//! libfabric, the libfabric core opened privately, and child processes run
+//! with a hang guard.
 
 #![allow(dead_code)] // each test binary uses its own part
 
 use std::ffi::{c_void, CStr, CString};
 use std::io::Read;
 use std::os::raw::{c_char, c_int};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use unimem_fi::base::ffi;
@@ -24,6 +26,39 @@ pub fn cdylib() -> PathBuf {
     .into_iter()
     .find(|p| p.is_file())
     .unwrap_or_else(|| panic!("libunimem_fi.so not found near {}", deps.display()))
+}
+
+/// A fresh directory holding `libunimem-fi.so` (the installed name) as a
+/// symlink to the cargo output, plus optional extra files; removed on drop.
+pub struct ProviderDir(PathBuf);
+
+impl std::ops::Deref for ProviderDir {
+    type Target = Path;
+    fn deref(&self) -> &Path {
+        &self.0
+    }
+}
+
+impl Drop for ProviderDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+pub fn provider_dir(files: &[(&str, &str)]) -> ProviderDir {
+    static N: AtomicUsize = AtomicUsize::new(0);
+    let dir = std::env::temp_dir().join(format!(
+        "unimem-fi-test-{}-{}",
+        std::process::id(),
+        N.fetch_add(1, Ordering::Relaxed)
+    ));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).expect("temp dir");
+    std::os::unix::fs::symlink(cdylib(), dir.join("libunimem-fi.so")).expect("symlink");
+    for (name, text) in files {
+        std::fs::write(dir.join(name), text).expect("write file");
+    }
+    ProviderDir(dir)
 }
 
 pub type GetinfoFn = unsafe extern "C" fn(
