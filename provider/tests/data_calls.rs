@@ -8,10 +8,8 @@
 //! libfabric.so.1 is missing.
 
 mod common;
-use common::cdylib;
 use std::ffi::c_void;
 use std::os::raw::c_int;
-use std::process::Command;
 use std::ptr::{null, null_mut};
 use std::time::{Duration, Instant};
 
@@ -25,32 +23,12 @@ fn data_calls_through_libfabric() {
         scenario();
         return;
     }
-    let pid = std::process::id();
-    let dir = std::env::temp_dir().join(format!("unimem-fi-data-calls-{pid}"));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    std::os::unix::fs::symlink(cdylib(), dir.join("libunimem-fi.so")).unwrap();
-    let out = common::output_with_hang_guard(
-        Command::new(std::env::current_exe().unwrap())
-            .args([
-                "--exact",
-                "data_calls_through_libfabric",
-                "--nocapture",
-                "--test-threads=1",
-            ])
-            .env(CHILD_VAR, "1")
-            .env("FI_PROVIDER_PATH", &dir)
-            .env("FI_PROVIDER", "unimem")
-            .env("FI_UNIMEM_JOB", format!("data-calls-{pid}"))
-            .env("FI_LOG_LEVEL", "warn")
-            .env("FI_LOG_PROV", "unimem")
-            .env_remove("FI_UNIMEM_CONF"),
+    let job = format!("data-calls-{}", std::process::id());
+    let (_, stderr) = common::run_scenario_in_child(
+        "data_calls_through_libfabric",
+        CHILD_VAR,
+        &[("FI_UNIMEM_JOB", job)],
     );
-    let _ = std::fs::remove_dir_all(&dir);
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(out.status.success(), "child failed:\n{stdout}\n{stderr}");
-    assert!(stdout.contains("scenario complete"), "{stdout}\n{stderr}");
     for warning in [
         "fi_inject: 16385 bytes exceed the inject size 16384",
         "fi_sendv: 9 iovs exceed the limit of 8",

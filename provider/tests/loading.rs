@@ -420,25 +420,11 @@ fn objects_through_a_private_core() {
         private_core_scenario(Path::new(&dir));
         return;
     }
-    let dir = provider_dir(&[]);
-    let out = common::output_with_hang_guard(
-        Command::new(std::env::current_exe().unwrap())
-            .args([
-                "--exact",
-                "objects_through_a_private_core",
-                "--nocapture",
-                "--test-threads=1",
-            ])
-            .env(CHILD_VAR, &*dir)
-            .env("FI_PROVIDER_PATH", &*dir)
-            .env("FI_PROVIDER", "unimem")
-            .env("FI_LOG_LEVEL", "info")
-            .env("FI_LOG_PROV", "unimem"),
+    let (_, stderr) = common::run_scenario_in_child(
+        "objects_through_a_private_core",
+        CHILD_VAR,
+        &[("FI_LOG_LEVEL", "info".into())],
     );
-    let stdout = text(&out.stdout);
-    let stderr = text(&out.stderr);
-    assert!(out.status.success(), "child failed:\n{stdout}\n{stderr}");
-    assert!(stdout.contains("scenario complete"), "{stdout}\n{stderr}");
     assert!(
         stderr.contains("core found via object that called fi_prov_ini"),
         "the provider did not find the private core:\n{stderr}"

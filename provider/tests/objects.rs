@@ -8,10 +8,8 @@
 //! missing (scripts/install-deps).
 
 mod common;
-use common::cdylib;
 use std::ffi::{c_void, CStr};
 use std::os::raw::{c_char, c_int};
-use std::process::Command;
 use std::ptr::{null, null_mut};
 use std::time::{Duration, Instant};
 
@@ -25,30 +23,7 @@ fn objects_through_libfabric() {
         scenario();
         return;
     }
-    let dir = std::env::temp_dir().join(format!("unimem-fi-objects-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    std::os::unix::fs::symlink(cdylib(), dir.join("libunimem-fi.so")).unwrap();
-    let out = common::output_with_hang_guard(
-        Command::new(std::env::current_exe().unwrap())
-            .args([
-                "--exact",
-                "objects_through_libfabric",
-                "--nocapture",
-                "--test-threads=1",
-            ])
-            .env(CHILD_VAR, "1")
-            .env("FI_PROVIDER_PATH", &dir)
-            .env("FI_PROVIDER", "unimem")
-            .env("FI_LOG_LEVEL", "warn")
-            .env("FI_LOG_PROV", "unimem")
-            .env_remove("FI_UNIMEM_CONF"),
-    );
-    let _ = std::fs::remove_dir_all(&dir);
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(out.status.success(), "child failed:\n{stdout}\n{stderr}");
-    assert!(stdout.contains("scenario complete"), "{stdout}\n{stderr}");
+    let (_, stderr) = common::run_scenario_in_child("objects_through_libfabric", CHILD_VAR, &[]);
     // Error paths explain themselves in FI_LOG.
     for warning in [
         "fi_cq_open: unknown format 99",

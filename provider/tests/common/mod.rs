@@ -1,7 +1,8 @@
 //! Pieces shared by the provider's integration tests (`loading.rs`,
-//! `objects.rs`): where the cdylib is and a directory that offers it to
-//! libfabric, the libfabric core opened privately, and child processes run
-//! with a hang guard.
+//! `objects.rs`, `data_calls.rs`): where the cdylib is and a directory that
+//! offers it to libfabric, the libfabric core opened privately, child
+//! processes run with a hang guard, and a test's scenario run in a child
+//! process of its own.
 
 #![allow(dead_code)] // each test binary uses its own part
 
@@ -171,4 +172,37 @@ pub fn output_with_hang_guard(cmd: &mut Command) -> Output {
         stdout: stdout.join().expect("stdout reader"),
         stderr: stderr.join().expect("stderr reader"),
     }
+}
+
+/// Runs the test `test_name` of this test executable again, alone, in a
+/// child process (libfabric reads its environment once per process) and
+/// returns the child's stdout and stderr. The child finds `child_var` set
+/// to a fresh [`provider_dir`], which libfabric loads the provider from,
+/// only the provider (`FI_PROVIDER=unimem`), its warnings logged and no
+/// `FI_UNIMEM_CONF`; `extra_env` adds to or overrides that. Fails the test
+/// unless the child succeeds and prints "scenario complete".
+pub fn run_scenario_in_child(
+    test_name: &str,
+    child_var: &str,
+    extra_env: &[(&str, String)],
+) -> (String, String) {
+    let dir = provider_dir(&[]);
+    let mut cmd = Command::new(std::env::current_exe().expect("test executable path"));
+    cmd.args(["--exact", test_name, "--nocapture", "--test-threads=1"])
+        .env(child_var, &*dir)
+        .env("FI_PROVIDER_PATH", &*dir)
+        .env("FI_PROVIDER", "unimem")
+        .env("FI_LOG_LEVEL", "warn")
+        .env("FI_LOG_PROV", "unimem")
+        .env_remove("FI_UNIMEM_CONF");
+    for (name, value) in extra_env {
+        cmd.env(name, value);
+    }
+    let out = output_with_hang_guard(&mut cmd);
+    drop(dir);
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert!(out.status.success(), "child failed:\n{stdout}\n{stderr}");
+    assert!(stdout.contains("scenario complete"), "{stdout}\n{stderr}");
+    (stdout, stderr)
 }
