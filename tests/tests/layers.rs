@@ -31,6 +31,46 @@ fn workspace_has_no_import_cycles() {
     println!("no import circles in {} crates", reports.len());
 }
 
+/// The provider's layers, lowest first, as provider/ARCHITECTURE.md draws
+/// them. A circle is caught above; this catches an arrow that runs up
+/// without closing one (base reaching for an object, say).
+const PROVIDER_LAYERS: &[&[&str]] = &[
+    &["base"],
+    &["info"],
+    &["state"],
+    &[
+        "wait", "eq", "cq", "cntr", "av", "mr", "poll", "ep", "domain", "fabric",
+    ],
+    &["prov"],
+];
+
+#[test]
+fn provider_imports_point_down_its_layers() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .expect("the tests crate is in the workspace");
+    let reports = layers::check(root);
+    let provider = reports
+        .iter()
+        .find(|r| r.name == "unimem-provider")
+        .expect("the provider crate is checked");
+    let rank = |module: &str| PROVIDER_LAYERS.iter().position(|l| l.contains(&module));
+    let mut upward = Vec::new();
+    for module in provider.top_graph.nodes() {
+        if module != "crate" && rank(module).is_none() {
+            upward.push(format!("{module}: in no layer of PROVIDER_LAYERS"));
+        }
+    }
+    for (from, to, evidence) in provider.top_graph.edges() {
+        if let (Some(a), Some(b)) = (rank(from), rank(to)) {
+            if a < b {
+                upward.push(format!("{from} -> {to} runs up ({evidence})"));
+            }
+        }
+    }
+    assert!(upward.is_empty(), "{}", upward.join("\n"));
+}
+
 // ===========================================================================
 // The checker itself, on small trees
 
