@@ -159,9 +159,9 @@ tunables! {
     eager_size: usize = Kind::Size { min: 0, max: 64 * MIB }, "16k", "largest message sent eagerly (DMA into pre-allocated receiver buffers); bigger ones use rendezvous; also the inject size";
     eager_credits: usize = Kind::Int { min: 0, max: 255 }, "16", "eager receive buffers a receiver pre-allocates per peer (flow-control credits); 0: none, eager messages come by rendezvous";
     bounce_buffers: usize = Kind::Int { min: 1, max: 1 << 16 }, "64", "eager_size bounce buffers per endpoint for eager sends from ordinary (non-dmable) memory";
-    segment_size: usize = Kind::Size { min: 4 * KIB, max: GIB }, "256k", "rendezvous pipeline segment";
-    rendezvous_window: usize = Kind::Int { min: 1, max: 1 << 16 }, "4", "rendezvous segments a receiver grants ahead per transfer";
-    staging_segments: usize = Kind::Int { min: 1, max: 1 << 16 }, "8", "segment_size staging buffers per endpoint on each side, for rendezvous with ordinary memory";
+    segment_size: usize = Kind::Size { min: 4 * KIB, max: GIB }, "256k", "rendezvous fragment: what one DMA of a rendezvous transfer moves";
+    rendezvous_window: usize = Kind::Int { min: 1, max: 1 << 16 }, "4", "rendezvous fragments a receiver grants ahead per transfer";
+    staging_segments: usize = Kind::Int { min: 1, max: 1 << 16 }, "8", "staging buffers (of segment_size bytes) per endpoint on each side, for rendezvous with ordinary memory";
     regcache_enable: bool = Kind::Bool, "true", "cache remote DMA registrations (one costs > 10 us on the hardware)";
     regcache_max_entries: usize = Kind::Int { min: 1, max: 1 << 24 }, "1024", "most registrations the cache keeps";
     regcache_max_size: usize = Kind::Size { min: 4 * KIB, max: TIB }, "1g", "most registered bytes the cache keeps";
