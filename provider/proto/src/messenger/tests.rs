@@ -302,16 +302,28 @@ fn try_inject(
     data: &[u8],
     context: usize,
 ) -> Result<(), PostError> {
+    try_copied(a, dest, data, context, true)
+}
+
+/// One raw call of a send whose buffer may be reused once it returns: an
+/// inject, or a send with `FI_INJECT` (`copy`), which still completes.
+fn try_copied(
+    a: &mut Shm,
+    dest: MailboxAddr,
+    data: &[u8],
+    context: usize,
+    inject: bool,
+) -> Result<(), PostError> {
     let req = SendReq {
         dest,
         iov: IovList::One((data.as_ptr() as usize, data.len())),
         info: MatchInfo::default(),
         context,
         completion: true,
-        inject: true,
-        copy: false,
+        inject,
+        copy: !inject,
     };
-    // SAFETY: data is live during the call; inject copies it.
+    // SAFETY: data is live during the call, which copies it.
     unsafe { a.send(req) }
 }
 
@@ -327,13 +339,14 @@ fn first_contact(a: &mut Shm, b: &mut Shm) {
     assert!(buf == data);
 }
 
-/// A sender posts 200 eager sends and 50 injects (inline and eager) to a
-/// receiver that neither progresses nor has receives posted: every post is
-/// accepted at once, however few credits, bounce buffers and mailbox slots
-/// there are; the sends waiting for the peer hold no bounce buffer. Then
-/// the receiver posts its receives and runs: everything arrives in order,
-/// intact (the injects' buffers were overwritten right after each call),
-/// and the sends complete in order.
+/// A sender posts 200 eager sends (some with `FI_INJECT`) and 50 injects
+/// (inline and eager) to a receiver that neither progresses nor has
+/// receives posted: every post is accepted at once, however few credits,
+/// bounce buffers and mailbox slots there are; the sends waiting for the
+/// peer hold no bounce buffer. Then the receiver posts its receives and
+/// runs: everything arrives in order, intact (the buffers of injects and
+/// `FI_INJECT` sends were overwritten right after each call), and the sends
+/// complete in order.
 fn posts_never_wait(first: bool) {
     let mut a = messenger();
     // 4 credits, 8 bounce buffers, 8 mailbox slots, tx_size 256.
@@ -351,10 +364,11 @@ fn posts_never_wait(first: bool) {
     let messages: Vec<Vec<u8>> = (0..count).map(|i| pattern(len_of(i), i as u8)).collect();
     let mut scratch = vec![0u8; EAGER];
     for (i, m) in messages.iter().enumerate() {
-        if i % 5 == 4 {
+        if i % 5 == 4 || i % 7 == 3 {
             scratch[..m.len()].copy_from_slice(m);
-            let posted = try_inject(&mut a, b.addr(), &scratch[..m.len()], i);
-            assert_eq!(posted, Ok(()), "inject {i} of {} bytes", m.len());
+            let inject = i % 5 == 4;
+            let posted = try_copied(&mut a, b.addr(), &scratch[..m.len()], i, inject);
+            assert_eq!(posted, Ok(()), "{i} of {} bytes", m.len());
             // The application may reuse its buffer at once.
             scratch.fill(0xee);
         } else {
