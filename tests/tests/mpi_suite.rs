@@ -30,6 +30,7 @@ const PROGRAMS: &[&str] = &[
     "p2p",
     "probe",
     "flood",
+    "backlog",
     "modes",
     "datatypes",
     "collectives",

@@ -21,6 +21,10 @@
 //! Ordering: one sender's mailbox messages arrive in order, data messages
 //! leave each peer queue in order, and matching follows arrival order, which
 //! gives `FI_ORDER_SAS`.
+//!
+//! Posting never waits for the peer: a send that cannot leave yet (no
+//! credit, a full mailbox, no bounce buffer, no first contact) waits in its
+//! peer's queue, and only a full transmit queue (`tx_size`) refuses one.
 
 pub mod dma;
 pub mod iov;
@@ -46,7 +50,9 @@ pub struct ProtoConfig {
     /// Eager slots (credits) a receiver sets aside per sender; 0 sets none
     /// aside, and senders' eager messages come by rendezvous.
     pub eager_credits: usize,
-    /// Bounce buffers for eager sends from non-dmable memory.
+    /// Bounce buffers for eager sends: a send takes one when it leaves (it
+    /// has a credit) and gives it back when its DMA completes, so sends
+    /// waiting for a slow peer hold none.
     pub bounce_buffers: usize,
     /// Size of a rendezvous fragment (the piece of a message one DMA
     /// moves, one grant at a time), and so of each staging buffer. Set from
@@ -58,7 +64,9 @@ pub struct ProtoConfig {
     /// for rendezvous from or into memory that is not dmable. Set from the
     /// provider tunable `staging_segments` (`FI_UNIMEM_STAGING_SEGMENTS`).
     pub staging_buffers: usize,
-    /// Most sends outstanding at once (`tx_size`); beyond it, -FI_EAGAIN.
+    /// Most sends outstanding at once (`tx_size`): sends queued for a slow
+    /// peer count, as do those in flight. Beyond it, and only then, a post
+    /// is refused (-FI_EAGAIN): a post never waits for the peer.
     pub tx_size: usize,
     /// Largest message.
     pub max_msg_size: usize,
@@ -150,7 +158,7 @@ pub struct OpError<A> {
 /// Why a request was refused at once.
 #[derive(Debug, PartialEq, Eq)]
 pub enum PostError {
-    /// Out of a resource; progress frees it (-FI_EAGAIN).
+    /// The transmit queue (`tx_size`) is full; progress frees it (-FI_EAGAIN).
     Again,
     /// Longer than the largest message (-FI_EMSGSIZE).
     TooLong,

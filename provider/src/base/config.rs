@@ -158,14 +158,14 @@ tunables! {
     dma_max_size: usize = Kind::Size { min: 4 * KIB, max: TIB }, "1g", "bound on a process's dmable memory";
     eager_size: usize = Kind::Size { min: 0, max: 64 * MIB }, "16k", "largest message sent eagerly (DMA into pre-allocated receiver buffers); bigger ones use rendezvous; also the inject size";
     eager_credits: usize = Kind::Int { min: 0, max: 255 }, "16", "eager receive buffers a receiver pre-allocates per peer (flow-control credits); 0: none, eager messages come by rendezvous";
-    bounce_buffers: usize = Kind::Int { min: 1, max: 1 << 16 }, "64", "eager_size bounce buffers per endpoint for eager sends from ordinary (non-dmable) memory";
+    bounce_buffers: usize = Kind::Int { min: 1, max: 1 << 16 }, "64", "eager_size bounce buffers per endpoint: an eager send copies its data into one when it leaves (it has a credit) and frees it when its DMA is done";
     segment_size: usize = Kind::Size { min: 4 * KIB, max: GIB }, "256k", "rendezvous fragment: what one DMA of a rendezvous transfer moves";
     rendezvous_window: usize = Kind::Int { min: 1, max: 1 << 16 }, "4", "rendezvous fragments a receiver grants ahead per transfer";
     staging_segments: usize = Kind::Int { min: 1, max: 1 << 16 }, "8", "staging buffers (of segment_size bytes) per endpoint on each side, for rendezvous with ordinary memory";
     regcache_enable: bool = Kind::Bool, "true", "cache remote DMA registrations (one costs > 10 us on the hardware)";
     regcache_max_entries: usize = Kind::Int { min: 1, max: 1 << 24 }, "1024", "most registrations the cache keeps";
     regcache_max_size: usize = Kind::Size { min: 4 * KIB, max: TIB }, "1g", "most registered bytes the cache keeps";
-    tx_size: usize = Kind::Int { min: 1, max: 1 << 20 }, "1024", "transmit queue depth per endpoint (tx_attr->size)";
+    tx_size: usize = Kind::Int { min: 1, max: 65535 }, "1024", "transmit queue depth per endpoint (tx_attr->size): sends outstanding at once, queued for a slow peer or in flight; only a full queue refuses a post (-FI_EAGAIN), never a slow peer";
     rx_size: usize = Kind::Int { min: 1, max: 1 << 20 }, "1024", "posted-receive queue depth advertised per endpoint (rx_attr->size); more receives may be posted, they only cost memory";
     cq_size: usize = Kind::Int { min: 1, max: 1 << 24 }, "8192", "completion queue size when fi_cq_open asks for the default (0)";
     spin_yield: usize = Kind::Int { min: 0, max: 1 << 30 }, "64", "busy-poll iterations before yielding the CPU in blocking waits, and in polling reads as idle_yield says";

@@ -230,10 +230,12 @@ fn post_send(ep: &EpInner, op: &str, iov: IovList, req: &Request) -> isize {
         context: req.context as usize,
         completion,
         inject: req.inject,
+        copy: flags & ffi::FI_INJECT != 0,
     };
     let mut core = ep.core.lock();
     // SAFETY: libfabric's contract: the buffers stay valid until the send
-    // completes (until return for an inject, which the protocol copies).
+    // completes (until return for an inject or with FI_INJECT, which the
+    // protocol copies).
     let result = unsafe { core.send(req) };
     ep.drain(&mut core);
     match result {

@@ -29,7 +29,7 @@
 //! | `wait [sends=N] [recvs=N] [errors=N] [within=ms]` | prints that many queued completions of each kind, waiting for them (at most `ms`, default `$FABRIC_PEER_WAIT`); an error completion nobody waits for fails it |
 //! | `quiet <ms>` | progresses for `ms`; fails if anything completes |
 //! | `inject <dest> <len> <seed> [tag=T] [data=D]` | injects `len` bytes of pattern `seed`, retrying `-FI_EAGAIN` while progressing |
-//! | `try-send <dest> <len> [buf=N] [ctx=C] [tag=T] [data=D] [inject]` | one raw send or inject call, from a buffer of `N` bytes (default `len`); `ok <rc>` |
+//! | `try-send <dest> <len> [buf=N] [seed=S] [ctx=C] [tag=T] [data=D] [inject]` | one raw send or inject call (no retry, no progress), from a buffer of `N` bytes (default `len`) of pattern `S` (default 7), freed right after an inject; `ok <rc>` |
 //! | `limits` | `ok inject=<inject_size> max=<max_msg_size>` of the endpoint's `fi_info` |
 //! | `getinfo [caps=a\|b] [ep=msg\|rdm\|dgram]` | `fi_getinfo` with those hints; `ok <rc>` |
 //! | `close-domain` | `fi_close` on the domain, which is still in use; `ok <rc>` |
@@ -132,6 +132,31 @@ impl Objects {
     }
 }
 
+/// The buffers of sends in flight, by context, each kept until its
+/// completion (the provider may read it until then). A context may name
+/// several sends at once (tests reuse them): its buffers are all kept until
+/// as many completions came.
+#[derive(Default)]
+struct SendBufs(HashMap<u64, (usize, Vec<Vec<u8>>)>);
+
+impl SendBufs {
+    fn keep(&mut self, ctx: u64, buf: Vec<u8>) {
+        let (pending, bufs) = self.0.entry(ctx).or_default();
+        *pending += 1;
+        bufs.push(buf);
+    }
+
+    /// A send of `ctx` completed (or was refused).
+    fn done(&mut self, ctx: u64) {
+        if let Some((pending, _)) = self.0.get_mut(&ctx) {
+            *pending -= 1;
+            if *pending == 0 {
+                self.0.remove(&ctx);
+            }
+        }
+    }
+}
+
 /// A posted receive buffer: `len` bytes for the provider, then the guard.
 struct RecvBuf {
     mem: Vec<u8>,
@@ -152,7 +177,7 @@ struct Peer {
     recv_bufs: HashMap<u64, RecvBuf>,
     /// Multi-receive buffers after their release, by context.
     released: Vec<(u64, RecvBuf)>,
-    send_bufs: HashMap<u64, Vec<u8>>,
+    send_bufs: SendBufs,
     sends: VecDeque<Completion>,
     recvs: VecDeque<Completion>,
     errors: VecDeque<Completion>,
@@ -259,7 +284,7 @@ impl Peer {
     fn on_entry(&mut self, e: CqEntry) {
         let ctx = e.context as u64;
         if e.flags & ffi::FI_SEND != 0 {
-            self.send_bufs.remove(&ctx);
+            self.send_bufs.done(ctx);
             if ctx & TRAFFIC_SEND != 0 {
                 self.traffic.push(TrafficEvent::Sent);
             } else {
@@ -282,7 +307,7 @@ impl Peer {
             return;
         }
         let mut c = if e.flags & ffi::FI_SEND != 0 {
-            self.send_bufs.remove(&ctx);
+            self.send_bufs.done(ctx);
             Completion::new(Kind::Error, ctx, e.flags)
         } else {
             self.received(Kind::Error, ctx, e.flags, e.buf, e.len)
@@ -354,13 +379,13 @@ impl Peer {
         let ptr = buf.as_ptr();
         // The heap block does not move with the Vec: it stays valid while
         // the map holds it, until the completion.
-        self.send_bufs.insert(ctx, buf);
+        self.send_bufs.keep(ctx, buf);
         // SAFETY: `len` bytes at ptr, kept in send_bufs until completion.
         let posted = self.retry("send", |ep| unsafe {
             ep.send(ptr, len, dest, m, ctx as usize)
         });
         if posted.is_err() {
-            self.send_bufs.remove(&ctx);
+            self.send_bufs.done(ctx);
         }
         posted.map(|()| String::new())
     }
@@ -426,7 +451,8 @@ impl Peer {
         let buf_len = a.opt("buf")?.map_or(len, |n| n as usize);
         let ctx = a.opt("ctx")?.unwrap_or(999_999);
         let m = a.matching()?;
-        let buf = payload::pattern(7, buf_len);
+        let seed = a.opt("seed")?.unwrap_or(7);
+        let buf = payload::pattern(seed, buf_len);
         let inject = a.flag("inject");
         // SAFETY: when len > buf_len the provider must refuse the call
         // without reading (that is what is being checked); otherwise buf
@@ -439,7 +465,7 @@ impl Peer {
             }
         };
         if code == 0 && !inject {
-            self.send_bufs.insert(ctx, buf);
+            self.send_bufs.keep(ctx, buf);
         }
         Ok(code.to_string())
     }
@@ -739,7 +765,7 @@ impl Traffic {
                 };
                 match code {
                     0 => {
-                        peer.send_bufs.insert(ctx, buf);
+                        peer.send_bufs.keep(ctx, buf);
                         next[d] += 1;
                         round = true;
                     }
@@ -922,7 +948,7 @@ fn main() {
         obj,
         recv_bufs: HashMap::new(),
         released: Vec::new(),
-        send_bufs: HashMap::new(),
+        send_bufs: SendBufs::default(),
         sends: VecDeque::new(),
         recvs: VecDeque::new(),
         errors: VecDeque::new(),

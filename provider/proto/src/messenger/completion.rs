@@ -10,7 +10,7 @@ use std::hash::Hash;
 use unimem_dma::DmaEngine;
 use unimem_mailbox::Mailbox;
 
-use super::send::TxKind;
+use super::send::{EagerState, Payload, TxKind};
 use super::Messenger;
 use crate::matching::{MultiDone, Placement, PostedRecv};
 use crate::wire::MatchInfo;
@@ -23,14 +23,12 @@ where
     D: DmaEngine,
     D::Node: WireNode,
 {
-    /// Gives back the bounce buffer a finished send held, if any.
+    /// Gives back the bounce buffer a finished send held, if any (a DMA in
+    /// flight holds its own, in its waiter).
     pub(crate) fn release_bounce(&mut self, kind: &TxKind) {
         match *kind {
-            TxKind::Eager { bounce, .. }
-            | TxKind::Rendezvous {
-                bounce: Some(bounce),
-                ..
-            } => self.bounce_pool.put(bounce),
+            TxKind::Eager(EagerState::Waiting(Payload::Bounce(bounce)))
+            | TxKind::Rendezvous(Payload::Bounce(bounce)) => self.bounce_pool.put(bounce),
             _ => {}
         }
     }

@@ -67,7 +67,7 @@ use send::Waiter;
 type PeerIdx = usize;
 
 /// A send request. The iov stays valid until the send's completion (or,
-/// for an inject, until the call returns).
+/// for an inject or a `copy` send, until the call returns).
 #[derive(Clone, Debug)]
 pub struct SendReq<A> {
     pub dest: A,
@@ -75,7 +75,11 @@ pub struct SendReq<A> {
     pub info: MatchInfo,
     pub context: usize,
     pub completion: bool,
+    /// `fi_inject`: copied within the call, reported without a completion.
     pub inject: bool,
+    /// `FI_INJECT`: the buffers may be reused once the call returns, so the
+    /// data is copied within it (an inject implies it).
+    pub copy: bool,
 }
 
 /// The protocol state of one endpoint; see the [module docs](self). Each

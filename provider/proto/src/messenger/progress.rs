@@ -82,9 +82,13 @@ where
     pub(crate) fn on_dma_done(&mut self, mut done: Vec<Token>) {
         for &token in &done {
             match self.dma_waiters.remove(token) {
-                Some(Waiter::Eager { op }) => {
+                Some(Waiter::Eager { op, bounce }) => {
+                    // The data is in the peer's ring: the bounce buffer is
+                    // free for the next send, whatever the announcement waits
+                    // for.
+                    self.bounce_pool.put(bounce);
                     if let Some(tx) = self.tx_ops.get_mut(op) {
-                        if let TxKind::Eager { state, .. } = &mut tx.kind {
+                        if let TxKind::Eager(state @ EagerState::InFlight) = &mut tx.kind {
                             *state = EagerState::Done;
                         }
                         let peer = tx.peer;

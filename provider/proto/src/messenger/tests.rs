@@ -85,6 +85,7 @@ fn send(
         context,
         completion: true,
         inject: false,
+        copy: false,
     };
     // SAFETY: the tests keep `data` alive until the send completes.
     unsafe { ep.send(req) }
@@ -100,6 +101,7 @@ fn inject(a: &mut Shm, b: &mut Shm, data: &[u8]) {
         context: 0,
         completion: true,
         inject: true,
+        copy: false,
     };
     let deadline = Instant::now() + HANG_GUARD;
     loop {
@@ -267,27 +269,17 @@ fn fast_sender_never_overruns_a_slow_receiver() {
     let messages: Vec<Vec<u8>> = (0..count)
         .map(|i| pattern(40 + (i * 97) % 3000, i as u8))
         .collect();
-    // While the receiver sleeps, the sender posts until it is told to wait.
-    let mut sent = 0;
-    while sent < count {
-        match send(&mut a, b.addr(), &messages[sent], None, sent) {
-            Ok(()) => sent += 1,
-            Err(PostError::Again) => break,
-            Err(e) => panic!("send: {e:?}"),
-        }
+    // While the receiver sleeps, the sender posts everything (within
+    // tx_size, nothing is refused) and keeps progressing: what the
+    // receiver's ring and mailbox cannot take waits in the sender.
+    for (i, m) in messages.iter().enumerate() {
+        send(&mut a, b.addr(), m, None, i).unwrap();
         a.progress();
     }
-    assert!(sent < count, "the sender was never held back");
-    // Then both run: everything queued must still arrive, in order.
-    while sent < count {
-        match send(&mut a, b.addr(), &messages[sent], None, sent) {
-            Ok(()) => sent += 1,
-            Err(PostError::Again) => {}
-            Err(e) => panic!("send: {e:?}"),
-        }
+    for _ in 0..100 {
         a.progress();
-        b.progress();
     }
+    // Then both run: everything queued must arrive, in order.
     let mut bufs: Vec<Vec<u8>> = messages.iter().map(|m| vec![0u8; m.len()]).collect();
     for (i, buf) in bufs.iter_mut().enumerate() {
         post(&mut b, false, recv_spec(buf, i, None, 0, 0));
@@ -301,6 +293,204 @@ fn fast_sender_never_overruns_a_slow_receiver() {
     for (i, (buf, m)) in bufs.iter().zip(&messages).enumerate() {
         assert!(buf == m, "receive {i} got another message's data");
     }
+}
+
+/// One raw inject call, no retry.
+fn try_inject(
+    a: &mut Shm,
+    dest: MailboxAddr,
+    data: &[u8],
+    context: usize,
+) -> Result<(), PostError> {
+    try_copied(a, dest, data, context, true)
+}
+
+/// One raw call of a send whose buffer may be reused once it returns: an
+/// inject, or a send with `FI_INJECT` (`copy`), which still completes.
+fn try_copied(
+    a: &mut Shm,
+    dest: MailboxAddr,
+    data: &[u8],
+    context: usize,
+    inject: bool,
+) -> Result<(), PostError> {
+    let req = SendReq {
+        dest,
+        iov: IovList::One((data.as_ptr() as usize, data.len())),
+        info: MatchInfo::default(),
+        context,
+        completion: true,
+        inject,
+        copy: !inject,
+    };
+    // SAFETY: data is live during the call, which copies it.
+    unsafe { a.send(req) }
+}
+
+/// Sends `a` -> `b` and back once, both progressing: hellos exchanged,
+/// each knows the other's eager ring.
+fn first_contact(a: &mut Shm, b: &mut Shm) {
+    let data = pattern(100, 0xfc);
+    let mut buf = vec![0u8; 100];
+    post(b, false, recv_spec(&mut buf, 0xfc, None, 0, 0));
+    send(a, b.addr(), &data, None, 0xfc).unwrap();
+    collect(&mut [&mut *a, &mut *b], 1, 1);
+    collect(&mut [&mut *a, &mut *b], 0, 1);
+    assert!(buf == data);
+}
+
+/// A sender posts 200 eager sends (some with `FI_INJECT`) and 50 injects
+/// (inline and eager) to a receiver that neither progresses nor has
+/// receives posted: every post is accepted at once, however few credits,
+/// bounce buffers and mailbox slots there are; the sends waiting for the
+/// peer hold no bounce buffer. Then the receiver posts its receives and
+/// runs: everything arrives in order, intact (the buffers of injects and
+/// `FI_INJECT` sends were overwritten right after each call), and the sends
+/// complete in order.
+fn posts_never_wait(first: bool) {
+    let mut a = messenger();
+    // 4 credits, 8 bounce buffers, 8 mailbox slots, tx_size 256.
+    let mut b = messenger_with(8, config());
+    if first {
+        first_contact(&mut a, &mut b);
+    }
+    let count = 250;
+    let inline = inline_capacity(&MatchInfo::default());
+    let len_of = |i: usize| match i % 5 {
+        4 if i.is_multiple_of(2) => 1 + i % inline,
+        4 => inline + 1 + (i * 53) % (EAGER - inline),
+        _ => inline + 1 + (i * 37) % (EAGER - inline),
+    };
+    let messages: Vec<Vec<u8>> = (0..count).map(|i| pattern(len_of(i), i as u8)).collect();
+    let mut scratch = vec![0u8; EAGER];
+    for (i, m) in messages.iter().enumerate() {
+        if i % 5 == 4 || i % 7 == 3 {
+            scratch[..m.len()].copy_from_slice(m);
+            let inject = i % 5 == 4;
+            let posted = try_copied(&mut a, b.addr(), &scratch[..m.len()], i, inject);
+            assert_eq!(posted, Ok(()), "{i} of {} bytes", m.len());
+            // The application may reuse its buffer at once.
+            scratch.fill(0xee);
+        } else {
+            let posted = send(&mut a, b.addr(), m, None, i);
+            assert_eq!(posted, Ok(()), "send {i} of {} bytes", m.len());
+        }
+        a.progress();
+    }
+    for _ in 0..100 {
+        a.progress();
+    }
+    assert!(a.busy(), "the sends wait for the receiver");
+    assert_eq!(
+        a.bounce_pool.available(),
+        config().bounce_buffers,
+        "sends waiting for a peer hold no bounce buffer"
+    );
+    let mut bufs: Vec<Vec<u8>> = messages.iter().map(|m| vec![0u8; m.len()]).collect();
+    for (i, buf) in bufs.iter_mut().enumerate() {
+        post(&mut b, false, recv_spec(buf, i, None, 0, 0));
+    }
+    let got = collect(&mut [&mut a, &mut b], 1, count);
+    let contexts: Vec<usize> = got.iter().map(|e| recv_done(e).context).collect();
+    assert_eq!(
+        contexts,
+        (0..count).collect::<Vec<_>>(),
+        "receives in order"
+    );
+    for (i, (buf, m)) in bufs.iter().zip(&messages).enumerate() {
+        assert!(buf == m, "message {i} of {} bytes differs", m.len());
+    }
+    let sent = collect(&mut [&mut a, &mut b], 0, count);
+    let contexts: Vec<usize> = sent
+        .iter()
+        .map(|e| match *e {
+            Event::Send {
+                context,
+                completion,
+                ..
+            } => {
+                assert_eq!(completion, context % 5 != 4, "{e:?}");
+                context
+            }
+            ref other => panic!("expected a send completion, got {other:?}"),
+        })
+        .collect();
+    // An inline send leaves within its call only when nothing is queued
+    // ahead of it: sends complete in send order, whatever way they went.
+    assert_eq!(contexts, (0..count).collect::<Vec<_>>(), "sends in order");
+    assert!(!a.busy() && !b.busy());
+    assert_eq!(a.bounce_pool.available(), config().bounce_buffers);
+}
+
+#[test]
+fn posts_never_wait_for_a_slow_receiver() {
+    posts_never_wait(true);
+}
+
+/// The same before first contact: the receiver has not even answered the
+/// hello, so no message can leave yet.
+#[test]
+fn posts_never_wait_for_a_receiver_that_never_answered() {
+    posts_never_wait(false);
+}
+
+/// The transmit queue (`tx_size`) is the one limit on posting: once that
+/// many sends wait for a stalled receiver, sends and injects alike are
+/// refused with `Again`; they all complete once it runs, and posting works
+/// again.
+#[test]
+fn only_a_full_transmit_queue_refuses_a_send() {
+    let tx_size = 16;
+    let cfg = ProtoConfig {
+        tx_size,
+        ..config()
+    };
+    let mut a = messenger_with(64, cfg.clone());
+    let mut b = messenger_with(64, cfg);
+    first_contact(&mut a, &mut b);
+    let messages: Vec<Vec<u8>> = (0..100).map(|i| pattern(200 + i, i as u8)).collect();
+    let mut accepted = 0;
+    loop {
+        match send(&mut a, b.addr(), &messages[accepted], None, accepted) {
+            Ok(()) => accepted += 1,
+            Err(PostError::Again) => break,
+            Err(e) => panic!("send: {e:?}"),
+        }
+        a.progress();
+        assert!(accepted < messages.len(), "the transmit queue never filled");
+    }
+    // The 4 with credits may have left and completed; tx_size wait.
+    assert!(
+        (tx_size..=tx_size + 4).contains(&accepted),
+        "{accepted} sends accepted with tx_size {tx_size} and 4 credits"
+    );
+    let small = pattern(4, 1);
+    assert_eq!(
+        try_inject(&mut a, b.addr(), &small, 1000),
+        Err(PostError::Again)
+    );
+    assert_eq!(
+        try_inject(&mut a, b.addr(), &messages[0], 1000),
+        Err(PostError::Again)
+    );
+    let mut bufs: Vec<Vec<u8>> = messages.iter().map(|m| vec![0u8; m.len()]).collect();
+    for (i, buf) in bufs.iter_mut().enumerate().take(accepted + 1) {
+        post(&mut b, false, recv_spec(buf, i, None, 0, 0));
+    }
+    let sent = collect(&mut [&mut a, &mut b], 0, accepted);
+    assert!(sent
+        .iter()
+        .enumerate()
+        .all(|(i, e)| matches!(*e, Event::Send { context, .. } if context == i)));
+    // Room again.
+    send(&mut a, b.addr(), &messages[accepted], None, accepted).unwrap();
+    let got = collect(&mut [&mut a, &mut b], 1, accepted + 1);
+    for (i, e) in got.iter().enumerate() {
+        assert_eq!(recv_done(e).context, i);
+        assert!(bufs[i] == messages[i], "message {i}");
+    }
+    collect(&mut [&mut a, &mut b], 0, 1);
+    assert!(!a.busy());
 }
 
 #[test]
@@ -453,6 +643,7 @@ fn rendezvous_straight_into_dmable_receive_buffers() {
         context: 2,
         completion: true,
         inject: false,
+        copy: false,
     };
     // SAFETY: `source` outlives the send.
     unsafe { a.send(req) }.unwrap();
@@ -501,6 +692,7 @@ fn inject_counts_without_a_completion_and_rejects_large() {
         context: 0,
         completion: true,
         inject: true,
+        copy: false,
     };
     // SAFETY: as above.
     assert_eq!(unsafe { a.send(req_big) }, Err(PostError::TooLong));
@@ -665,7 +857,7 @@ fn eager_messages_go_by_rendezvous_to_a_receiver_without_a_ring() {
         assert!(buf == data, "{len} bytes");
         collect(&mut [&mut a, &mut b], 0, 1);
     }
-    // An inject of eager size too: its bounce buffer carries the rendezvous.
+    // An inject of eager size too: its copy carries the rendezvous.
     let data = pattern(EAGER, 7);
     let req = SendReq {
         dest: b.addr(),
@@ -674,6 +866,7 @@ fn eager_messages_go_by_rendezvous_to_a_receiver_without_a_ring() {
         context: 0,
         completion: true,
         inject: true,
+        copy: false,
     };
     // SAFETY: data is live during the call; inject copies it.
     unsafe { a.send(req) }.unwrap();
@@ -682,17 +875,21 @@ fn eager_messages_go_by_rendezvous_to_a_receiver_without_a_ring() {
     post(&mut b, false, recv_spec(&mut buf, 9, None, 0, 0));
     collect(&mut [&mut a, &mut b], 1, 1);
     assert!(buf == pattern(EAGER, 7));
-    // The receiver's FIN hands the bounce buffer back.
-    let deadline = Instant::now() + HANG_GUARD;
-    while a.bounce_pool.available() < config().bounce_buffers {
-        assert!(
-            Instant::now() < deadline,
-            "the bounce buffer never came back"
-        );
-        a.progress();
-        b.progress();
-    }
+    // The receiver's FIN completes the inject (counted, without a CQ entry)
+    // and frees its copy; no bounce buffer is left taken.
+    let sent = collect(&mut [&mut a, &mut b], 0, 1);
+    assert!(
+        matches!(
+            sent[0],
+            Event::Send {
+                completion: false,
+                ..
+            }
+        ),
+        "{sent:?}"
+    );
     assert!(!a.busy());
+    assert_eq!(a.bounce_pool.available(), config().bounce_buffers);
 }
 
 /// An inject has no completion to wait for, so the sender may never call in
@@ -724,6 +921,7 @@ fn injects_leave_within_the_call_even_with_modeled_dma() {
             context: 0,
             completion: true,
             inject: true,
+            copy: false,
         };
         // SAFETY: data is live during the call; inject copies it.
         unsafe { a.send(req) }.unwrap();
@@ -848,6 +1046,7 @@ fn tag_and_data_arrive_intact_around_the_inline_limit() {
             context: i,
             completion: true,
             inject: false,
+            copy: false,
         };
         // SAFETY: `data` outlives the send, which completes below.
         unsafe { a.send(req) }.unwrap();

@@ -1,6 +1,11 @@
-//! Eager sends: the data, copied into a bounce buffer, is put by DMA into
-//! the next slot of the ring the receiver set aside for us, then announced
-//! by the data queue; a peer without a ring gets it by rendezvous instead.
+//! Eager sends: the data is put by DMA into the next slot of the ring the
+//! receiver set aside for us, then announced by the data queue; a peer
+//! without a ring gets it by rendezvous instead.
+//!
+//! A send takes a bounce buffer only when it can leave: when it has a
+//! credit, its data is copied from the application's buffers (or from an
+//! inject's copy) into one, and the buffer goes back to the pool as soon
+//! as the DMA has read it. A send waiting for a slow peer holds none.
 //!
 //! Moves through [`TxRing`](super::super::peers::TxRing), our place in the
 //! peer's ring (its credits are
@@ -15,8 +20,8 @@ use unimem_mailbox::Mailbox;
 use super::super::peers::DataItem;
 
 use super::super::{Messenger, PeerIdx};
-use super::{EagerState, TxKind, TxOp, Waiter};
-use crate::matching::IovList;
+use super::{EagerState, Payload, TxKind, TxOp, Waiter};
+use crate::iov::gather;
 use crate::WireNode;
 
 impl<M, D> Messenger<M, D>
@@ -26,21 +31,24 @@ where
     D: DmaEngine,
     D::Node: WireNode,
 {
-    /// Waits for the DMA of an injected eager send (its modeled time, a few
-    /// microseconds at most) and sends its announcement now.
+    /// If the DMA of an injected eager send started within its call, waits
+    /// for it (its modeled time, a few microseconds at most) and sends the
+    /// announcement now: an inject that can leave at once does, so that a
+    /// sender that never calls in again still delivers it. One that waits
+    /// for the peer leaves from progress, like any queued send.
     pub(crate) fn push_out_eager(&mut self, peer: PeerIdx, op: usize) {
         let in_flight = |this: &Self| {
             matches!(
                 this.tx_ops.get(op),
                 Some(TxOp {
-                    kind: TxKind::Eager {
-                        state: EagerState::InFlight,
-                        ..
-                    },
+                    kind: TxKind::Eager(EagerState::InFlight),
                     ..
                 })
             )
         };
+        if !in_flight(self) {
+            return;
+        }
         while in_flight(self) {
             std::hint::spin_loop();
             self.reap_dma();
@@ -48,9 +56,11 @@ where
         self.flush_peer(peer);
     }
 
-    /// Starts the DMA of queued eager sends that have a credit, in order.
-    /// If it took the DMA lock for that, it reaps completions under it too,
-    /// and says so: one lock for the whole step.
+    /// Starts the DMA of queued eager sends that have a credit, in order:
+    /// first, outside the DMA lock, each gets a bounce buffer with its data
+    /// in it; then the puts, under one lock. If it took the DMA lock, it
+    /// reaps completions under it too, and says so: one lock for the whole
+    /// step.
     pub(crate) fn start_eager_dma(&mut self, peer: PeerIdx) -> bool {
         let state = &mut self.peers[peer];
         let Some(ring) = state.tx.as_mut() else {
@@ -59,6 +69,9 @@ where
             }
             return false;
         };
+        if ring.credits == 0 {
+            return false;
+        }
         // The first eager send waiting for its DMA, if any: only then is the
         // DMA lock taken (inline messages queued here never take it).
         let tx_ops = &self.tx_ops;
@@ -66,10 +79,7 @@ where
             DataItem::Eager { op } => matches!(
                 tx_ops.get(op),
                 Some(TxOp {
-                    kind: TxKind::Eager {
-                        state: EagerState::Waiting,
-                        ..
-                    },
+                    kind: TxKind::Eager(EagerState::Waiting(_)),
                     ..
                 })
             ),
@@ -77,7 +87,40 @@ where
         }) else {
             return false;
         };
-        if ring.credits == 0 {
+        // As many as have credits, in order, get their bounce buffers.
+        let mut ready = 0;
+        for item in state.data.iter().skip(first) {
+            if ready == ring.credits {
+                break;
+            }
+            let DataItem::Eager { op } = *item else {
+                continue;
+            };
+            let tx = self.tx_ops.get_mut(op).expect("queued op exists");
+            let TxKind::Eager(EagerState::Waiting(payload)) = &mut tx.kind else {
+                continue;
+            };
+            if !matches!(payload, Payload::Bounce(_)) {
+                let Some(bounce) = self.bounce_pool.get() else {
+                    break;
+                };
+                let at = self.bounce_pool.addr(bounce);
+                match payload {
+                    // SAFETY: a non-inject send's buffers stay valid until it
+                    // completes (caller of `send`); the bounce buffer holds a
+                    // slot, at least eager_size >= len bytes.
+                    Payload::User(iov) => unsafe { gather(iov, 0, at, tx.len) },
+                    // SAFETY: the copy holds len bytes; as above.
+                    Payload::Copy(bytes) => unsafe {
+                        std::ptr::copy_nonoverlapping(bytes.as_ptr(), at, tx.len)
+                    },
+                    Payload::Bounce(_) => unreachable!("checked above"),
+                }
+                *payload = Payload::Bounce(bounce);
+            }
+            ready += 1;
+        }
+        if ready == 0 {
             return false;
         }
         let mut dma = self.dma.lock();
@@ -86,16 +129,16 @@ where
                 continue;
             };
             let tx = self.tx_ops.get_mut(op).expect("queued op exists");
-            let TxKind::Eager {
-                bounce,
-                state: ref mut eager,
-            } = tx.kind
-            else {
+            let TxKind::Eager(eager) = &mut tx.kind else {
                 continue;
             };
-            if *eager != EagerState::Waiting {
-                continue;
-            }
+            let bounce = match eager {
+                EagerState::Waiting(Payload::Bounce(bounce)) => *bounce,
+                // Not ready (no credit or bounce buffer for it): it and
+                // everything after it wait, in order.
+                EagerState::Waiting(_) => break,
+                EagerState::InFlight | EagerState::Done => continue,
+            };
             if ring.credits == 0 {
                 break;
             }
@@ -112,7 +155,7 @@ where
                     ring.credits -= 1;
                     ring.next = (ring.next + 1) % ring.slots;
                     *eager = EagerState::InFlight;
-                    let id = self.dma_waiters.insert(Waiter::Eager { op });
+                    let id = self.dma_waiters.insert(Waiter::Eager { op, bounce });
                     debug_assert_eq!(id, token);
                 }
                 Err(e) => {
@@ -130,21 +173,24 @@ where
 
     /// A peer that offers no eager ring (it had no dmable memory for one, or
     /// we could not register it) gets queued eager messages by rendezvous,
-    /// from the bounce buffers they were copied into.
+    /// from wherever their data is (the application's buffers, a bounce
+    /// buffer, an inject's copy).
     pub(crate) fn eager_by_rendezvous(&mut self, peer: PeerIdx) {
         for item in self.peers[peer].data.iter_mut() {
             let DataItem::Eager { op } = *item else {
                 continue;
             };
             let tx = self.tx_ops.get_mut(op).expect("queued op exists");
-            let TxKind::Eager { bounce, .. } = tx.kind else {
-                continue;
-            };
-            tx.kind = TxKind::Rendezvous {
-                iov: IovList::One((self.bounce_pool.addr(bounce) as usize, tx.len)),
-                bounce: Some(bounce),
-            };
-            *item = DataItem::Rts { op };
+            // Without a ring, none has started: all are waiting.
+            if let TxKind::Eager(EagerState::Waiting(_)) = tx.kind {
+                let TxKind::Eager(EagerState::Waiting(payload)) =
+                    std::mem::replace(&mut tx.kind, TxKind::Inline)
+                else {
+                    unreachable!("matched above")
+                };
+                tx.kind = TxKind::Rendezvous(payload);
+                *item = DataItem::Rts { op };
+            }
         }
     }
 }

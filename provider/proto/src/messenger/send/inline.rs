@@ -1,6 +1,6 @@
 //! Inline sends: the whole message inside one mailbox message, sent at once
-//! when nothing is queued ahead of it. The mailbox-only hot path: no DMA,
-//! no lock, no allocation.
+//! when nothing is queued ahead of it, else queued (encoded) behind it. The
+//! mailbox-only hot path: no DMA, no lock, no allocation.
 //!
 //! Owns: nothing; it uses the peer's data queue and `tx_ops` when the
 //! message has to wait.
@@ -51,8 +51,6 @@ where
                     });
                     return Ok(());
                 }
-                // An inject must not wait in a queue (see inject_ready).
-                Err(MailboxError::Busy) if req.inject => return Err(PostError::Again),
                 Err(MailboxError::Busy) => {}
                 Err(e) => {
                     self.fail_peer(peer);
@@ -60,8 +58,9 @@ where
                 }
             }
         }
-        // Behind earlier data, or the mailbox is full: queue it, in order.
-        // Injects too get an op: they complete (and count) when they leave.
+        // Behind earlier data, or the peer's mailbox is full: queue it, in
+        // order (the message is encoded: an inject's data is copied). Injects
+        // too get an op: they complete (and count) when they leave.
         self.outstanding_sends += 1;
         let op = self.tx_ops.insert(TxOp {
             peer,

@@ -15,7 +15,7 @@ use std::hash::Hash;
 use unimem_dma::DmaEngine;
 use unimem_mailbox::{Error as MailboxError, Mailbox};
 
-use super::peers::{DataItem, Peer};
+use super::peers::DataItem;
 use super::{Messenger, PeerIdx, SendReq};
 use crate::iov::{gather, total_len};
 use crate::matching::IovList;
@@ -23,11 +23,26 @@ use crate::pool::Buffer;
 use crate::wire::{inline_capacity, MatchInfo, Wire};
 use crate::{PostError, WireNode};
 
-/// Where the data of an eager send is: in its bounce buffer, on its way
-/// into the peer's ring, or there (the announcement may leave).
-#[derive(Clone, Copy, PartialEq, Eq)]
+/// Where the data of a send is until it leaves.
+pub(crate) enum Payload {
+    /// Still in the application's buffers, which stay valid until the send
+    /// completes: an eager send is copied into a bounce buffer only when it
+    /// can leave (it has a credit), so that a send waiting for a slow peer
+    /// holds no bounce buffer.
+    User(IovList),
+    /// In one of our bounce buffers.
+    Bounce(Buffer),
+    /// The copy an inject (or an `FI_INJECT` send) made within its call
+    /// when it could not leave at once: it waits in ordinary memory, not in
+    /// a bounce buffer, and moves into one when it leaves.
+    Copy(Box<[u8]>),
+}
+
+/// Where an eager send is: waiting for a credit (and a bounce buffer), on
+/// its way into the peer's ring (the DMA's waiter holds the bounce buffer),
+/// or there (the announcement may leave).
 pub(crate) enum EagerState {
-    Waiting,
+    Waiting(Payload),
     InFlight,
     Done,
 }
@@ -35,15 +50,10 @@ pub(crate) enum EagerState {
 /// How a send travels, and what it holds meanwhile.
 pub(crate) enum TxKind {
     Inline,
-    Eager {
-        bounce: Buffer,
-        state: EagerState,
-    },
-    /// `bounce` holds the data of an eager send that had to go this way.
-    Rendezvous {
-        iov: IovList,
-        bounce: Option<Buffer>,
-    },
+    Eager(EagerState),
+    /// An eager send that had to go this way keeps its payload (a bounce
+    /// buffer or a copy).
+    Rendezvous(Payload),
 }
 
 /// A send in flight; its id in `tx_ops` is the `send_id` on the wire.
@@ -60,6 +70,8 @@ pub(crate) struct TxOp {
 pub(crate) enum Waiter {
     Eager {
         op: usize,
+        /// The bounce buffer the DMA reads, given back when it completes.
+        bounce: Buffer,
     },
     Fragment {
         op: usize,
@@ -76,14 +88,19 @@ where
     D: DmaEngine,
     D::Node: WireNode,
 {
-    /// Posts a send. Never blocks: out of resources, it says so.
+    /// Posts a send. Never blocks, and never waits for the peer: a send
+    /// that cannot leave yet (no credit, a full mailbox, no bounce buffer,
+    /// first contact not done) is queued, in order, and leaves from
+    /// progress. Refused with [`PostError::Again`] only when `tx_size`
+    /// sends are outstanding.
     ///
     /// # Safety
     /// `req.iov` must stay valid until the send completes (until this call
-    /// returns for an inject).
+    /// returns for an inject or a `copy` send).
     pub unsafe fn send(&mut self, req: SendReq<M::Addr>) -> Result<(), PostError> {
         let len = total_len(&req.iov);
-        if len > self.cfg.max_msg_size || (req.inject && len > self.cfg.eager_size) {
+        let copy = req.inject || req.copy;
+        if len > self.cfg.max_msg_size || (copy && len > self.cfg.eager_size) {
             return Err(PostError::TooLong);
         }
         if self.outstanding_sends >= self.cfg.tx_size {
@@ -93,29 +110,19 @@ where
         if self.peers[peer].dead {
             return Err(PostError::Unreachable);
         }
-        let inline = len <= inline_capacity(&req.info);
-        if req.inject && !self.inject_ready(peer, inline) {
-            return Err(PostError::Again);
-        }
-        if inline {
+        if len <= inline_capacity(&req.info) {
             return self.send_inline(peer, &req, len);
         }
-        let kind = if len <= self.cfg.eager_size {
-            let bounce = self.bounce_pool.get().ok_or(PostError::Again)?;
-            // SAFETY: the iov is valid (caller); the bounce buffer holds a slot, at
-            // least eager_size >= len bytes, of our own dmable memory.
-            unsafe { gather(&req.iov, 0, self.bounce_pool.addr(bounce), len) };
-            TxKind::Eager {
-                bounce,
-                state: EagerState::Waiting,
-            }
+        let kind = if len > self.cfg.eager_size {
+            TxKind::Rendezvous(Payload::User(req.iov))
+        } else if copy {
+            // SAFETY: the iov is valid during this call (caller).
+            let payload = unsafe { self.copy_payload(peer, &req.iov, len) };
+            TxKind::Eager(EagerState::Waiting(payload))
         } else {
-            TxKind::Rendezvous {
-                iov: req.iov.clone(),
-                bounce: None,
-            }
+            TxKind::Eager(EagerState::Waiting(Payload::User(req.iov)))
         };
-        let rendezvous = matches!(kind, TxKind::Rendezvous { .. });
+        let rendezvous = matches!(kind, TxKind::Rendezvous(_));
         let op = self.tx_ops.insert(TxOp {
             peer,
             context: req.context,
@@ -138,24 +145,29 @@ where
         Ok(())
     }
 
-    /// An inject has no completion the application would wait for, so it
-    /// may never call in again: it must leave within this call, or be
-    /// refused. It can when nothing is queued ahead of it and, beyond the
-    /// inline size, the peer's ring has a free slot (or the peer has no
-    /// ring: then it goes by rendezvous, which needs the receiver anyway).
-    pub(crate) fn inject_ready(&mut self, peer: PeerIdx, inline: bool) -> bool {
-        let ready = |state: &Peer<M::Addr, M::Peer, D::Node>| {
-            state.data.is_empty()
-                && (inline
-                    || match &state.tx {
-                        Some(ring) => ring.credits > 0,
-                        None => state.hello_received,
-                    })
-        };
-        if !ready(&self.peers[peer]) {
-            self.progress();
+    /// The copy of an inject's data, made within its call: into a bounce
+    /// buffer when the message can leave at once (nothing queued ahead of
+    /// it and a credit to spend: the common case, which allocates
+    /// nothing), else into memory of its own, so that a send waiting for a
+    /// slow peer holds no bounce buffer.
+    ///
+    /// # Safety
+    /// `iov` must hold `len` readable bytes, `len` <= `eager_size`.
+    unsafe fn copy_payload(&mut self, peer: PeerIdx, iov: &IovList, len: usize) -> Payload {
+        let state = &self.peers[peer];
+        let leaves = state.data.is_empty() && state.tx.as_ref().is_some_and(|r| r.credits > 0);
+        if leaves {
+            if let Some(bounce) = self.bounce_pool.get() {
+                // SAFETY: the iov holds len bytes (caller); the bounce buffer
+                // holds a slot, at least eager_size >= len bytes.
+                unsafe { gather(iov, 0, self.bounce_pool.addr(bounce), len) };
+                return Payload::Bounce(bounce);
+            }
         }
-        ready(&self.peers[peer])
+        let mut bytes = vec![0u8; len].into_boxed_slice();
+        // SAFETY: as above; `bytes` holds len bytes.
+        unsafe { gather(iov, 0, bytes.as_mut_ptr(), len) };
+        Payload::Copy(bytes)
     }
 
     /// Sends what `peer`'s queues hold, as far as the mailbox and credits
@@ -187,10 +199,10 @@ where
                 DataItem::Eager { op } => {
                     let tx = self.tx_ops.get(op).expect("queued op exists");
                     let (info, len) = (tx.info, tx.len);
-                    let TxKind::Eager { state, .. } = tx.kind else {
+                    let TxKind::Eager(ref state) = tx.kind else {
                         unreachable!("eager item holds an eager op")
                     };
-                    if state != EagerState::Done {
+                    if !matches!(state, EagerState::Done) {
                         return true;
                     }
                     let credits = self.take_owed(peer);

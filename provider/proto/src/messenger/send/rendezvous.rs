@@ -16,8 +16,9 @@ use unimem_dma::DmaEngine;
 use unimem_mailbox::Mailbox;
 
 use super::super::Messenger;
-use super::{TxKind, Waiter};
+use super::{Payload, TxKind, Waiter};
 use crate::iov::gather;
+use crate::matching::IovList;
 use crate::WireNode;
 
 /// A grant received for a rendezvous send.
@@ -44,9 +45,22 @@ where
             tracing::warn!(op = grant.op, "grant for an unknown send");
             return true;
         };
-        let TxKind::Rendezvous { iov, .. } = &tx.kind else {
+        let TxKind::Rendezvous(payload) = &tx.kind else {
             tracing::warn!(op = grant.op, "grant for a send that is not a rendezvous");
             return true;
+        };
+        // An eager send gone this way reads from its bounce buffer or copy.
+        let one;
+        let iov = match payload {
+            Payload::User(iov) => iov,
+            Payload::Bounce(bounce) => {
+                one = IovList::One((self.bounce_pool.addr(*bounce) as usize, tx.len));
+                &one
+            }
+            Payload::Copy(bytes) => {
+                one = IovList::One((bytes.as_ptr() as usize, bytes.len()));
+                &one
+            }
         };
         let offset = grant.fragment as usize * fragment_size;
         let len = grant.len.min(tx.len.saturating_sub(offset));
