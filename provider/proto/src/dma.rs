@@ -25,7 +25,7 @@
 //! (`owners`, `routed`), and the registrations a view made for itself (its
 //! peers' eager rings), released when the view goes.
 
-use std::collections::HashMap;
+use std::collections::VecDeque;
 use std::fmt;
 use std::sync::Arc;
 
@@ -44,8 +44,10 @@ const ORPHAN: u32 = u32::MAX;
 struct Shared<D: DmaEngine> {
     engine: D,
     regcache: RegCache<D::Node, RegId>,
-    /// The view slot and token of each transfer in flight.
-    owners: HashMap<DmaId, (u32, Token)>,
+    /// Each transfer in flight: its id, view slot and token, in submission
+    /// order. Engines complete mostly in that order, so the owner of a
+    /// completion is found at the front, without hashing.
+    owners: VecDeque<(DmaId, u32, Token)>,
     /// Per view slot: the tokens of its transfers that another view polled,
     /// waiting for it to look. `None`: no view in that slot.
     routed: Vec<Option<Vec<Token>>>,
@@ -53,7 +55,16 @@ struct Shared<D: DmaEngine> {
 
 impl<D: DmaEngine> Shared<D> {
     fn submitted(&mut self, id: DmaId, slot: u32, token: Token) {
-        self.owners.insert(id, (slot, token));
+        self.owners.push_back((id, slot, token));
+    }
+
+    /// The view slot and token of transfer `id`, forgotten.
+    fn take_owner(&mut self, id: DmaId) -> Option<(u32, Token)> {
+        let at = match self.owners.front() {
+            Some(&(first, _, _)) if first == id => 0,
+            _ => self.owners.iter().position(|&(each, _, _)| each == id)?,
+        };
+        self.owners.remove(at).map(|(_, slot, token)| (slot, token))
     }
 
     /// Drops the cached registrations of `node` and releases them.
@@ -97,7 +108,7 @@ impl<D: DmaEngine> DomainDma<D> {
             shared: Arc::new(Mutex::new(Shared {
                 engine,
                 regcache: RegCache::new(regcache),
-                owners: HashMap::new(),
+                owners: VecDeque::new(),
                 routed: Vec::new(),
             })),
         }
@@ -235,9 +246,9 @@ impl<D: DmaEngine> Drop for DmaView<D> {
             // registration with it.
             let _ = shared.engine.deregister(reg);
         }
-        for owner in shared.owners.values_mut() {
-            if owner.0 == self.slot {
-                owner.0 = ORPHAN;
+        for owner in shared.owners.iter_mut() {
+            if owner.1 == self.slot {
+                owner.1 = ORPHAN;
             }
         }
         shared.routed[self.slot as usize] = None;
@@ -286,20 +297,15 @@ impl<D: DmaEngine> DmaSession<'_, D> {
     /// those another view polled for it first, then those it polls now.
     /// Completions of other views' transfers go to their queues.
     pub fn completed(&mut self, done: &mut Vec<Token>) {
-        let Shared {
-            engine,
-            owners,
-            routed,
-            ..
-        } = &mut *self.shared;
-        if let Some(mine) = routed[self.slot as usize].as_mut() {
+        let shared = &mut *self.shared;
+        if let Some(mine) = shared.routed[self.slot as usize].as_mut() {
             done.append(mine);
         }
-        while let Some(id) = engine.poll() {
-            match owners.remove(&id) {
+        while let Some(id) = shared.engine.poll() {
+            match shared.take_owner(id) {
                 Some((slot, token)) if slot == self.slot => done.push(token),
                 Some((ORPHAN, _)) => {}
-                Some((slot, token)) => routed[slot as usize]
+                Some((slot, token)) => shared.routed[slot as usize]
                     .as_mut()
                     .expect("a view with transfers in flight is attached")
                     .push(token),
