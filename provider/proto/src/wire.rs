@@ -12,12 +12,20 @@
 //! |----------|----------------------------------------------------------------|
 //! | Hello    | slot shift u8, slots u16, node [u8; 12], ring address u64       |
 //! | Inline   | len u8, [sizes u8, tag bytes, data bytes], payload              |
-//! | Eager    | credits u8, len u32, [tag u64], [data u64]                      |
+//! | Eager    | credits u8, len u32, [tag u64], [data u64], [.., send id u16 at 22] |
 //! | Rts      | credits u8, send id u16, len u32, [tag u64], [data u64]         |
 //! | Grant    | pad u8, send id u16, fragment u32, address u64, len u32, recv id u16 |
 //! | FragDone | pad u8, send id u16, fragment u32, recv id u16                  |
 //! | Fin      | pad u8, send id u16                                             |
 //! | Credit   | credits u8                                                      |
+//!
+//! An eager message that asks to be acknowledged (flag `ACK`, for a send
+//! with `FI_MATCH_COMPLETE` or `FI_DELIVERY_COMPLETE`) carries its send id
+//! in the last two bytes, 22 and 23, which its longest layout (tag and
+//! data) leaves free; the receiver answers with a `Fin` for that id once
+//! it has matched the message or queued it as unexpected. Without the
+//! flag those bytes stay zero: the message is byte for byte what it was
+//! before acknowledgements existed.
 //!
 //! Eager data sits in the next slot of the receiver's ring for this sender,
 //! so it needs no address: the mailbox keeps each sender's messages in order.
@@ -31,6 +39,11 @@ pub const NODE_LEN: usize = 12;
 
 const TAGGED: u8 = 0x10;
 const DATA: u8 = 0x20;
+/// An eager message whose sender waits for a `Fin` (its send id is in the
+/// last two bytes).
+const ACK: u8 = 0x40;
+/// Where an acknowledged eager message keeps its send id.
+const ACK_AT: usize = MESSAGE_LEN - 2;
 
 /// Largest inline payload of a message with this tag and CQ data: 22 bytes
 /// without either, else 21 less the significant bytes of both (at least 5).
@@ -90,11 +103,14 @@ pub enum Wire {
         info: MatchInfo,
         payload: InlineBytes,
     },
-    /// A message whose data was put into the next eager slot.
+    /// A message whose data was put into the next eager slot. With `ack`,
+    /// the sender waits for a `Fin { send_id: ack }` once the message is
+    /// matched or queued as unexpected.
     Eager {
         info: MatchInfo,
         len: u32,
         credits: u8,
+        ack: Option<u16>,
     },
     /// Request to send a large message.
     Rts {
@@ -237,9 +253,20 @@ impl Wire {
                 }
                 w.put(payload);
             }
-            Wire::Eager { info, len, credits } => {
+            Wire::Eager {
+                info,
+                len,
+                credits,
+                ack,
+            } => {
                 w = Writer::new(op::EAGER, Some(info));
                 w.put(&[*credits]).put(&len.to_le_bytes()).info(info);
+                if let Some(send_id) = ack {
+                    // The longest layout ends at byte 22 (see the module doc).
+                    debug_assert!(w.at <= ACK_AT);
+                    w.buf[0] |= ACK;
+                    w.buf[ACK_AT..].copy_from_slice(&send_id.to_le_bytes());
+                }
             }
             Wire::Rts {
                 info,
@@ -336,6 +363,8 @@ impl Wire {
                     info: r.info(flags),
                     len,
                     credits,
+                    ack: (flags & ACK != 0)
+                        .then(|| u16::from_le_bytes([buf[ACK_AT], buf[ACK_AT + 1]])),
                 }
             }
             op::RTS => {
@@ -443,11 +472,14 @@ mod tests {
                     payload: InlineBytes::new(&(0..len as u8).collect::<Vec<_>>()),
                 });
             }
-            all.push(Wire::Eager {
-                info,
-                len: 16384,
-                credits: 3,
-            });
+            for ack in [None, Some(0), Some(0xbeef)] {
+                all.push(Wire::Eager {
+                    info,
+                    len: 16384,
+                    credits: 3,
+                    ack,
+                });
+            }
             all.push(Wire::Rts {
                 info,
                 send_id: 77,
@@ -489,6 +521,58 @@ mod tests {
         let mut expected = [0u8; MESSAGE_LEN];
         expected[..10].copy_from_slice(&[6, 0, 3, 0, 4, 0, 0, 0, 5, 0]);
         assert_eq!(done.encode(), expected);
+    }
+
+    /// An eager message that asks for no acknowledgement is byte for byte
+    /// what it was before acknowledgements existed; one that asks differs
+    /// only in the flag and its last two bytes.
+    #[test]
+    fn eager_acknowledgement_keeps_the_plain_bytes() {
+        let info = MatchInfo {
+            tag: Some(0x0102_0304_0506_0708),
+            data: Some(0x1112_1314_1516_1718),
+        };
+        let plain = Wire::Eager {
+            info,
+            len: 0x0a0b,
+            credits: 2,
+            ack: None,
+        };
+        let mut expected = [0u8; MESSAGE_LEN];
+        expected[..22].copy_from_slice(&[
+            3 | 0x10 | 0x20,
+            2,
+            0x0b,
+            0x0a,
+            0,
+            0,
+            8,
+            7,
+            6,
+            5,
+            4,
+            3,
+            2,
+            1,
+            0x18,
+            0x17,
+            0x16,
+            0x15,
+            0x14,
+            0x13,
+            0x12,
+            0x11,
+        ]);
+        assert_eq!(plain.encode(), expected);
+        let acked = Wire::Eager {
+            info,
+            len: 0x0a0b,
+            credits: 2,
+            ack: Some(0x0c0d),
+        };
+        expected[0] |= 0x40;
+        expected[22..].copy_from_slice(&[0x0d, 0x0c]);
+        assert_eq!(acked.encode(), expected);
     }
 
     #[test]

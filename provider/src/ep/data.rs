@@ -47,8 +47,10 @@ pub static TAGGED_OPS: ffi::fi_ops_tagged = ffi::fi_ops_tagged {
     injectdata: Some(tagged_injectdata),
 };
 
-/// Flags a send or receive may carry that we accept (and mostly ignore:
-/// completion levels are met by construction).
+/// Flags a send or receive may carry that we accept. `FI_DELIVERY_COMPLETE`
+/// makes an inline or eager send wait for the target's acknowledgement
+/// (`SendReq::delivery_complete`); the other levels are met by
+/// construction.
 const SEND_FLAGS: u64 = ffi::FI_COMPLETION
     | ffi::FI_INJECT
     | ffi::FI_INJECT_COMPLETE
@@ -231,6 +233,7 @@ fn post_send(ep: &EpInner, op: &str, iov: IovList, req: &Request) -> isize {
         completion,
         inject: req.inject,
         copy: flags & ffi::FI_INJECT != 0,
+        delivery_complete: flags & ffi::FI_DELIVERY_COMPLETE != 0,
     };
     let mut core = ep.core.lock();
     // SAFETY: libfabric's contract: the buffers stay valid until the send

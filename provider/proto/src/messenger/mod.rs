@@ -80,6 +80,20 @@ pub struct SendReq<A> {
     /// `FI_INJECT`: the buffers may be reused once the call returns, so the
     /// data is copied within it (an inject implies it).
     pub copy: bool,
+    /// `FI_MATCH_COMPLETE` or `FI_DELIVERY_COMPLETE`: the send completes
+    /// only once the target has matched the message to a receive (its data
+    /// in the receive buffer) or queued it as unexpected (its data copied
+    /// into the target's memory). The target does both in one step, so
+    /// one condition serves both levels. Ignored for an inject, which has
+    /// no completion.
+    ///
+    /// Without it a send completes at `FI_TRANSMIT_COMPLETE`: an inline or
+    /// eager one when its message is in the target's mailbox (and its data
+    /// in the target's eager ring), which for a reliable endpoint is
+    /// transmit complete (and inject complete: the buffer is free). A
+    /// rendezvous send always completes on the target's `Fin`, sent once
+    /// the data is in the matched receive buffer: every level.
+    pub delivery_complete: bool,
 }
 
 /// The protocol state of one endpoint; see the [module docs](self). Each

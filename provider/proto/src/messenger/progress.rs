@@ -156,9 +156,14 @@ where
                 let bytes = payload.as_slice();
                 self.deliver(src, info, bytes.len(), bytes.as_ptr());
             }
-            Wire::Eager { info, len, credits } => {
+            Wire::Eager {
+                info,
+                len,
+                credits,
+                ack,
+            } => {
                 self.add_credits(peer, credits);
-                self.on_eager(peer, src, info, len);
+                self.on_eager(peer, src, info, len, ack);
             }
             Wire::Rts {
                 info,

@@ -11,7 +11,7 @@ use unimem_dma::DmaEngine;
 use unimem_mailbox::Mailbox;
 
 use super::super::{Messenger, PeerIdx};
-use crate::wire::MatchInfo;
+use crate::wire::{MatchInfo, Wire};
 use crate::WireNode;
 
 impl<M, D> Messenger<M, D>
@@ -22,7 +22,18 @@ where
     D::Node: WireNode,
 {
     /// An eager message from `peer`: its `len` bytes are in the next slot.
-    pub(crate) fn on_eager(&mut self, peer: PeerIdx, src: M::Addr, info: MatchInfo, len: u32) {
+    /// With `ack`, its sender waits for a `Fin` naming that send id: it is
+    /// sent once the message is delivered into a posted receive or copied
+    /// out of the slot as an unexpected message (both within `deliver`),
+    /// which is match and delivery complete.
+    pub(crate) fn on_eager(
+        &mut self,
+        peer: PeerIdx,
+        src: M::Addr,
+        info: MatchInfo,
+        len: u32,
+        ack: Option<u16>,
+    ) {
         let Some(rx) = self.peers[peer].rx.as_mut() else {
             tracing::warn!(%src, "eager message from a peer without our ring; dropped");
             return;
@@ -32,5 +43,8 @@ where
         rx.next = (rx.next + 1) % rx.slots;
         rx.owed += 1;
         self.deliver(src, info, len, slot);
+        if let Some(send_id) = ack {
+            self.queue_control(peer, Wire::Fin { send_id }.encode());
+        }
     }
 }

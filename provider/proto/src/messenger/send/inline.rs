@@ -68,6 +68,7 @@ where
             info: req.info,
             len,
             completion: req.completion && !req.inject,
+            ack: false,
             kind: TxKind::Inline,
         });
         self.peers[peer]

@@ -63,6 +63,9 @@ pub(crate) struct TxOp {
     pub(crate) info: MatchInfo,
     pub(crate) len: usize,
     pub(crate) completion: bool,
+    /// An eager send that completes on the target's `Fin`, not when its
+    /// announcement leaves ([`SendReq::delivery_complete`]).
+    pub(crate) ack: bool,
     pub(crate) kind: TxKind,
 }
 
@@ -110,7 +113,11 @@ where
         if self.peers[peer].dead {
             return Err(PostError::Unreachable);
         }
-        if len <= inline_capacity(&req.info) {
+        // A send waiting for the target's acknowledgement goes eager even
+        // when it would fit inline: an inline message has no room for the
+        // send id the target's `Fin` names.
+        let ack = req.delivery_complete && !req.inject;
+        if len <= inline_capacity(&req.info) && !ack {
             return self.send_inline(peer, &req, len);
         }
         let kind = if len > self.cfg.eager_size {
@@ -129,6 +136,7 @@ where
             info: req.info,
             len,
             completion: req.completion && !req.inject,
+            ack,
             kind,
         });
         self.outstanding_sends += 1;
@@ -198,7 +206,7 @@ where
                 DataItem::Inline { message, op } => (message, Some(op), 0),
                 DataItem::Eager { op } => {
                     let tx = self.tx_ops.get(op).expect("queued op exists");
-                    let (info, len) = (tx.info, tx.len);
+                    let (info, len, ack) = (tx.info, tx.len, tx.ack);
                     let TxKind::Eager(ref state) = tx.kind else {
                         unreachable!("eager item holds an eager op")
                     };
@@ -210,8 +218,12 @@ where
                         info,
                         len: len as u32,
                         credits,
+                        ack: ack.then_some(op as u16),
                     };
-                    (message.encode(), Some(op), credits)
+                    // Acknowledged: it stays in `tx_ops` (holding nothing:
+                    // its bounce buffer went back when its DMA completed)
+                    // until the target's `Fin`, or fails with the peer.
+                    (message.encode(), (!ack).then_some(op), credits)
                 }
                 DataItem::Rts { op } => {
                     let tx = self.tx_ops.get(op).expect("queued op exists");
