@@ -47,14 +47,31 @@ pub static TAGGED_OPS: ffi::fi_ops_tagged = ffi::fi_ops_tagged {
     injectdata: Some(tagged_injectdata),
 };
 
-/// Flags a send or receive may carry that we accept. `FI_DELIVERY_COMPLETE`
-/// makes an inline or eager send wait for the target's acknowledgement
-/// (`SendReq::delivery_complete`); the other levels are met by
-/// construction.
+/// Flags a send or receive may carry that we accept.
+///
+/// The completion levels of a send (fi_cq(3)), per call or as the
+/// endpoint's tx op_flags (`tx_attr.op_flags` at `fi_endpoint`):
+/// - `FI_INJECT_COMPLETE` (the buffer may be reused) and
+///   `FI_TRANSMIT_COMPLETE` (for a reliable endpoint: the message is at the
+///   target) are what every send gets: an inline or eager send completes
+///   when its message is in the target's mailbox, its data in the target's
+///   eager ring;
+/// - `FI_MATCH_COMPLETE` (matched, or queued as unexpected) and
+///   `FI_DELIVERY_COMPLETE` (the data where the target reads it: the
+///   receive buffer, or the target's memory as an unexpected message) are
+///   one condition here, since the target matches or queues and copies in
+///   one step: an inline or eager send that asks for either goes eager and
+///   completes on the target's acknowledgement
+///   (`SendReq::delivery_complete`). A rendezvous send completes on the
+///   target's FIN, sent once the data is in the matched buffer, which
+///   meets every level anyway.
+/// - `FI_COMMIT_COMPLETE` is about persistent memory, which we do not
+///   have: refused (`-FI_EBADFLAGS`), as fi_getinfo refuses it in hints.
 const SEND_FLAGS: u64 = ffi::FI_COMPLETION
     | ffi::FI_INJECT
     | ffi::FI_INJECT_COMPLETE
     | ffi::FI_TRANSMIT_COMPLETE
+    | ffi::FI_MATCH_COMPLETE
     | ffi::FI_DELIVERY_COMPLETE
     | ffi::FI_REMOTE_CQ_DATA
     | ffi::FI_MSG
@@ -233,7 +250,7 @@ fn post_send(ep: &EpInner, op: &str, iov: IovList, req: &Request) -> isize {
         completion,
         inject: req.inject,
         copy: flags & ffi::FI_INJECT != 0,
-        delivery_complete: flags & ffi::FI_DELIVERY_COMPLETE != 0,
+        delivery_complete: flags & (ffi::FI_MATCH_COMPLETE | ffi::FI_DELIVERY_COMPLETE) != 0,
     };
     let mut core = ep.core.lock();
     // SAFETY: libfabric's contract: the buffers stay valid until the send

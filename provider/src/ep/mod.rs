@@ -175,9 +175,10 @@ pub unsafe fn open(
         }),
     });
     tracing::info!(
-        "endpoint {:p} opened at {}",
+        "endpoint {:p} opened at {}, tx op_flags {:#x}",
         &*obj,
-        obj.inner.core.lock().addr()
+        obj.inner.core.lock().addr(),
+        obj.inner.tx_op_flags
     );
     // SAFETY: ep is non-NULL (checked).
     unsafe { obj.install(ep) };

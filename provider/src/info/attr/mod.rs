@@ -37,7 +37,9 @@
 //!   are accepted; FI_MR_LOCAL is never required. Revisit with FI_RMA.
 //! - op_flags: the supported sets below are accepted in hints and reported
 //!   back as asked; without tx/rx hints we report no default flags (a default
-//!   FI_INJECT would make every larger send fail).
+//!   FI_INJECT would make every larger send fail). Sends take every
+//!   completion level (inject, transmit, match, delivery) but
+//!   FI_COMMIT_COMPLETE, which is about persistent memory: we have none.
 //! - inject_size = eager_size: an inject is an eager send completed at copy
 //!   time (the eager path copies into a dmable bounce buffer anyway).
 //! - max_msg_size 1 GiB (rendezvous is pipelined; fits a 32-bit length).

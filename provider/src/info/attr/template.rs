@@ -25,8 +25,15 @@ pub const RX_CAPS: u64 =
 pub const DOMAIN_CAPS: u64 = FI_LOCAL_COMM | FI_REMOTE_COMM;
 
 /// Operation flags accepted as defaults in hints.
-pub const TX_OP_FLAGS: u64 =
-    FI_COMPLETION | FI_INJECT | FI_INJECT_COMPLETE | FI_TRANSMIT_COMPLETE | FI_DELIVERY_COMPLETE;
+/// Every completion level a send may ask for, each honoured (see
+/// `ep/data.rs`), but `FI_COMMIT_COMPLETE`: it concerns persistent memory,
+/// which we do not have, and is refused.
+pub const TX_OP_FLAGS: u64 = FI_COMPLETION
+    | FI_INJECT
+    | FI_INJECT_COMPLETE
+    | FI_TRANSMIT_COMPLETE
+    | FI_MATCH_COMPLETE
+    | FI_DELIVERY_COMPLETE;
 pub const RX_OP_FLAGS: u64 = FI_COMPLETION | FI_MULTI_RECV;
 
 pub const MSG_ORDER: u64 = FI_ORDER_SAS;

@@ -287,6 +287,21 @@ fn op_flags_and_order() {
     );
     let h = c_hints(|_, tx, _, _, _, _| tx.op_flags = FI_INJECT);
     assert_eq!(check(API, &ours(), &h), Ok(()));
+    // Every completion level but commit (no persistent memory).
+    for level in [
+        FI_INJECT_COMPLETE,
+        FI_TRANSMIT_COMPLETE,
+        FI_MATCH_COMPLETE,
+        FI_DELIVERY_COMPLETE,
+        FI_MATCH_COMPLETE | FI_DELIVERY_COMPLETE,
+    ] {
+        let h = c_hints(|_, tx, _, _, _, _| tx.op_flags = FI_COMPLETION | level);
+        assert_eq!(check(API, &ours(), &h), Ok(()), "{level:#x}");
+        assert_eq!(
+            tailor(API, &ours(), Some(&h)).tx.op_flags,
+            FI_COMPLETION | level
+        );
+    }
     let h = c_hints(|_, tx, _, _, _, _| tx.op_flags = FI_COMMIT_COMPLETE);
     assert_eq!(field_of(check(API, &ours(), &h)), "tx_attr.op_flags");
     let h = c_hints(|_, _, rx, _, _, _| rx.op_flags = FI_MULTI_RECV | FI_COMPLETION);
