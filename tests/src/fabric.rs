@@ -117,6 +117,8 @@ pub struct Hints {
     pub caps: u64,
     pub ep_type: ffi::fi_ep_type,
     pub prov_name: Option<String>,
+    /// `tx_attr.op_flags`: the endpoint's default send flags.
+    pub tx_op_flags: u64,
 }
 
 impl Default for Hints {
@@ -130,6 +132,7 @@ impl Default for Hints {
                 | ffi::FI_MULTI_RECV,
             ep_type: ffi::FI_EP_RDM,
             prov_name: Some("unimem".into()),
+            tx_op_flags: 0,
         }
     }
 }
@@ -151,6 +154,7 @@ impl Info {
             assert!(!h.is_null(), "fi_allocinfo failed");
             (*h).caps = hints.caps;
             (*(*h).ep_attr).type_ = hints.ep_type;
+            (*(*h).tx_attr).op_flags = hints.tx_op_flags;
             if let Some(name) = &hints.prov_name {
                 let c = CString::new(name.as_str()).expect("no NUL in provider names");
                 (*(*h).fabric_attr).prov_name = libc::strdup(c.as_ptr());
@@ -581,6 +585,59 @@ impl Ep {
                 (Some(t), Some(d)) => {
                     self.tagged().senddata.expect("tsenddata")(ep, buf, len, desc, d, dest, t, ctx)
                 }
+            }
+        }
+    }
+
+    /// `fi_sendmsg`, or `fi_tsendmsg` with a tag, of one buffer with
+    /// `flags` (`FI_REMOTE_CQ_DATA` is added with CQ data).
+    ///
+    /// # Safety
+    /// As for [`Ep::send`].
+    pub unsafe fn sendmsg(
+        &self,
+        buf: *const u8,
+        len: usize,
+        dest: u64,
+        m: Match,
+        context: usize,
+        flags: u64,
+    ) -> isize {
+        let iov = ffi::iovec {
+            iov_base: buf as *mut c_void,
+            iov_len: len,
+        };
+        let flags = flags | m.data.map_or(0, |_| ffi::FI_REMOTE_CQ_DATA);
+        let mut desc = null_mut();
+        // SAFETY (both arms): the endpoint is live; the message, its iov and
+        // desc are live locals (the provider copies them); buf is the
+        // caller's business.
+        match m.tag {
+            None => {
+                let msg = ffi::fi_msg {
+                    msg_iov: &iov,
+                    desc: &mut desc,
+                    iov_count: 1,
+                    addr: dest,
+                    context: context as _,
+                    data: m.data.unwrap_or(0),
+                };
+                // SAFETY: see above.
+                unsafe { self.msg().sendmsg.expect("sendmsg")(self.ptr, &msg, flags) }
+            }
+            Some(tag) => {
+                let msg = ffi::fi_msg_tagged {
+                    msg_iov: &iov,
+                    desc: &mut desc,
+                    iov_count: 1,
+                    addr: dest,
+                    tag,
+                    ignore: 0,
+                    context: context as _,
+                    data: m.data.unwrap_or(0),
+                };
+                // SAFETY: see above.
+                unsafe { self.tagged().sendmsg.expect("tsendmsg")(self.ptr, &msg, flags) }
             }
         }
     }

@@ -7,7 +7,9 @@
 //! FI_SOURCE | FI_DIRECTED_RECV | FI_MULTI_RECV`, `FI_EP_RDM`, provider
 //! `unimem`), a fabric, a domain, an `FI_AV_TABLE` AV, a CQ of the tagged
 //! format and an endpoint bound to both, enables it and prints
-//! `addr <fi_getname>`.
+//! `addr <fi_getname>`. `$FABRIC_PEER_TX_OP_FLAGS` (named as for `send`'s
+//! `flags`) asks for those `tx_attr.op_flags`, the endpoint's default send
+//! flags.
 //!
 //! Then it runs one command per input line. A command answers with data
 //! lines (completions, as `unimem_tests::cluster::Completion`), then
@@ -19,7 +21,7 @@
 //! | command | does |
 //! |---|---|
 //! | `insert <addr>` | `fi_av_insert`; `ok <fi_addr>` |
-//! | `send <dest> <len> <seed> <ctx> [tag=T] [data=D]` | posts `len` bytes of pattern `seed` (`fi_send`/`fi_senddata`/`fi_tsend`/`fi_tsenddata`), retrying `-FI_EAGAIN` while progressing |
+//! | `send <dest> <len> <seed> <ctx> [tag=T] [data=D] [flags=a\|b]` | posts `len` bytes of pattern `seed` (`fi_send`/`fi_senddata`/`fi_tsend`/`fi_tsenddata`; with `flags`, `fi_sendmsg`/`fi_tsendmsg` with those: `completion`, `inject`, `inject-complete`, `transmit-complete`, `match-complete`, `delivery-complete`, `commit-complete`), retrying `-FI_EAGAIN` while progressing |
 //! | `recv <src\|any> <len> <ctx> [tag=T [ignore=I]]` | posts a receive (`fi_recv`/`fi_trecv`) into a fresh buffer followed by guard bytes |
 //! | `try-recv <src\|any> <len> <ctx> [tag=T [ignore=I]]` | one raw receive call; `ok <rc>` |
 //! | `multi-recv <src\|any> <len> <ctx>` | `fi_recvmsg(FI_MULTI_RECV)` |
@@ -28,10 +30,11 @@
 //! | `progress` | reads the CQ a few times |
 //! | `wait [sends=N] [recvs=N] [errors=N] [within=ms]` | prints that many queued completions of each kind, waiting for them (at most `ms`, default `$FABRIC_PEER_WAIT`); an error completion nobody waits for fails it |
 //! | `quiet <ms>` | progresses for `ms`; fails if anything completes |
+//! | `pending` | `ok sends=S recvs=R errors=E`: completions queued and not yet taken by `wait` |
 //! | `inject <dest> <len> <seed> [tag=T] [data=D]` | injects `len` bytes of pattern `seed`, retrying `-FI_EAGAIN` while progressing |
-//! | `try-send <dest> <len> [buf=N] [seed=S] [ctx=C] [tag=T] [data=D] [inject]` | one raw send or inject call (no retry, no progress), from a buffer of `N` bytes (default `len`) of pattern `S` (default 7), freed right after an inject; `ok <rc>` |
+//! | `try-send <dest> <len> [buf=N] [seed=S] [ctx=C] [tag=T] [data=D] [inject\|flags=a\|b]` | one raw send or inject call (no retry, no progress), from a buffer of `N` bytes (default `len`) of pattern `S` (default 7), freed right after an inject; with `flags`, `fi_sendmsg`/`fi_tsendmsg` as for `send`; `ok <rc>` |
 //! | `limits` | `ok inject=<inject_size> max=<max_msg_size>` of the endpoint's `fi_info` |
-//! | `getinfo [caps=a\|b] [ep=msg\|rdm\|dgram]` | `fi_getinfo` with those hints; `ok <rc>` |
+//! | `getinfo [caps=a\|b] [ep=msg\|rdm\|dgram] [tx-flags=a\|b]` | `fi_getinfo` with those hints (`tx-flags`: `tx_attr.op_flags`, named as for `send`); `ok <rc>` |
 //! | `close-domain` | `fi_close` on the domain, which is still in use; `ok <rc>` |
 //! | `disabled-ep` | opens a second endpoint, posts on it before binding and bound but not enabled, closes it; `ok send=.. recv=.. ...` |
 //! | `traffic rank=R [to=a,b] [from=N] count=C lens=l,m [tagged] [window=W] [within=ms]` | sends `C` stamped messages to each `to` (retrying `-FI_EAGAIN` while progressing) while receiving `C` from each of `N` senders, checking contents and per-sender order; `ok sent=.. received=.. eagain=..` |
@@ -85,7 +88,11 @@ impl Objects {
     fn open(api: &'static Api) -> Result<Objects, String> {
         let step =
             |what: &str, code: i32| format!("{what}: {code} ({})", api.strerror(code as isize));
-        let info = Info::get(api, &Hints::default()).map_err(|c| step("fi_getinfo", c))?;
+        let hints = Hints {
+            tx_op_flags: send_flags(&std::env::var("FABRIC_PEER_TX_OP_FLAGS").unwrap_or_default())?,
+            ..Hints::default()
+        };
+        let info = Info::get(api, &hints).map_err(|c| step("fi_getinfo", c))?;
         if info.prov_name() != "unimem" {
             return Err(format!("fi_getinfo gave provider {}", info.prov_name()));
         }
@@ -375,6 +382,11 @@ impl Peer {
     fn send(&mut self, a: &Args) -> CmdResult {
         let (dest, len, seed, ctx) = (a.num(0)?, a.num(1)? as usize, a.num(2)?, a.num(3)?);
         let m = a.matching()?;
+        let flags = a
+            .opts
+            .get("flags")
+            .map(|names| send_flags(names))
+            .transpose()?;
         let buf = payload::pattern(seed, len);
         let ptr = buf.as_ptr();
         // The heap block does not move with the Vec: it stays valid while
@@ -382,7 +394,10 @@ impl Peer {
         self.send_bufs.keep(ctx, buf);
         // SAFETY: `len` bytes at ptr, kept in send_bufs until completion.
         let posted = self.retry("send", |ep| unsafe {
-            ep.send(ptr, len, dest, m, ctx as usize)
+            match flags {
+                Some(flags) => ep.sendmsg(ptr, len, dest, m, ctx as usize, flags),
+                None => ep.send(ptr, len, dest, m, ctx as usize),
+            }
         });
         if posted.is_err() {
             self.send_bufs.done(ctx);
@@ -454,14 +469,22 @@ impl Peer {
         let seed = a.opt("seed")?.unwrap_or(7);
         let buf = payload::pattern(seed, buf_len);
         let inject = a.flag("inject");
+        let flags = a
+            .opts
+            .get("flags")
+            .map(|names| send_flags(names))
+            .transpose()?;
         // SAFETY: when len > buf_len the provider must refuse the call
         // without reading (that is what is being checked); otherwise buf
         // holds len bytes, kept until the completion below.
         let code = unsafe {
-            if inject {
-                self.obj.ep.inject(buf.as_ptr(), len, dest, m)
-            } else {
-                self.obj.ep.send(buf.as_ptr(), len, dest, m, ctx as usize)
+            match flags {
+                _ if inject => self.obj.ep.inject(buf.as_ptr(), len, dest, m),
+                Some(flags) => self
+                    .obj
+                    .ep
+                    .sendmsg(buf.as_ptr(), len, dest, m, ctx as usize, flags),
+                None => self.obj.ep.send(buf.as_ptr(), len, dest, m, ctx as usize),
             }
         };
         if code == 0 && !inject {
@@ -536,6 +559,9 @@ impl Peer {
         let mut hints = Hints::default();
         if let Some(caps) = a.opts.get("caps") {
             hints.caps = caps.split('|').map(cap_bit).sum::<Result<u64, _>>()?;
+        }
+        if let Some(flags) = a.opts.get("tx-flags") {
+            hints.tx_op_flags = send_flags(flags)?;
         }
         if let Some(ep) = a.opts.get("ep") {
             hints.ep_type = match *ep {
@@ -621,6 +647,30 @@ impl Peer {
         }
         spec.run(self)
     }
+}
+
+/// Send flags named `a|b` (`send`'s `flags=`, `getinfo`'s `tx-flags=`,
+/// `$FABRIC_PEER_TX_OP_FLAGS`); empty: none.
+fn send_flags(names: &str) -> Result<u64, String> {
+    names
+        .split('|')
+        .filter(|name| !name.is_empty())
+        .map(send_flag)
+        .sum()
+}
+
+/// One flag of [`send_flags`].
+fn send_flag(name: &str) -> Result<u64, String> {
+    Ok(match name {
+        "completion" => ffi::FI_COMPLETION,
+        "inject" => ffi::FI_INJECT,
+        "inject-complete" => ffi::FI_INJECT_COMPLETE,
+        "transmit-complete" => ffi::FI_TRANSMIT_COMPLETE,
+        "match-complete" => ffi::FI_MATCH_COMPLETE,
+        "delivery-complete" => ffi::FI_DELIVERY_COMPLETE,
+        "commit-complete" => ffi::FI_COMMIT_COMPLETE,
+        other => return Err(format!("unknown send flag {other}")),
+    })
 }
 
 fn cap_bit(name: &str) -> Result<u64, String> {
@@ -896,6 +946,12 @@ impl Peer {
             }
             "wait" => self.wait(&a),
             "quiet" => self.quiet(&a),
+            "pending" => Ok(format!(
+                "sends={} recvs={} errors={}",
+                self.sends.len(),
+                self.recvs.len(),
+                self.errors.len()
+            )),
             "try-send" => self.try_send(&a),
             "limits" => Ok(format!(
                 "inject={} max={}",
