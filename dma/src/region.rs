@@ -122,6 +122,15 @@ pub struct DmaRegion {
 
 static PROCESS_REGION: Mutex<Weak<DmaRegion>> = Mutex::new(Weak::new());
 
+impl Drop for DmaRegion {
+    /// Segments go first, the directory (a field, dropped after this) last:
+    /// once a new region of this process could create its directory, the
+    /// old one's segment names are free too (see `for_process`).
+    fn drop(&mut self) {
+        self.segments.get_mut().list.clear();
+    }
+}
+
 impl DmaRegion {
     /// The region of this process, created on first use. A process is one
     /// node and has one region: later calls share it whatever their config
@@ -137,7 +146,24 @@ impl DmaRegion {
                 return Ok(region);
             }
         }
-        let region = Arc::new(DmaRegion::create(config)?);
+        // The process's previous region may still be dropping in another
+        // thread (its last reference went, its objects are not unlinked
+        // yet): the same node's names are then still taken for a moment.
+        let previous_dropping = !Weak::ptr_eq(&current, &Weak::new());
+        let mut tries = 0;
+        let region = loop {
+            match DmaRegion::create(config) {
+                Err(DmaError::Io(e))
+                    if e.kind() == std::io::ErrorKind::AlreadyExists
+                        && previous_dropping
+                        && tries < 100_000 =>
+                {
+                    tries += 1;
+                    std::thread::yield_now();
+                }
+                created => break Arc::new(created?),
+            }
+        };
         *current = Arc::downgrade(&region);
         Ok(region)
     }
