@@ -149,9 +149,23 @@ where
                 self.discard(message);
             }
         }
+        self.report_without_data(probe.context, true, tagged, src, info, len);
+    }
+
+    /// The completion of a receive that moved no data (a peek's answer, a
+    /// discarded message): what it found, with no buffer.
+    fn report_without_data(
+        &mut self,
+        context: usize,
+        completion: bool,
+        tagged: bool,
+        src: M::Addr,
+        info: MatchInfo,
+        len: usize,
+    ) {
         self.events.push_back(Event::Recv(RecvDone {
-            context: probe.context,
-            completion: true,
+            context,
+            completion,
             tagged,
             buf: 0,
             len,
@@ -175,18 +189,7 @@ where
         if discard {
             let (src, info, len) = (message.src, message.info, message.len);
             self.discard(message);
-            self.events.push_back(Event::Recv(RecvDone {
-                context: recv.context,
-                completion: recv.completion,
-                tagged,
-                buf: 0,
-                len,
-                tag: info.tag.unwrap_or(0),
-                data: info.data,
-                src,
-                multi_released: false,
-                multi: false,
-            }));
+            self.report_without_data(recv.context, recv.completion, tagged, src, info, len);
             return true;
         }
         let placement = Placement {
