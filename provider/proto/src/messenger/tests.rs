@@ -71,6 +71,21 @@ fn pattern(len: usize, seed: u8) -> Vec<u8> {
         .collect()
 }
 
+/// A send of `len` bytes at `data` to `dest`: untagged, context 0, with a
+/// completion, neither injected nor copied; tests override what they try.
+fn send_req(dest: MailboxAddr, data: *const u8, len: usize) -> SendReq<MailboxAddr> {
+    SendReq {
+        dest,
+        iov: IovList::One((data as usize, len)),
+        info: MatchInfo::default(),
+        context: 0,
+        completion: true,
+        inject: false,
+        copy: false,
+        delivery_complete: false,
+    }
+}
+
 fn send(
     ep: &mut Shm,
     dest: MailboxAddr,
@@ -79,14 +94,9 @@ fn send(
     context: usize,
 ) -> Result<(), PostError> {
     let req = SendReq {
-        dest,
-        iov: IovList::One((data.as_ptr() as usize, data.len())),
         info: MatchInfo { tag, data: None },
         context,
-        completion: true,
-        inject: false,
-        copy: false,
-        delivery_complete: false,
+        ..send_req(dest, data.as_ptr(), data.len())
     };
     // SAFETY: the tests keep `data` alive until the send completes.
     unsafe { ep.send(req) }
@@ -96,14 +106,8 @@ fn send(
 /// -FI_EAGAIN and progressing both, as an application would.
 fn inject(a: &mut Shm, b: &mut Shm, data: &[u8]) {
     let req = SendReq {
-        dest: b.addr(),
-        iov: IovList::One((data.as_ptr() as usize, data.len())),
-        info: MatchInfo::default(),
-        context: 0,
-        completion: true,
         inject: true,
-        copy: false,
-        delivery_complete: false,
+        ..send_req(b.addr(), data.as_ptr(), data.len())
     };
     let deadline = Instant::now() + HANG_GUARD;
     loop {
@@ -317,14 +321,10 @@ fn try_copied(
     inject: bool,
 ) -> Result<(), PostError> {
     let req = SendReq {
-        dest,
-        iov: IovList::One((data.as_ptr() as usize, data.len())),
-        info: MatchInfo::default(),
         context,
-        completion: true,
         inject,
         copy: !inject,
-        delivery_complete: false,
+        ..send_req(dest, data.as_ptr(), data.len())
     };
     // SAFETY: data is live during the call, which copies it.
     unsafe { a.send(req) }
@@ -640,14 +640,8 @@ fn rendezvous_straight_into_dmable_receive_buffers() {
     };
     post(&mut b, false, spec);
     let req = SendReq {
-        dest: b.addr(),
-        iov: IovList::One((source.as_ptr() as usize, len)),
-        info: MatchInfo::default(),
         context: 2,
-        completion: true,
-        inject: false,
-        copy: false,
-        delivery_complete: false,
+        ..send_req(b.addr(), source.as_ptr(), len)
     };
     // SAFETY: `source` outlives the send.
     unsafe { a.send(req) }.unwrap();
@@ -690,14 +684,8 @@ fn inject_counts_without_a_completion_and_rejects_large() {
     inject(&mut a, &mut b, &data);
     let big = pattern(EAGER + 1, 1);
     let req_big = SendReq {
-        dest: b.addr(),
-        iov: IovList::One((big.as_ptr() as usize, big.len())),
-        info: MatchInfo::default(),
-        context: 0,
-        completion: true,
         inject: true,
-        copy: false,
-        delivery_complete: false,
+        ..send_req(b.addr(), big.as_ptr(), big.len())
     };
     // SAFETY: as above.
     assert_eq!(unsafe { a.send(req_big) }, Err(PostError::TooLong));
@@ -865,14 +853,8 @@ fn eager_messages_go_by_rendezvous_to_a_receiver_without_a_ring() {
     // An inject of eager size too: its copy carries the rendezvous.
     let data = pattern(EAGER, 7);
     let req = SendReq {
-        dest: b.addr(),
-        iov: IovList::One((data.as_ptr() as usize, data.len())),
-        info: MatchInfo::default(),
-        context: 0,
-        completion: true,
         inject: true,
-        copy: false,
-        delivery_complete: false,
+        ..send_req(b.addr(), data.as_ptr(), data.len())
     };
     // SAFETY: data is live during the call; inject copies it.
     unsafe { a.send(req) }.unwrap();
@@ -921,14 +903,8 @@ fn injects_leave_within_the_call_even_with_modeled_dma() {
     for (i, &len) in lens.iter().enumerate() {
         let data = pattern(len, 20 + i as u8);
         let req = SendReq {
-            dest: b.addr(),
-            iov: IovList::One((data.as_ptr() as usize, len)),
-            info: MatchInfo::default(),
-            context: 0,
-            completion: true,
             inject: true,
-            copy: false,
-            delivery_complete: false,
+            ..send_req(b.addr(), data.as_ptr(), len)
         };
         // SAFETY: data is live during the call; inject copies it.
         unsafe { a.send(req) }.unwrap();
@@ -1047,14 +1023,9 @@ fn tag_and_data_arrive_intact_around_the_inline_limit() {
             recv_spec(&mut buf, 200 + i, None, info.tag.unwrap(), 0),
         );
         let req = SendReq {
-            dest: b.addr(),
-            iov: IovList::One((data.as_ptr() as usize, data.len())),
             info,
             context: i,
-            completion: true,
-            inject: false,
-            copy: false,
-            delivery_complete: false,
+            ..send_req(b.addr(), data.as_ptr(), data.len())
         };
         // SAFETY: `data` outlives the send, which completes below.
         unsafe { a.send(req) }.unwrap();
@@ -1153,17 +1124,13 @@ fn send_delivered(
     context: usize,
 ) -> Result<(), PostError> {
     let req = SendReq {
-        dest,
-        iov: IovList::One((data.as_ptr() as usize, data.len())),
         info: MatchInfo {
             tag: Some(tag),
             data: None,
         },
         context,
-        completion: true,
-        inject: false,
-        copy: false,
         delivery_complete: true,
+        ..send_req(dest, data.as_ptr(), data.len())
     };
     // SAFETY: the tests keep `data` alive until the send completes.
     unsafe { ep.send(req) }
@@ -1280,14 +1247,10 @@ fn delivery_complete_sends_return_credits_and_bounce_buffers() {
     let messages: Vec<Vec<u8>> = (0..count).map(|i| pattern(30 + i * 20, i as u8)).collect();
     for (i, m) in messages.iter().enumerate() {
         let req = SendReq {
-            dest: b.addr(),
-            iov: IovList::One((m.as_ptr() as usize, m.len())),
-            info: MatchInfo::default(),
             context: i,
-            completion: true,
-            inject: false,
             copy: i % 2 == 0,
             delivery_complete: true,
+            ..send_req(b.addr(), m.as_ptr(), m.len())
         };
         // SAFETY: the messages outlive the sends.
         unsafe { a.send(req) }.unwrap();
