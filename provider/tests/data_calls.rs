@@ -115,19 +115,17 @@ fn iov_mut(buf: &mut [u8]) -> ffi::iovec {
 }
 
 fn scenario() {
+    let core = common::open_core_privately();
     let common::Core {
         getinfo,
-        dupinfo,
         freeinfo,
         fabric,
         version,
-    } = common::open_core_privately();
+        ..
+    } = core;
     // SAFETY: libfabric API used as documented; every pointer is from libfabric or a live local.
     unsafe {
-        let hints = dupinfo(null());
-        (*(*hints).fabric_attr).prov_name = libc::strdup(c"unimem".as_ptr());
-        (*(*hints).ep_attr).type_ = ffi::FI_EP_RDM;
-        (*hints).caps = ffi::FI_MSG | ffi::FI_TAGGED | ffi::FI_MULTI_RECV;
+        let hints = core.unimem_rdm_hints(ffi::FI_MSG | ffi::FI_TAGGED | ffi::FI_MULTI_RECV);
         let mut info: *mut ffi::fi_info = null_mut();
         assert_eq!(getinfo(version(), null(), null(), 0, hints, &mut info), 0);
         assert_eq!((*(*info).tx_attr).inject_size, INJECT_SIZE);

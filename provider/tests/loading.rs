@@ -440,20 +440,18 @@ fn objects_through_a_private_core() {
 }
 
 fn private_core_scenario(_dir: &Path) {
+    let core = common::open_core_privately();
     let common::Core {
         getinfo,
         dupinfo,
         freeinfo,
         fabric,
         version,
-    } = common::open_core_privately();
+    } = core;
     // SAFETY: libfabric API used as documented; every pointer is from libfabric or a live local.
     unsafe {
-        let hints = dupinfo(std::ptr::null()); // fi_allocinfo()
-        (*(*hints).fabric_attr).prov_name = libc::strdup(c"unimem".as_ptr());
+        let hints = core.unimem_rdm_hints(ffi::FI_MSG | ffi::FI_MULTI_RECV);
         (*(*hints).domain_attr).threading = ffi::FI_THREAD_DOMAIN;
-        (*(*hints).ep_attr).type_ = ffi::FI_EP_RDM;
-        (*hints).caps = ffi::FI_MSG | ffi::FI_MULTI_RECV;
         let mut info: *mut ffi::fi_info = std::ptr::null_mut();
         let rc = getinfo(
             version(),

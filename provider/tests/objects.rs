@@ -78,18 +78,17 @@ fn timed<T>(f: impl FnOnce() -> T) -> (T, Duration) {
 }
 
 fn scenario() {
+    let core = common::open_core_privately();
     let common::Core {
         getinfo,
-        dupinfo,
         freeinfo,
         fabric,
         version,
-    } = common::open_core_privately();
+        ..
+    } = core;
     // SAFETY: libfabric API used as documented; every pointer is from libfabric or a live local.
     unsafe {
-        let hints = dupinfo(null()); // fi_allocinfo()
-        (*(*hints).fabric_attr).prov_name = libc::strdup(c"unimem".as_ptr());
-        (*(*hints).ep_attr).type_ = ffi::FI_EP_RDM;
+        let hints = core.unimem_rdm_hints(0);
         let mut info: *mut ffi::fi_info = null_mut();
         assert_eq!(getinfo(version(), null(), null(), 0, hints, &mut info), 0);
         let mut fab: *mut ffi::fid_fabric = null_mut();

@@ -86,6 +86,24 @@ pub struct Core {
     pub version: VersionFn,
 }
 
+impl Core {
+    /// Hints for unimem RDM endpoints with `caps` (`fi_allocinfo`, then
+    /// the provider name, endpoint type and caps): free with `freeinfo`.
+    pub fn unimem_rdm_hints(&self, caps: u64) -> *mut ffi::fi_info {
+        // SAFETY: fi_dupinfo(NULL) allocates a complete, zeroed fi_info
+        // whose attribute structs are allocated too; the name is strdup'ed
+        // because fi_freeinfo frees it.
+        unsafe {
+            let hints = (self.dupinfo)(std::ptr::null());
+            assert!(!hints.is_null(), "fi_allocinfo failed");
+            (*(*hints).fabric_attr).prov_name = libc::strdup(c"unimem".as_ptr());
+            (*(*hints).ep_attr).type_ = ffi::FI_EP_RDM;
+            (*hints).caps = caps;
+            hints
+        }
+    }
+}
+
 /// libfabric.so.1 `dlopen`ed with RTLD_LOCAL (out of the global scope).
 /// Panics where it is not installed: a missing prerequisite fails the test.
 pub fn open_core_privately() -> Core {
