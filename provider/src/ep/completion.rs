@@ -1,6 +1,6 @@
 //! Turning the protocol's finished operations into CQ entries and counter
-//! events, honouring selective completion, and progress on behalf of the
-//! CQs and counters the endpoint is bound to.
+//! events, honouring selective completion, and progress when a CQ or
+//! counter of the endpoint's domain is read.
 
 use std::os::raw::c_void;
 use std::sync::atomic::Ordering;

@@ -1,5 +1,6 @@
-//! The endpoint's state, shared with the CQs and counters whose reads
-//! progress it, and how it is recognised and closed as a libfabric object.
+//! The endpoint's state, held by its domain's progress list (which every
+//! CQ and counter read of the domain runs), and how it is recognised and
+//! closed as a libfabric object.
 
 use std::fmt;
 use std::os::raw::c_int;
@@ -41,8 +42,8 @@ pub(super) struct Bindings {
     pub(super) eq: Option<ParentRef<EqInner>>,
 }
 
-/// What the endpoint's CQs and counters hold of it (to progress it) and
-/// its calls work on.
+/// What the domain's progress list holds of the endpoint (to progress it)
+/// and its calls work on.
 pub struct EpInner {
     /// Its domain: held open while the endpoint is, and the owner of the
     /// progress list the endpoint joins when enabled.
