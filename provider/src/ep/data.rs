@@ -13,6 +13,7 @@ use std::ptr;
 use super::inner::{Ep, EpInner};
 use crate::base::ffi::{self, ret};
 use crate::base::guard::ffi_guard_or;
+use unimem_proto::iov::total_len;
 use unimem_proto::matching::{Iov, IovList, PostedRecv};
 use unimem_proto::messenger::SendReq;
 use unimem_proto::wire::MatchInfo;
@@ -220,7 +221,7 @@ fn post_send(ep: &EpInner, op: &str, iov: IovList, req: &Request) -> isize {
         tracing::warn!("{op}: unsupported flags {:#x}", flags & !SEND_FLAGS);
         return ret::EBADFLAGS as isize;
     }
-    let len: usize = iov.iter().map(|&(_, len)| len).sum();
+    let len = total_len(&iov);
     if (req.inject || flags & ffi::FI_INJECT != 0) && len > ep.inject_size {
         tracing::warn!(
             "{op}: {len} bytes exceed the inject size {}",
@@ -228,17 +229,11 @@ fn post_send(ep: &EpInner, op: &str, iov: IovList, req: &Request) -> isize {
         );
         return ret::EINVAL as isize;
     }
-    let dest = req.addr;
-    let (dest, completion) = {
-        let Some(dest_addr) = b.av.as_ref().and_then(|av| av.lookup(dest)) else {
-            tracing::warn!("{op}: fi_addr {dest:#x} is not in the endpoint's AV");
-            return ret::EINVAL as isize;
-        };
-        (
-            dest_addr,
-            !b.tx_selective || flags & ffi::FI_COMPLETION != 0,
-        )
+    let Some(dest) = b.av.as_ref().and_then(|av| av.lookup(req.addr)) else {
+        tracing::warn!("{op}: fi_addr {:#x} is not in the endpoint's AV", req.addr);
+        return ret::EINVAL as isize;
     };
+    let completion = !b.tx_selective || flags & ffi::FI_COMPLETION != 0;
     let req = SendReq {
         dest,
         iov,
