@@ -17,6 +17,7 @@ use unimem_mailbox::shm::{SharedObject, SharedRange, HEADER_SIZE};
 use unimem_mailbox::{NodeId, Profile, TimingModel};
 
 use crate::error::DmaError;
+use crate::keys::{self, Exposure};
 use crate::region::{directory, directory_name, segment_name, DmaBuf, DmaRegion};
 use crate::{DmaEngine, DmaId, RegId};
 
@@ -36,6 +37,8 @@ struct Registration {
 /// A peer's directory, kept mapped while we hold registrations there.
 struct RemoteNode {
     directory: SharedObject,
+    /// Its key table, once a key of it was resolved.
+    keys: Option<SharedObject>,
 }
 
 #[derive(Clone, Copy, PartialEq, Eq)]
@@ -105,7 +108,13 @@ impl ShmDmaEngine {
                     DmaError::DeadNode
                 });
             }
-            self.nodes.insert(node, RemoteNode { directory });
+            self.nodes.insert(
+                node,
+                RemoteNode {
+                    directory,
+                    keys: None,
+                },
+            );
         }
         Ok(&self.nodes[&node])
     }
@@ -260,6 +269,20 @@ impl DmaEngine for ShmDmaEngine {
         remote_addr: u64,
     ) -> Result<DmaId, DmaError> {
         self.transfer(Direction::Get, local as usize, len, reg, remote_addr)
+    }
+
+    fn resolve_key(&mut self, node: NodeId, key: u64) -> Result<Exposure, DmaError> {
+        self.remote_node(node)?;
+        let remote = self.nodes.get_mut(&node).expect("found above");
+        // A table the owner dropped (its last key went) and made again
+        // is a new object under the same name: look again.
+        if remote.keys.as_ref().is_some_and(|t| t.header().is_closed()) {
+            remote.keys = None;
+        }
+        if remote.keys.is_none() {
+            remote.keys = Some(keys::open_table(&node)?);
+        }
+        keys::lookup(remote.keys.as_ref().expect("opened above"), key)
     }
 
     fn poll(&mut self) -> Option<DmaId> {

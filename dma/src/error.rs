@@ -23,6 +23,12 @@ pub enum DmaError {
     OutOfMemory,
     /// A parameter is invalid (zero length, conflicting configuration).
     Invalid,
+    /// The node exposes nothing under this key.
+    NoSuchKey,
+    /// The key is already exposed by this node.
+    KeyInUse,
+    /// The key does not grant the access asked for.
+    AccessDenied,
     /// The host refused a resource.
     Io(io::Error),
 }
@@ -38,6 +44,9 @@ impl fmt::Display for DmaError {
             DmaError::DeadNode => f.write_str("remote node is dead"),
             DmaError::OutOfMemory => f.write_str("dmable memory exhausted"),
             DmaError::Invalid => f.write_str("invalid argument"),
+            DmaError::NoSuchKey => f.write_str("no such key"),
+            DmaError::KeyInUse => f.write_str("key already in use"),
+            DmaError::AccessDenied => f.write_str("key does not grant this access"),
             DmaError::Io(e) => write!(f, "DMA resource error: {e}"),
         }
     }

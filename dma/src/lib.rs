@@ -9,6 +9,7 @@
 mod alloc;
 mod engine;
 mod error;
+mod keys;
 mod region;
 
 use std::fmt;
@@ -16,6 +17,7 @@ use std::hash::Hash;
 
 pub use engine::ShmDmaEngine;
 pub use error::DmaError;
+pub use keys::{Access, Exposure, KeyHandle, KeyTable, KEY_SLOTS};
 pub use region::{host_nodes, DmaBuf, DmaRegion, RegionConfig, ALLOC_ALIGN, MAX_SEGMENTS};
 
 /// Handle of a remote registration.
@@ -75,4 +77,10 @@ pub trait DmaEngine: Send {
 
     /// A completed transfer, if any.
     fn poll(&mut self) -> Option<DmaId>;
+
+    /// What `node` exposes under `key` for remote access (its own node
+    /// included), read without any action of the node. The caller checks
+    /// its access against it ([`Exposure::translate`]) before moving a
+    /// byte; a transfer still needs a registration of the range.
+    fn resolve_key(&mut self, node: Self::Node, key: u64) -> Result<Exposure, DmaError>;
 }
