@@ -1,21 +1,36 @@
 //! Memory regions (`fi_mr_reg`, `fi_mr_regv`, `fi_mr_regattr`).
 //!
-//! Registration is local only: without FI_RMA nobody can target a region,
-//! so an MR records its buffers, access and key, and its descriptor lets
-//! the endpoint recognise the region a transfer names ([`from_desc`]).
-//! Nothing is pinned or mapped here; the data path decides what to do
-//! with registered memory.
+//! An MR records its buffers, access and key, and its descriptor lets the
+//! endpoint recognise the region a transfer names ([`from_desc`]). A region
+//! with remote access (`FI_REMOTE_READ`, `FI_REMOTE_WRITE`) is also
+//! *exposed*: its key, range and rights go into the process's key table in
+//! shared memory ([`unimem_dma::KeyTable`]), where an initiator resolves
+//! and checks them before it moves a byte, with no action of ours. The
+//! key is withdrawn when the MR closes. Nothing is pinned: a dmable range
+//! is reached by DMA directly, any other through our progress.
 //!
-//! Keys: with FI_MR_PROV_KEY (or FI_MR_BASIC, API < 1.5) in the domain's
-//! mr_mode we choose a process-unique key; otherwise the application's
-//! `requested_key` is reported as is. Uniqueness is not enforced, since no
-//! remote side ever resolves a key (revisit with FI_RMA, -FI_ENOKEY).
+//! Which `mr_mode` bits, and why: none is required. Keys: the
+//! application's `requested_key` is used as is (any 64-bit value: Open MPI
+//! passes pointers), unique per process (the table is the process's, as a
+//! Unimem node's engine is): a key in use gives -FI_ENOKEY. With
+//! FI_MR_BASIC (API < 1.5) or FI_MR_PROV_KEY in the domain's mr_mode we
+//! choose a process-unique key instead. Addresses: an initiator names the
+//! target's bytes by offset from the start of the region, unless the domain
+//! has FI_MR_VIRT_ADDR (or FI_MR_BASIC), then by virtual address; the
+//! region records which, so the initiator needs no agreement. FI_MR_LOCAL
+//! and FI_MR_ALLOCATED are not needed: any memory can be registered and
+//! local buffers need no descriptor, since the data path looks at the
+//! memory itself (dmable or not). A region of several buffers cannot be
+//! exposed (remote access names one contiguous range): -FI_ENOSYS.
 
 use std::fmt;
 use std::os::raw::{c_int, c_void};
 use std::ptr;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
+
+use unimem_dma::{Access, DmaError, Exposure, KeyHandle, KeyTable};
+use unimem_mailbox::JobId;
 
 use crate::base::ffi::{self, ret};
 use crate::base::fid::{self, FiObject, FidObject, ParentRef};
@@ -47,6 +62,9 @@ pub struct MrInner {
     access: u64,
     offset: u64,
     key: u64,
+    /// The key in the process's key table, for a region with remote
+    /// access; withdrawn when the region closes.
+    _exposed: Option<KeyHandle>,
 }
 
 impl MrInner {
@@ -160,10 +178,22 @@ pub unsafe fn register(
         return ret::EBADFLAGS;
     }
     let mode = domain.info.domain.mr_mode as u64;
-    let key = if mode & (ffi::FI_MR_PROV_KEY | u64::from(ffi::FI_MR_BASIC)) != 0 {
+    let basic = u64::from(ffi::FI_MR_BASIC);
+    let key = if mode & (ffi::FI_MR_PROV_KEY | basic) != 0 {
         NEXT_KEY.fetch_add(1, Ordering::Relaxed)
     } else {
         req.requested_key
+    };
+    let exposed = match expose(
+        domain,
+        &ranges,
+        req.access,
+        key,
+        mode & (ffi::FI_MR_VIRT_ADDR | basic) != 0,
+        op,
+    ) {
+        Ok(exposed) => exposed,
+        Err(code) => return code,
     };
     let obj = Box::new(Mr {
         fid: ffi::fid_mr {
@@ -177,6 +207,7 @@ pub unsafe fn register(
             access: req.access,
             offset: req.offset,
             key,
+            _exposed: exposed,
         }),
     });
     // SAFETY: mr is writable (checked); obj is the live object just made,
@@ -191,6 +222,54 @@ pub unsafe fn register(
         req.access
     );
     ret::SUCCESS
+}
+
+/// Puts `key` in the process's key table if the region has remote access.
+fn expose(
+    domain: &DomainState,
+    ranges: &[(usize, usize)],
+    access: u64,
+    key: u64,
+    virtual_address: bool,
+    op: &str,
+) -> Result<Option<KeyHandle>, c_int> {
+    let mut rights = Access::empty();
+    if access & ffi::FI_REMOTE_READ != 0 {
+        rights = rights.union(Access::REMOTE_READ);
+    }
+    if access & ffi::FI_REMOTE_WRITE != 0 {
+        rights = rights.union(Access::REMOTE_WRITE);
+    }
+    if rights == Access::empty() {
+        return Ok(None);
+    }
+    if virtual_address {
+        rights = rights.union(Access::VIRTUAL_ADDRESS);
+    }
+    let &[(addr, len)] = ranges else {
+        tracing::warn!(
+            "{op}: remote access to a region of {} buffers is not supported",
+            ranges.len()
+        );
+        return Err(ret::ENOSYS);
+    };
+    let exposure = Exposure {
+        addr: addr as u64,
+        len: len as u64,
+        access: rights,
+    };
+    let table = KeyTable::for_process(JobId::from_name(&domain.config().job));
+    match table.and_then(|t| t.expose(key, exposure)) {
+        Ok(handle) => Ok(Some(handle)),
+        Err(DmaError::KeyInUse) => {
+            tracing::warn!("{op}: key {key:#x} is already in use in this process");
+            Err(-(ffi::FI_ENOKEY as c_int))
+        }
+        Err(e) => {
+            tracing::warn!("{op}: cannot expose the region for remote access: {e}");
+            Err(ret::ENOMEM)
+        }
+    }
 }
 
 /// `fi_mr_regattr`: the `fi_mr_attr` fields the application's API version

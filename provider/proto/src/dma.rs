@@ -30,7 +30,7 @@ use std::fmt;
 use std::sync::Arc;
 
 use parking_lot::{Mutex, MutexGuard};
-use unimem_dma::{DmaBuf, DmaEngine, DmaError, DmaId, RegId};
+use unimem_dma::{DmaBuf, DmaEngine, DmaError, DmaId, Exposure, RegId};
 use unimem_regcache::{Config as RegCacheConfig, RegCache, Stats};
 
 /// What a submitter calls one of its transfers; handed back when the
@@ -345,6 +345,11 @@ impl<D: DmaEngine> DmaSession<'_, D> {
             Err(e) => return Err(e),
         };
         Ok((reg, regcache.insert(ticket, node, start, aligned, reg)))
+    }
+
+    /// What `node` exposes under `key` (see [`DmaEngine::resolve_key`]).
+    pub fn resolve_key(&mut self, node: D::Node, key: u64) -> Result<Exposure, DmaError> {
+        self.shared.engine.resolve_key(node, key)
     }
 
     /// Releases registrations [`cached_registration`] handed back.

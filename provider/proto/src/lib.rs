@@ -34,7 +34,7 @@ pub mod pool;
 pub mod wire;
 
 pub use dma::{DmaView, DomainDma};
-pub use messenger::Messenger;
+pub use messenger::{Messenger, RmaReq};
 
 use std::time::Duration;
 
@@ -106,6 +106,33 @@ pub enum Event<A> {
     },
     Recv(RecvDone<A>),
     Error(OpError<A>),
+    /// An RMA operation of ours finished: its data is in place (a write's
+    /// at the target, a read's in our buffer). Reported for every one, so
+    /// that counters count injects too; a CQ entry only with `completion`.
+    Rma {
+        context: usize,
+        kind: RmaKind,
+        completion: bool,
+    },
+    /// An RMA operation of ours failed and moved no byte (or, for a dead
+    /// peer, an unknown part of them). Always reported.
+    RmaError {
+        context: usize,
+        kind: RmaKind,
+        error: ErrorKind,
+    },
+    /// A peer's write with CQ data landed in our memory.
+    RemoteWrite {
+        data: u64,
+        len: usize,
+    },
+}
+
+/// Which one-sided operation.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RmaKind {
+    Write,
+    Read,
 }
 
 /// A completed receive.
@@ -135,6 +162,10 @@ pub enum ErrorKind {
     PeerUnreachable,
     /// `FI_PEEK` found nothing.
     NoMessage,
+    /// The target exposes nothing under the key.
+    BadKey,
+    /// The key does not grant the access, or the range lies outside it.
+    AccessDenied,
 }
 
 /// A failed operation: always reported, whatever selective completion says.

@@ -18,6 +18,11 @@
 //! | FragDone | pad u8, send id u16, fragment u32, recv id u16                  |
 //! | Fin      | pad u8, send id u16                                             |
 //! | Credit   | credits u8                                                      |
+//! | RmaWrite | key u64, address u64, len u32, send id u16                      |
+//! | RmaRead  | key u64, address u64, len u32, recv id u16                      |
+//! | ReadReady| send id u16, recv id u16                                        |
+//! | RmaNack  | id u16, error u8 (flag `READ`: the id is a recv id)             |
+//! | RemoteData | data u64, len u32                                             |
 //!
 //! An eager message that asks to be acknowledged (flag `ACK`, for a send
 //! with `FI_MATCH_COMPLETE` or `FI_DELIVERY_COMPLETE`) carries its send id
@@ -31,6 +36,15 @@
 //! so it needs no address: the mailbox keeps each sender's messages in order.
 //! A rendezvous message moves in *fragments*, one DMA each: a Grant says
 //! where fragment `n` goes, a FragDone that it is there.
+//!
+//! RMA to a target range that is not dmable needs the target's help, and
+//! reuses the rendezvous: an `RmaWrite` stands for a request to send that
+//! the target matches to the range its key names (it grants, the initiator
+//! puts, the target's Fin completes the write); an `RmaRead` makes the
+//! target the sender of that range to the initiator, which names its
+//! transfer (recv id) and learns the target's send id from `ReadReady`.
+//! `RmaNack` refuses either (bad key, range or rights); `RemoteData`
+//! delivers the CQ data of a write with data once the write is done.
 
 use unimem_mailbox::{Message, MESSAGE_LEN};
 
@@ -137,7 +151,60 @@ pub enum Wire {
     Fin { send_id: u16 },
     /// Eager slots handed back.
     Credit { credits: u8 },
+    /// Initiator to target: write `len` bytes at `addr` of `key` (a range
+    /// that is not dmable); the target grants them to `send_id`.
+    RmaWrite {
+        key: u64,
+        addr: u64,
+        len: u32,
+        send_id: u16,
+    },
+    /// Initiator to target: read `len` bytes at `addr` of `key` into the
+    /// initiator's transfer `recv_id`.
+    RmaRead {
+        key: u64,
+        addr: u64,
+        len: u32,
+        recv_id: u16,
+    },
+    /// Target to initiator: the read `recv_id` is served by send `send_id`.
+    ReadReady { send_id: u16, recv_id: u16 },
+    /// Target to initiator: the write `id` (a send id) or read `id` (a recv
+    /// id, with `read`) is refused for `error`.
+    RmaNack {
+        id: u16,
+        read: bool,
+        error: RmaRefusal,
+    },
+    /// Initiator to target: a write with CQ data `data` of `len` bytes is
+    /// complete.
+    RemoteData { data: u64, len: u32 },
 }
+
+/// Why a target refused an RMA operation.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub enum RmaRefusal {
+    /// No such key.
+    NoKey = 1,
+    /// The key does not grant the access, or the range is outside it.
+    Denied = 2,
+    /// The target is out of resources.
+    Busy = 3,
+}
+
+impl RmaRefusal {
+    fn from_u8(value: u8) -> Option<RmaRefusal> {
+        Some(match value {
+            1 => RmaRefusal::NoKey,
+            2 => RmaRefusal::Denied,
+            3 => RmaRefusal::Busy,
+            _ => return None,
+        })
+    }
+}
+
+/// Flag of an `RmaNack` whose id is a recv id.
+const READ: u8 = 0x10;
 
 mod op {
     pub const HELLO: u8 = 1;
@@ -148,6 +215,11 @@ mod op {
     pub const FRAGDONE: u8 = 6;
     pub const FIN: u8 = 7;
     pub const CREDIT: u8 = 8;
+    pub const RMA_WRITE: u8 = 9;
+    pub const RMA_READ: u8 = 10;
+    pub const READ_READY: u8 = 11;
+    pub const RMA_NACK: u8 = 12;
+    pub const REMOTE_DATA: u8 = 13;
 }
 
 /// A cursor writing fields into one message.
@@ -314,6 +386,45 @@ impl Wire {
                 w = Writer::new(op::CREDIT, None);
                 w.put(&[*credits]);
             }
+            Wire::RmaWrite {
+                key,
+                addr,
+                len,
+                send_id,
+            } => {
+                w = Writer::new(op::RMA_WRITE, None);
+                w.put(&key.to_le_bytes())
+                    .put(&addr.to_le_bytes())
+                    .put(&len.to_le_bytes())
+                    .put(&send_id.to_le_bytes());
+            }
+            Wire::RmaRead {
+                key,
+                addr,
+                len,
+                recv_id,
+            } => {
+                w = Writer::new(op::RMA_READ, None);
+                w.put(&key.to_le_bytes())
+                    .put(&addr.to_le_bytes())
+                    .put(&len.to_le_bytes())
+                    .put(&recv_id.to_le_bytes());
+            }
+            Wire::ReadReady { send_id, recv_id } => {
+                w = Writer::new(op::READ_READY, None);
+                w.put(&send_id.to_le_bytes()).put(&recv_id.to_le_bytes());
+            }
+            Wire::RmaNack { id, read, error } => {
+                w = Writer::new(op::RMA_NACK, None);
+                if *read {
+                    w.buf[0] |= READ;
+                }
+                w.put(&id.to_le_bytes()).put(&[*error as u8]);
+            }
+            Wire::RemoteData { data, len } => {
+                w = Writer::new(op::REMOTE_DATA, None);
+                w.put(&data.to_le_bytes()).put(&len.to_le_bytes());
+            }
         }
         w.buf
     }
@@ -401,6 +512,31 @@ impl Wire {
                 Wire::Fin { send_id: r.u16() }
             }
             op::CREDIT => Wire::Credit { credits: r.u8() },
+            op::RMA_WRITE => Wire::RmaWrite {
+                key: r.u64(),
+                addr: r.u64(),
+                len: r.u32(),
+                send_id: r.u16(),
+            },
+            op::RMA_READ => Wire::RmaRead {
+                key: r.u64(),
+                addr: r.u64(),
+                len: r.u32(),
+                recv_id: r.u16(),
+            },
+            op::READ_READY => Wire::ReadReady {
+                send_id: r.u16(),
+                recv_id: r.u16(),
+            },
+            op::RMA_NACK => Wire::RmaNack {
+                id: r.u16(),
+                read: flags & READ != 0,
+                error: RmaRefusal::from_u8(r.u8())?,
+            },
+            op::REMOTE_DATA => Wire::RemoteData {
+                data: r.u64(),
+                len: r.u32(),
+            },
             _ => return None,
         })
     }
@@ -463,6 +599,36 @@ mod tests {
             },
             Wire::Fin { send_id: 42 },
             Wire::Credit { credits: 255 },
+            Wire::RmaWrite {
+                key: u64::MAX,
+                addr: 0x7fff_0000_1234,
+                len: u32::MAX,
+                send_id: 0xffff,
+            },
+            Wire::RmaRead {
+                key: 1,
+                addr: u64::MAX,
+                len: 0,
+                recv_id: 7,
+            },
+            Wire::ReadReady {
+                send_id: 3,
+                recv_id: 0xfffe,
+            },
+            Wire::RmaNack {
+                id: 9,
+                read: true,
+                error: RmaRefusal::Denied,
+            },
+            Wire::RmaNack {
+                id: 9,
+                read: false,
+                error: RmaRefusal::NoKey,
+            },
+            Wire::RemoteData {
+                data: u64::MAX - 1,
+                len: 65536,
+            },
         ];
         for info in infos() {
             let cap = inline_capacity(&info);
@@ -605,5 +771,11 @@ mod tests {
         oversized[0] = op::INLINE | TAGGED;
         oversized[2] = 0x09;
         assert_eq!(Wire::decode(&oversized), None);
+        let mut nack = [0u8; MESSAGE_LEN];
+        nack[0] = op::RMA_NACK;
+        nack[3] = 0;
+        assert_eq!(Wire::decode(&nack), None, "a refusal without a reason");
+        nack[3] = 4;
+        assert_eq!(Wire::decode(&nack), None);
     }
 }

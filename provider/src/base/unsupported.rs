@@ -115,41 +115,6 @@ unsupported! { ENOSYS, "no multicast groups or collectives";
     fi_join(*mut fid_ep, *const c_void, u64, *mut *mut fid_mc, *mut c_void) -> c_int;
 }
 
-// --- endpoint: RMA -------------------------------------------------------------------
-
-unsupported! { ENOSYS, "no FI_RMA (messaging only)";
-    fi_read(*mut fid_ep, *mut c_void, usize, *mut c_void, fi_addr_t, u64, u64, *mut c_void)
-        -> isize;
-    fi_readv(
-        *mut fid_ep, *const iovec, *mut *mut c_void, usize, fi_addr_t, u64, u64, *mut c_void,
-    ) -> isize;
-    fi_readmsg(*mut fid_ep, *const fi_msg_rma, u64) -> isize;
-    fi_write(*mut fid_ep, *const c_void, usize, *mut c_void, fi_addr_t, u64, u64, *mut c_void)
-        -> isize;
-    fi_writev(
-        *mut fid_ep, *const iovec, *mut *mut c_void, usize, fi_addr_t, u64, u64, *mut c_void,
-    ) -> isize;
-    fi_writemsg(*mut fid_ep, *const fi_msg_rma, u64) -> isize;
-    fi_inject_write(*mut fid_ep, *const c_void, usize, fi_addr_t, u64, u64) -> isize;
-    fi_writedata(
-        *mut fid_ep, *const c_void, usize, *mut c_void, u64, fi_addr_t, u64, u64, *mut c_void,
-    ) -> isize;
-    fi_inject_writedata(*mut fid_ep, *const c_void, usize, u64, fi_addr_t, u64, u64) -> isize;
-}
-
-pub static RMA_OPS: fi_ops_rma = fi_ops_rma {
-    size: size_of::<fi_ops_rma>(),
-    read: Some(fi_read),
-    readv: Some(fi_readv),
-    readmsg: Some(fi_readmsg),
-    write: Some(fi_write),
-    writev: Some(fi_writev),
-    writemsg: Some(fi_writemsg),
-    inject: Some(fi_inject_write),
-    writedata: Some(fi_writedata),
-    injectdata: Some(fi_inject_writedata),
-};
-
 // --- endpoint: atomics ---------------------------------------------------------------
 
 unsupported! { ENOSYS, "no FI_ATOMIC";
@@ -295,7 +260,6 @@ mod tests {
                 assert_eq!(fi_setname(null_mut(), null_mut(), 0), ENOSYS);
                 assert_eq!(fi_shutdown(null_mut(), 0), ENOSYS);
                 assert_eq!(fi_rx_size_left(null_mut()), enosys);
-                assert_eq!((RMA_OPS.readmsg.unwrap())(null_mut(), null(), 0), enosys);
                 let valid = ATOMIC_OPS.writevalid.unwrap();
                 assert_eq!(valid(null_mut(), 0, 0, null_mut()), ENOSYS);
                 let barrier = COLLECTIVE_OPS.barrier.unwrap();

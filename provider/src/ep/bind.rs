@@ -70,8 +70,15 @@ impl Bind for EpInner {
                 if flags & ffi::FI_RECV != 0 {
                     b.recv_cntr = Some(ParentRef::new(&cntr));
                 }
-                // RMA counters (FI_READ/FI_WRITE...) never count (no RMA):
-                // the endpoint keeps no reference to them.
+                if flags & ffi::FI_READ != 0 {
+                    b.read_cntr = Some(ParentRef::new(&cntr));
+                }
+                if flags & ffi::FI_WRITE != 0 {
+                    b.write_cntr = Some(ParentRef::new(&cntr));
+                }
+                // FI_REMOTE_READ/FI_REMOTE_WRITE count only with
+                // FI_RMA_EVENT, which we do not offer: the endpoint keeps
+                // no reference to such a counter.
             }
             ffi::FI_CLASS_EQ => {
                 // SAFETY: bfid is a live fid of class EQ.
@@ -105,6 +112,8 @@ impl Control for EpInner {
                     && b.rx_cq.is_none()
                     && b.send_cntr.is_none()
                     && b.recv_cntr.is_none()
+                    && b.read_cntr.is_none()
+                    && b.write_cntr.is_none()
                 {
                     tracing::warn!("fi_enable: no CQ or counter bound to the endpoint");
                     return -(ffi::FI_ENOCQ as c_int);

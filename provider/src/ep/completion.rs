@@ -9,9 +9,11 @@ use unimem_mailbox::MailboxAddr;
 
 use super::inner::{Bindings, Core, EpInner};
 use crate::base::ffi;
+use crate::base::fid::ParentRef;
+use crate::cntr::CntrInner;
 use crate::cq::{Completion, CompletionError};
 use crate::state::progress::Progress;
-use unimem_proto::{ErrorKind, Event};
+use unimem_proto::{ErrorKind, Event, RmaKind};
 
 impl Progress for EpInner {
     fn progress(&self) {
@@ -30,6 +32,25 @@ impl Progress for EpInner {
             let removed = unimem_mailbox::shm::reclaim_dead_objects();
             tracing::info!(removed, "reclaimed the shared objects of dead peers");
         }
+    }
+}
+
+fn error_code(kind: ErrorKind) -> i32 {
+    match kind {
+        ErrorKind::Truncated => ffi::FI_ETRUNC as i32,
+        ErrorKind::Canceled => ffi::FI_ECANCELED,
+        ErrorKind::PeerUnreachable => ffi::FI_EHOSTUNREACH,
+        ErrorKind::NoMessage => ffi::FI_ENOMSG,
+        ErrorKind::BadKey => ffi::FI_EKEYREJECTED,
+        ErrorKind::AccessDenied => ffi::FI_EACCES,
+    }
+}
+
+/// The CQ flags and counter of an RMA operation of ours.
+fn rma_flags(kind: RmaKind, bindings: &Bindings) -> (u64, Option<&ParentRef<CntrInner>>) {
+    match kind {
+        RmaKind::Write => (ffi::FI_RMA | ffi::FI_WRITE, bindings.write_cntr.as_ref()),
+        RmaKind::Read => (ffi::FI_RMA | ffi::FI_READ, bindings.read_cntr.as_ref()),
     }
 }
 
@@ -97,6 +118,56 @@ impl EpInner {
                         cntr.inc();
                     }
                 }
+                Event::Rma {
+                    context,
+                    kind,
+                    completion,
+                } => {
+                    let (flags, cntr) = rma_flags(kind, bindings);
+                    if completion {
+                        if let Some(cq) = &bindings.tx_cq {
+                            cq.write(Completion::new(context as *mut c_void, flags));
+                        }
+                    }
+                    if let Some(cntr) = cntr {
+                        cntr.inc();
+                    }
+                }
+                Event::RmaError {
+                    context,
+                    kind,
+                    error,
+                } => {
+                    let (flags, cntr) = rma_flags(kind, bindings);
+                    if let Some(cq) = &bindings.tx_cq {
+                        let err = error_code(error);
+                        cq.write_error(CompletionError {
+                            completion: Completion::new(context as *mut c_void, flags),
+                            err,
+                            prov_errno: err,
+                            olen: 0,
+                            err_data: Vec::new(),
+                        });
+                    }
+                    if let Some(cntr) = cntr {
+                        cntr.inc_err();
+                    }
+                }
+                Event::RemoteWrite { data, len } => {
+                    // Only a write with CQ data reports at the target
+                    // (no FI_RMA_EVENT): on the receive CQ, no context.
+                    if let Some(cq) = &bindings.rx_cq {
+                        cq.write(Completion {
+                            op_context: std::ptr::null_mut(),
+                            flags: ffi::FI_RMA | ffi::FI_REMOTE_WRITE | ffi::FI_REMOTE_CQ_DATA,
+                            len,
+                            buf: std::ptr::null_mut(),
+                            data,
+                            tag: 0,
+                            src_addr: ffi::FI_ADDR_NOTAVAIL,
+                        });
+                    }
+                }
                 Event::Error(e) => {
                     let (cq, cntr, direction) = if e.send {
                         (&bindings.tx_cq, &bindings.send_cntr, ffi::FI_SEND)
@@ -110,12 +181,7 @@ impl EpInner {
                     if e.data.is_some() {
                         flags |= ffi::FI_REMOTE_CQ_DATA;
                     }
-                    let err = match e.kind {
-                        ErrorKind::Truncated => ffi::FI_ETRUNC as i32,
-                        ErrorKind::Canceled => ffi::FI_ECANCELED,
-                        ErrorKind::PeerUnreachable => ffi::FI_EHOSTUNREACH,
-                        ErrorKind::NoMessage => ffi::FI_ENOMSG,
-                    };
+                    let err = error_code(e.kind);
                     if let Some(cq) = cq {
                         cq.write_error(CompletionError {
                             completion: Completion {

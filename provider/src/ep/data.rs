@@ -87,7 +87,7 @@ const RECV_FLAGS: u64 = ffi::FI_COMPLETION
     | ffi::FI_TAGGED
     | ffi::FI_RECV;
 
-fn map_post_error(e: PostError, op: &str) -> isize {
+pub(super) fn map_post_error(e: PostError, op: &str) -> isize {
     let code = match e {
         PostError::Again => return ret::EAGAIN as isize,
         PostError::TooLong => -(ffi::FI_EMSGSIZE as c_int),
@@ -339,7 +339,7 @@ fn post_recv(ep: &EpInner, op: &str, iov: IovList, req: &Request) -> isize {
 ///
 /// # Safety
 /// `iov` must be NULL (with `count` 0) or point to `count` iovecs.
-unsafe fn iovs(
+pub(super) unsafe fn iovs(
     ep: &EpInner,
     op: &str,
     iov: *const ffi::iovec,

@@ -4,7 +4,7 @@
 
 use std::fmt;
 use std::os::raw::c_int;
-use std::sync::atomic::AtomicUsize;
+use std::sync::atomic::{AtomicBool, AtomicUsize};
 use std::sync::{Arc, OnceLock};
 
 use parking_lot::{Mutex, RwLock};
@@ -39,6 +39,9 @@ pub(super) struct Bindings {
     pub(super) rx_selective: bool,
     pub(super) send_cntr: Option<ParentRef<CntrInner>>,
     pub(super) recv_cntr: Option<ParentRef<CntrInner>>,
+    /// Counters of our RMA reads and writes (`FI_READ`, `FI_WRITE`).
+    pub(super) read_cntr: Option<ParentRef<CntrInner>>,
+    pub(super) write_cntr: Option<ParentRef<CntrInner>>,
     pub(super) eq: Option<ParentRef<EqInner>>,
 }
 
@@ -61,6 +64,9 @@ pub struct EpInner {
     pub(super) active: OnceLock<Bindings>,
     /// Dead peers whose shared objects were already reclaimed.
     pub(super) peers_reclaimed: AtomicUsize,
+    /// An RMA call on an endpoint opened without FI_RMA was refused with a
+    /// warning: later ones are refused quietly.
+    pub(super) warned_no_rma: AtomicBool,
 }
 
 /// `fi_close` below, `fi_ep_bind` and `fi_enable` (bind.rs).

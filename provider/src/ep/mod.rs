@@ -12,6 +12,7 @@
 //! - `bind`: `fi_ep_bind`, `fi_enable`;
 //! - `completion`: protocol events → CQ entries and counters, progress;
 //! - `data`: the data path (`fi_send`, `fi_recv` and their kin);
+//! - `rma`: the RMA data path (`fi_read`, `fi_write` and their kin);
 //! - `options`: `fi_cancel`, `fi_getopt`/`fi_setopt`, `fi_getname`.
 
 mod bind;
@@ -19,9 +20,10 @@ mod completion;
 mod data;
 mod inner;
 mod options;
+mod rma;
 
 use std::os::raw::{c_int, c_void};
-use std::sync::atomic::AtomicUsize;
+use std::sync::atomic::{AtomicBool, AtomicUsize};
 use std::sync::{Arc, OnceLock};
 
 use parking_lot::{Mutex, RwLock};
@@ -152,7 +154,7 @@ pub unsafe fn open(
             ops: fid::ops_ptr(&EP_OPS),
             cm: fid::ops_ptr(&EP_CM_OPS),
             msg: fid::ops_ptr(&data::MSG_OPS),
-            rma: fid::ops_ptr(&unsupported::RMA_OPS),
+            rma: fid::ops_ptr(&rma::RMA_OPS),
             tagged: fid::ops_ptr(&data::TAGGED_OPS),
             atomic: fid::ops_ptr(&unsupported::ATOMIC_OPS),
             collective: fid::ops_ptr(&unsupported::COLLECTIVE_OPS),
@@ -172,6 +174,7 @@ pub unsafe fn open(
             bindings: RwLock::new(Bindings::default()),
             active: OnceLock::new(),
             peers_reclaimed: AtomicUsize::new(0),
+            warned_no_rma: AtomicBool::new(false),
         }),
     });
     tracing::info!(

@@ -678,6 +678,7 @@ fn cap_bit(name: &str) -> Result<u64, String> {
         "msg" => ffi::FI_MSG,
         "tagged" => ffi::FI_TAGGED,
         "rma" => ffi::FI_RMA,
+        "rma-event" => ffi::FI_RMA_EVENT,
         "atomic" => ffi::FI_ATOMIC,
         "source" => ffi::FI_SOURCE,
         "directed" => ffi::FI_DIRECTED_RECV,

@@ -10,11 +10,11 @@ use std::hash::Hash;
 use unimem_dma::DmaEngine;
 use unimem_mailbox::Mailbox;
 
-use super::send::{EagerState, Payload, TxKind};
+use super::send::{EagerState, Payload, TxClass, TxKind};
 use super::Messenger;
 use crate::matching::{MultiDone, Placement, PostedRecv};
-use crate::wire::MatchInfo;
-use crate::{ErrorKind, Event, OpError, RecvDone, WireNode};
+use crate::wire::{MatchInfo, Wire};
+use crate::{ErrorKind, Event, OpError, RecvDone, RmaKind, WireNode};
 
 impl<M, D> Messenger<M, D>
 where
@@ -39,24 +39,55 @@ where
         };
         self.outstanding_sends -= 1;
         self.release_bounce(&tx.kind);
-        // Injects report too (`completion` is false for them): counters
-        // count every send, CQs only those asking for an entry.
-        self.events.push_back(Event::Send {
-            context: tx.context,
-            tagged: tx.info.tag.is_some(),
-            completion: tx.completion,
-        });
+        match tx.class {
+            // Injects report too (`completion` is false for them): counters
+            // count every send, CQs only those asking for an entry.
+            TxClass::Msg => self.events.push_back(Event::Send {
+                context: tx.context,
+                tagged: tx.info.tag.is_some(),
+                completion: tx.completion,
+            }),
+            TxClass::Write { data } => {
+                if let Some(data) = data {
+                    let len = tx.len as u32;
+                    self.queue_control(tx.peer, Wire::RemoteData { data, len }.encode());
+                }
+                self.events.push_back(Event::Rma {
+                    context: tx.context,
+                    kind: RmaKind::Write,
+                    completion: tx.completion,
+                });
+            }
+            TxClass::ReadResponse => {}
+        }
     }
 
+    /// Fails send `op` because its peer is gone.
     pub(crate) fn fail_send(&mut self, op: usize) {
+        self.fail_send_with(op, ErrorKind::PeerUnreachable);
+    }
+
+    pub(crate) fn fail_send_with(&mut self, op: usize, kind: ErrorKind) {
         let Some(tx) = self.tx_ops.remove(op) else {
             return;
         };
         self.release_bounce(&tx.kind);
         self.outstanding_sends -= 1;
+        match tx.class {
+            TxClass::Msg => {}
+            TxClass::Write { .. } => {
+                self.events.push_back(Event::RmaError {
+                    context: tx.context,
+                    kind: RmaKind::Write,
+                    error: kind,
+                });
+                return;
+            }
+            TxClass::ReadResponse => return,
+        }
         self.events.push_back(Event::Error(OpError {
             context: tx.context,
-            kind: ErrorKind::PeerUnreachable,
+            kind,
             send: true,
             tagged: tx.info.tag.is_some(),
             buf: 0,

@@ -41,9 +41,10 @@ where
         let queued: Vec<DataItem> = state.data.drain(..).collect();
         for item in queued {
             match item {
-                DataItem::Inline { op, .. } | DataItem::Eager { op } | DataItem::Rts { op } => {
-                    self.fail_send(op)
-                }
+                DataItem::Inline { op, .. }
+                | DataItem::Eager { op }
+                | DataItem::Rts { op }
+                | DataItem::RmaWrite { op, .. } => self.fail_send(op),
             }
         }
         for op in self.tx_ops.ids_where(|o| o.peer == peer) {
@@ -54,14 +55,9 @@ where
             // Its slot may be reused: it must not keep a place in the queue.
             self.deferred_grants.retain(|&d| d != id);
             self.release_staged(&xfer);
-            self.complete_recv_error(
-                xfer.placement,
-                Some(xfer.src),
-                xfer.info,
-                0,
-                ErrorKind::PeerUnreachable,
-            );
+            self.fail_xfer(xfer, ErrorKind::PeerUnreachable);
         }
+        self.fail_rma_with(peer);
         self.fail_receives_from(peer);
         if let Some(node) = self.peers[peer].node {
             // For every messenger of the domain: the cache is shared.

@@ -29,6 +29,8 @@
 //!   `recv::eager` consumes the eager ring, `recv::rendezvous` grants
 //!   and stages fragments;
 //! - `credits`: eager credits spent, owed and returned;
+//! - `rma`: one-sided writes and reads, by DMA when the target range is
+//!   dmable, else with the target's help (`rma::target`);
 //! - `completion`: events for finished and failed operations;
 //! - `progress`: the progress loop and the dispatch of mailbox messages;
 //! - `ids`: the `Slab` of ids that travel on the wire.
@@ -40,9 +42,11 @@ mod liveness;
 mod peers;
 mod progress;
 mod recv;
+mod rma;
 mod send;
 
 pub use recv::Held;
+pub use rma::RmaReq;
 
 use std::collections::{HashMap, VecDeque};
 use std::hash::Hash;
@@ -59,6 +63,7 @@ use crate::{Event, PostError, ProtoConfig, WireNode};
 use ids::Slab;
 use peers::Peer;
 use recv::rendezvous::RxXfer;
+use rma::RmaOp;
 use send::rendezvous::Grant;
 use send::TxOp;
 use send::Waiter;
@@ -130,6 +135,9 @@ pub struct Messenger<M: Mailbox, D: DmaEngine> {
     rx_xfers: Slab<RxXfer<M::Addr>>,
     rx_staging: BufferPool,
     deferred_grants: VecDeque<usize>,
+    // rma
+    rma_ops: Slab<RmaOp>,
+    rma_pending: VecDeque<usize>,
     // send::rendezvous
     tx_staging: BufferPool,
     deferred_fragments: VecDeque<Grant>,
@@ -195,6 +203,8 @@ where
             matcher: Matcher::new(0),
             tx_ops: Slab::new(),
             rx_xfers: Slab::new(),
+            rma_ops: Slab::new(),
+            rma_pending: VecDeque::new(),
             outstanding_sends: 0,
             bounce_pool,
             tx_staging,
@@ -249,7 +259,7 @@ where
         self.matcher.posted_len()
     }
 
-    /// Whether operations are still in flight (sends, transfers).
+    /// Whether operations are still in flight (sends, RMA, transfers).
     pub fn busy(&self) -> bool {
         self.outstanding_sends > 0 || !self.rx_xfers.is_empty()
     }

@@ -30,6 +30,13 @@ pub(crate) enum DataItem {
     Rts {
         op: usize,
     },
+    /// An RMA write the target must grant: `addr` is the target's own
+    /// address, `key` what it checks it against.
+    RmaWrite {
+        op: usize,
+        key: u64,
+        addr: u64,
+    },
 }
 
 /// The eager ring a peer set aside for us, and our place in it.

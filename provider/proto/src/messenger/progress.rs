@@ -34,6 +34,7 @@ where
             && self.active.is_empty()
             && self.deferred_grants.is_empty()
             && self.deferred_fragments.is_empty()
+            && !self.rma_waiting()
             && !self.mbx.has_message()
         {
             self.check_peers();
@@ -114,6 +115,12 @@ where
                         self.queue_control(peer, done.encode());
                     }
                 }
+                Some(Waiter::Rma {
+                    op,
+                    offset,
+                    len,
+                    staging,
+                }) => self.on_rma_piece_done(op, offset, len, staging),
                 None => tracing::warn!(token, "completion of an unknown DMA"),
             }
         }
@@ -136,6 +143,7 @@ where
                 break;
             }
         }
+        self.retry_rma();
     }
 
     /// Hands one arrived mailbox message to its handler.
@@ -192,6 +200,21 @@ where
             } => self.on_fragment_done(recv_id as usize, fragment),
             Wire::Fin { send_id } => self.complete_send(send_id as usize),
             Wire::Credit { credits } => self.add_credits(peer, credits),
+            Wire::RmaWrite {
+                key,
+                addr,
+                len,
+                send_id,
+            } => self.on_rma_write(peer, src, key, addr, len, send_id),
+            Wire::RmaRead {
+                key,
+                addr,
+                len,
+                recv_id,
+            } => self.on_rma_read(peer, key, addr, len, recv_id),
+            Wire::ReadReady { send_id, recv_id } => self.on_read_ready(peer, send_id, recv_id),
+            Wire::RmaNack { id, read, error } => self.on_rma_nack(peer, id, read, error),
+            Wire::RemoteData { data, len } => self.on_remote_data(data, len),
         }
     }
 }

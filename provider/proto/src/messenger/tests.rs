@@ -11,7 +11,7 @@ use super::*;
 use crate::matching::PostedRecv;
 use crate::test_job;
 use crate::wire::inline_capacity;
-use crate::{ErrorKind, OpError, RecvDone};
+use crate::{ErrorKind, OpError, RecvDone, RmaKind};
 
 type Shm = Messenger<ShmMailbox, ShmDmaEngine>;
 
@@ -1293,4 +1293,334 @@ fn delivery_complete_send_fails_when_the_target_dies() {
         (5, ErrorKind::PeerUnreachable, true)
     );
     assert!(!a.busy());
+}
+
+// --- RMA ---------------------------------------------------------------------
+
+use unimem_dma::{Access, Exposure, KeyHandle, KeyTable};
+
+/// Exposes `[addr, addr + len)` of this process under `key`.
+fn expose(key: u64, addr: usize, len: usize, access: Access) -> KeyHandle {
+    KeyTable::for_process(test_job())
+        .unwrap()
+        .expose(
+            key,
+            Exposure {
+                addr: addr as u64,
+                len: len as u64,
+                access,
+            },
+        )
+        .unwrap()
+}
+
+/// Keys unique in the process: the table is shared by parallel tests.
+fn fresh_key() -> u64 {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static NEXT: AtomicU64 = AtomicU64::new(0x5eed_0000);
+    NEXT.fetch_add(1, Ordering::Relaxed)
+}
+
+fn rma_req(
+    dest: MailboxAddr,
+    local: *const u8,
+    len: usize,
+    key: u64,
+    addr: u64,
+) -> RmaReq<MailboxAddr> {
+    RmaReq {
+        dest,
+        iov: IovList::One((local as usize, len)),
+        addr,
+        key,
+        context: 0x77,
+        completion: true,
+        inject: false,
+        data: None,
+    }
+}
+
+fn rma(ep: &mut Shm, kind: RmaKind, req: RmaReq<MailboxAddr>) {
+    // SAFETY: the tests keep the local buffer alive until the event.
+    unsafe { ep.rma(kind, req) }.unwrap();
+}
+
+const RMA_SIZES: [usize; 8] = [
+    0,
+    1,
+    22,
+    FRAGMENT - 1,
+    FRAGMENT,
+    FRAGMENT + 1,
+    3 * FRAGMENT + 5,
+    100_000,
+];
+
+/// Writes then reads back every size into a target range, local buffers
+/// dmable or not; `target_progresses` says whether the target runs.
+fn write_read_round_trips(target_dmable: bool, local_dmable: bool) {
+    let mut a = messenger();
+    let mut b = messenger();
+    first_contact(&mut a, &mut b);
+    first_contact(&mut b, &mut a);
+    let max = *RMA_SIZES.iter().max().unwrap();
+    let target_dma = b.dma.alloc(max + 64).unwrap();
+    let mut target_heap = vec![0u8; max + 64];
+    let target = if target_dmable {
+        target_dma.as_ptr() as usize
+    } else {
+        target_heap.as_mut_ptr() as usize
+    };
+    let key = fresh_key();
+    let _handle = expose(
+        key,
+        target,
+        max + 64,
+        Access::REMOTE_READ.union(Access::REMOTE_WRITE),
+    );
+    let local_dma = a.dma.alloc(max).unwrap();
+    let mut local_heap = vec![0u8; max];
+    let local = if local_dmable {
+        local_dma.as_ptr() as usize
+    } else {
+        local_heap.as_mut_ptr() as usize
+    };
+    for (i, &len) in RMA_SIZES.iter().enumerate() {
+        let data = pattern(len, i as u8);
+        // SAFETY: local holds max >= len bytes, ours alone.
+        unsafe { std::ptr::copy_nonoverlapping(data.as_ptr(), local as *mut u8, len) };
+        // Offset 7 into the range: keys name bytes by offset here.
+        rma(
+            &mut a,
+            RmaKind::Write,
+            rma_req(b.addr(), local as *const u8, len, key, 7),
+        );
+        let events = if target_dmable {
+            // One-sided: the target never runs.
+            collect(&mut [&mut a], 0, 1)
+        } else {
+            collect(&mut [&mut a, &mut b], 0, 1)
+        };
+        assert_eq!(
+            events[0],
+            Event::Rma {
+                context: 0x77,
+                kind: RmaKind::Write,
+                completion: true
+            },
+            "write of {len}"
+        );
+        // SAFETY: target holds max + 64 bytes; no transfer is in flight.
+        let landed = unsafe { std::slice::from_raw_parts((target + 7) as *const u8, len) };
+        assert!(landed == &data[..], "write of {len} landed intact");
+        // Read it back over a cleared local buffer.
+        // SAFETY: as above.
+        unsafe { std::ptr::write_bytes(local as *mut u8, 0, len) };
+        rma(
+            &mut a,
+            RmaKind::Read,
+            rma_req(b.addr(), local as *const u8, len, key, 7),
+        );
+        let events = if target_dmable {
+            collect(&mut [&mut a], 0, 1)
+        } else {
+            collect(&mut [&mut a, &mut b], 0, 1)
+        };
+        assert!(
+            matches!(
+                events[0],
+                Event::Rma {
+                    kind: RmaKind::Read,
+                    ..
+                }
+            ),
+            "{events:?}"
+        );
+        // SAFETY: as above.
+        let read = unsafe { std::slice::from_raw_parts(local as *const u8, len) };
+        assert!(read == &data[..], "read of {len} intact");
+    }
+    assert!(!a.busy() && !b.busy());
+    assert_eq!(a.tx_staging.available(), 3);
+    assert_eq!(b.rx_staging.available(), 3);
+    assert!(b.next_event().is_none(), "the target reports nothing");
+}
+
+#[test]
+fn rma_one_sided_to_dmable_target_memory() {
+    write_read_round_trips(true, true);
+    write_read_round_trips(true, false);
+}
+
+#[test]
+fn rma_through_the_target_to_ordinary_memory() {
+    write_read_round_trips(false, true);
+    write_read_round_trips(false, false);
+}
+
+#[test]
+fn rma_refusals_move_no_byte() {
+    for target_dmable in [true, false] {
+        let mut a = messenger();
+        let mut b = messenger();
+        first_contact(&mut a, &mut b);
+        let target_dma = b.dma.alloc(4096).unwrap();
+        let mut target_heap = vec![0u8; 4096];
+        let target = if target_dmable {
+            target_dma.as_ptr() as usize
+        } else {
+            target_heap.as_mut_ptr() as usize
+        };
+        // SAFETY: target holds 4096 bytes.
+        unsafe { std::ptr::write_bytes(target as *mut u8, 0xee, 4096) };
+        let read_only = fresh_key();
+        let _r = expose(read_only, target, 1024, Access::REMOTE_READ);
+        let writable = fresh_key();
+        let _w = expose(
+            writable,
+            target + 1024,
+            1024,
+            Access::REMOTE_WRITE.union(Access::VIRTUAL_ADDRESS),
+        );
+        let data = pattern(2000, 3);
+        let cases = [
+            (fresh_key(), 0, 10, ErrorKind::BadKey),
+            (read_only, 0, 10, ErrorKind::AccessDenied),
+            (
+                writable,
+                (target + 1024) as u64,
+                1025,
+                ErrorKind::AccessDenied,
+            ),
+            (
+                writable,
+                (target + 1023) as u64,
+                10,
+                ErrorKind::AccessDenied,
+            ),
+            (writable, 0, 10, ErrorKind::AccessDenied),
+            (writable, u64::MAX - 4, 10, ErrorKind::AccessDenied),
+        ];
+        for (key, addr, len, error) in cases {
+            rma(
+                &mut a,
+                RmaKind::Write,
+                rma_req(b.addr(), data.as_ptr(), len, key, addr),
+            );
+            let events = collect(&mut [&mut a, &mut b], 0, 1);
+            assert_eq!(
+                events[0],
+                Event::RmaError {
+                    context: 0x77,
+                    kind: RmaKind::Write,
+                    error
+                },
+                "key {key:#x} at {addr:#x}+{len}"
+            );
+        }
+        let mut back = vec![0u8; 10];
+        rma(
+            &mut a,
+            RmaKind::Read,
+            rma_req(
+                b.addr(),
+                back.as_mut_ptr(),
+                10,
+                writable,
+                (target + 1024) as u64,
+            ),
+        );
+        let events = collect(&mut [&mut a, &mut b], 0, 1);
+        assert!(
+            matches!(
+                events[0],
+                Event::RmaError {
+                    kind: RmaKind::Read,
+                    error: ErrorKind::AccessDenied,
+                    ..
+                }
+            ),
+            "{events:?}"
+        );
+        // SAFETY: target holds 4096 bytes; nothing is in flight.
+        let after = unsafe { std::slice::from_raw_parts(target as *const u8, 4096) };
+        assert!(after.iter().all(|&b| b == 0xee), "no byte moved");
+        assert!(!a.busy());
+    }
+}
+
+#[test]
+fn rma_write_with_data_and_inject() {
+    for target_dmable in [true, false] {
+        let mut a = messenger();
+        let mut b = messenger();
+        first_contact(&mut a, &mut b);
+        let target_dma = b.dma.alloc(3 * FRAGMENT).unwrap();
+        let mut target_heap = vec![0u8; 3 * FRAGMENT];
+        let target = if target_dmable {
+            target_dma.as_ptr() as usize
+        } else {
+            target_heap.as_mut_ptr() as usize
+        };
+        let key = fresh_key();
+        let _h = expose(
+            key,
+            target,
+            3 * FRAGMENT,
+            Access::REMOTE_WRITE.union(Access::VIRTUAL_ADDRESS),
+        );
+        let data = pattern(2 * FRAGMENT + 1, 5);
+        let req = RmaReq {
+            data: Some(0xdada),
+            ..rma_req(b.addr(), data.as_ptr(), data.len(), key, target as u64)
+        };
+        rma(&mut a, RmaKind::Write, req);
+        let done = collect(&mut [&mut a, &mut b], 0, 1);
+        assert!(matches!(
+            done[0],
+            Event::Rma {
+                kind: RmaKind::Write,
+                ..
+            }
+        ));
+        let landed = collect(&mut [&mut a, &mut b], 1, 1);
+        assert_eq!(
+            landed[0],
+            Event::RemoteWrite {
+                data: 0xdada,
+                len: 2 * FRAGMENT + 1
+            }
+        );
+        // SAFETY: target holds the write; nothing is in flight.
+        let got = unsafe { std::slice::from_raw_parts(target as *const u8, data.len()) };
+        assert!(got == &data[..]);
+
+        let mut small = pattern(EAGER, 6);
+        let req = RmaReq {
+            inject: true,
+            ..rma_req(b.addr(), small.as_ptr(), EAGER, key, target as u64 + 1)
+        };
+        rma(&mut a, RmaKind::Write, req);
+        let expected = small.clone();
+        small.fill(0); // an inject's buffer is free once the call returns
+        let done = collect(&mut [&mut a, &mut b], 0, 1);
+        assert!(matches!(
+            done[0],
+            Event::Rma {
+                kind: RmaKind::Write,
+                completion: false,
+                ..
+            }
+        ));
+        // SAFETY: as above.
+        let got = unsafe { std::slice::from_raw_parts((target + 1) as *const u8, EAGER) };
+        assert!(got == &expected[..]);
+        let too_big = RmaReq {
+            inject: true,
+            ..rma_req(b.addr(), data.as_ptr(), EAGER + 1, key, target as u64)
+        };
+        // SAFETY: refused before anything is read.
+        let refused = unsafe { a.rma(RmaKind::Write, too_big) };
+        assert_eq!(refused, Err(PostError::TooLong));
+    }
 }

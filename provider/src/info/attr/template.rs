@@ -12,6 +12,11 @@ use crate::base::provider;
 /// Capabilities of the RDM endpoint (primary and secondary).
 pub const CAPS: u64 = FI_MSG
     | FI_TAGGED
+    | FI_RMA
+    | FI_READ
+    | FI_WRITE
+    | FI_REMOTE_READ
+    | FI_REMOTE_WRITE
     | FI_MULTI_RECV
     | FI_SOURCE
     | FI_DIRECTED_RECV
@@ -19,9 +24,16 @@ pub const CAPS: u64 = FI_MSG
     | FI_RECV
     | FI_LOCAL_COMM
     | FI_REMOTE_COMM;
-pub const TX_CAPS: u64 = FI_MSG | FI_TAGGED | FI_SEND;
-pub const RX_CAPS: u64 =
-    FI_MSG | FI_TAGGED | FI_RECV | FI_MULTI_RECV | FI_SOURCE | FI_DIRECTED_RECV;
+pub const TX_CAPS: u64 = FI_MSG | FI_TAGGED | FI_SEND | FI_RMA | FI_READ | FI_WRITE;
+pub const RX_CAPS: u64 = FI_MSG
+    | FI_TAGGED
+    | FI_RECV
+    | FI_MULTI_RECV
+    | FI_SOURCE
+    | FI_DIRECTED_RECV
+    | FI_RMA
+    | FI_REMOTE_READ
+    | FI_REMOTE_WRITE;
 pub const DOMAIN_CAPS: u64 = FI_LOCAL_COMM | FI_REMOTE_COMM;
 
 /// Operation flags accepted as defaults in hints.
@@ -111,7 +123,8 @@ pub fn template(cfg: &Config) -> Info {
             inject_size: cfg.eager_size,
             size: cfg.tx_size,
             iov_limit: IOV_LIMIT,
-            rma_iov_limit: 0,
+            // One target range per RMA operation.
+            rma_iov_limit: 1,
             tclass: 0,
         },
         rx: RxAttr {

@@ -95,7 +95,9 @@ fn ep_type() {
 #[test]
 fn caps_subset() {
     let rma = c_hints(|i, _, _, _, _, _| i.caps = FI_MSG | FI_RMA);
-    assert_eq!(field_of(check(API, &ours(), &rma)), "caps");
+    assert_eq!(check(API, &ours(), &rma), Ok(()));
+    let rma_event = c_hints(|i, _, _, _, _, _| i.caps = FI_RMA | FI_RMA_EVENT);
+    assert_eq!(field_of(check(API, &ours(), &rma_event)), "caps");
     let atomic = c_hints(|i, _, _, _, _, _| i.caps = FI_ATOMIC);
     assert_eq!(field_of(check(API, &ours(), &atomic)), "caps");
     // MPICH's minimum.
@@ -327,7 +329,7 @@ fn ignored_direction_caps() {
         rx.caps = FI_MSG | FI_SEND;
     });
     assert_eq!(check(API, &ours(), &h), Ok(()));
-    let h = c_hints(|_, tx, _, _, _, _| tx.caps = FI_RMA);
+    let h = c_hints(|_, tx, _, _, _, _| tx.caps = FI_ATOMIC);
     assert_eq!(field_of(check(API, &ours(), &h)), "tx_attr.caps");
 }
 
@@ -344,7 +346,7 @@ fn sizes_and_limits() {
     assert_eq!(field_of(check(API, &ours(), &h)), "rx_attr.iov_limit");
     let h = c_hints(|_, tx, _, _, _, _| tx.inject_size = cfg.eager_size + 1);
     assert_eq!(field_of(check(API, &ours(), &h)), "tx_attr.inject_size");
-    let h = c_hints(|_, tx, _, _, _, _| tx.rma_iov_limit = 1);
+    let h = c_hints(|_, tx, _, _, _, _| tx.rma_iov_limit = 2);
     assert_eq!(field_of(check(API, &ours(), &h)), "tx_attr.rma_iov_limit");
     let h = c_hints(|_, _, _, ep, _, _| ep.max_msg_size = MAX_MSG_SIZE + 1);
     assert_eq!(field_of(check(API, &ours(), &h)), "ep_attr.max_msg_size");

@@ -19,10 +19,25 @@ use crate::iov::scatter;
 use crate::matching::{Placement, Unexpected};
 use crate::pool::Buffer;
 use crate::wire::{MatchInfo, Wire};
-use crate::{ErrorKind, WireNode};
+use crate::{ErrorKind, Event, RmaKind, WireNode};
+
+/// What a transfer in `rx_xfers` fills.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum XferPurpose {
+    /// A matched receive.
+    Recv,
+    /// A peer's write into a range of ours that is not dmable.
+    RmaWrite,
+    /// Our read of a peer's range that is not dmable.
+    RmaRead,
+}
+
+/// The send id of a read whose target has not named its send yet.
+pub(crate) const NO_SEND_ID: u16 = u16::MAX;
 
 /// A rendezvous receive in progress.
 pub(crate) struct RxXfer<A> {
+    pub(crate) purpose: XferPurpose,
     pub(crate) peer: PeerIdx,
     pub(crate) src: A,
     pub(crate) send_id: u16,
@@ -60,12 +75,9 @@ where
             return;
         }
         let xfer_len = msg_len.min(placement.capacity());
-        let fragments = xfer_len.div_ceil(self.cfg.fragment_size) as u32;
-        let direct = placement.iov.len() == 1
-            && self
-                .dma
-                .is_dmable(placement.iov[0].0 as *const u8, xfer_len.max(1));
-        let id = self.rx_xfers.insert(RxXfer {
+        let (fragments, direct) = self.xfer_shape(&placement.iov, xfer_len);
+        self.insert_rx_xfer(RxXfer {
+            purpose: XferPurpose::Recv,
             peer,
             src,
             send_id,
@@ -79,20 +91,38 @@ where
             direct,
             staged: HashMap::new(),
         });
-        if fragments == 0 {
-            self.finish_rx(id);
-            return;
+    }
+
+    /// Starts granting transfer `xfer` (once its sender is known), or
+    /// finishes it at once when it moves no byte. Returns its id.
+    pub(crate) fn insert_rx_xfer(&mut self, xfer: RxXfer<M::Addr>) -> usize {
+        let (empty, waits) = (xfer.fragments == 0, xfer.send_id == NO_SEND_ID);
+        let id = self.rx_xfers.insert(xfer);
+        if waits {
+            return id;
         }
-        self.continue_granting(id);
+        if empty {
+            self.finish_rx(id);
+        } else {
+            self.continue_granting(id);
+        }
+        id
+    }
+
+    /// Fragments of `len` bytes, and whether `iov` can take them directly.
+    pub(crate) fn xfer_shape(&self, iov: &crate::matching::IovList, len: usize) -> (u32, bool) {
+        let fragments = len.div_ceil(self.cfg.fragment_size) as u32;
+        let direct = iov.len() == 1 && self.dma.is_dmable(iov[0].0 as *const u8, len.max(1));
+        (fragments, direct)
     }
 
     /// Whether transfer `id` exists and may be granted another fragment:
     /// some are left and its window is not full.
     pub(crate) fn wants_grant(&self, id: usize) -> bool {
         let window = self.cfg.rendezvous_window.max(1) as u32;
-        self.rx_xfers
-            .get(id)
-            .is_some_and(|x| x.next_grant < x.fragments && x.next_grant - x.done < window)
+        self.rx_xfers.get(id).is_some_and(|x| {
+            x.send_id != NO_SEND_ID && x.next_grant < x.fragments && x.next_grant - x.done < window
+        })
     }
 
     /// Grants fragments of transfer `id` up to its window. Transfers waiting
@@ -182,13 +212,43 @@ where
             }
             .encode(),
         );
-        self.complete_recv(
-            xfer.placement,
-            xfer.src,
-            xfer.info,
-            xfer.msg_len,
-            xfer.xfer_len,
-        );
+        match xfer.purpose {
+            XferPurpose::Recv => self.complete_recv(
+                xfer.placement,
+                xfer.src,
+                xfer.info,
+                xfer.msg_len,
+                xfer.xfer_len,
+            ),
+            XferPurpose::RmaWrite => {}
+            XferPurpose::RmaRead => {
+                self.outstanding_sends -= 1;
+                self.events.push_back(Event::Rma {
+                    context: xfer.placement.context,
+                    kind: RmaKind::Read,
+                    completion: xfer.placement.completion,
+                });
+            }
+        }
+    }
+
+    /// Reports a transfer that ends without its data (its staging buffers
+    /// already released).
+    pub(crate) fn fail_xfer(&mut self, xfer: RxXfer<M::Addr>, kind: ErrorKind) {
+        match xfer.purpose {
+            XferPurpose::Recv => {
+                self.complete_recv_error(xfer.placement, Some(xfer.src), xfer.info, 0, kind)
+            }
+            XferPurpose::RmaWrite => {}
+            XferPurpose::RmaRead => {
+                self.outstanding_sends -= 1;
+                self.events.push_back(Event::RmaError {
+                    context: xfer.placement.context,
+                    kind: RmaKind::Read,
+                    error: kind,
+                });
+            }
+        }
     }
 
     pub(crate) fn release_staged(&mut self, xfer: &RxXfer<M::Addr>) {

@@ -12,7 +12,7 @@ use unimem_mailbox::{Error as MailboxError, Mailbox};
 
 use super::super::peers::DataItem;
 use super::super::{post_error, Messenger, PeerIdx, SendReq};
-use super::{TxKind, TxOp};
+use super::{TxClass, TxKind, TxOp};
 use crate::iov::gather;
 use crate::wire::{InlineBytes, Wire};
 use crate::{Event, PostError, WireNode};
@@ -63,6 +63,7 @@ where
         // too get an op: they complete (and count) when they leave.
         self.outstanding_sends += 1;
         let op = self.tx_ops.insert(TxOp {
+            class: TxClass::Msg,
             peer,
             context: req.context,
             info: req.info,

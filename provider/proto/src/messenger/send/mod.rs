@@ -56,8 +56,24 @@ pub(crate) enum TxKind {
     Rendezvous(Payload),
 }
 
+/// What a send in `tx_ops` is for: a message, or the data of an RMA
+/// operation that needs the target's help (its range is not dmable).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum TxClass {
+    Msg,
+    /// Our write, granted by the target like a rendezvous; with CQ data
+    /// for the target once it is done.
+    Write {
+        data: Option<u64>,
+    },
+    /// Our answer to a peer's read: the range goes to it like a
+    /// rendezvous send, and ends without an event of ours.
+    ReadResponse,
+}
+
 /// A send in flight; its id in `tx_ops` is the `send_id` on the wire.
 pub(crate) struct TxOp {
+    pub(crate) class: TxClass,
     pub(crate) peer: PeerIdx,
     pub(crate) context: usize,
     pub(crate) info: MatchInfo,
@@ -80,6 +96,15 @@ pub(crate) enum Waiter {
         op: usize,
         fragment: u32,
         recv_id: u16,
+        staging: Option<Buffer>,
+    },
+    /// A piece of a one-sided RMA operation: `len` bytes at `offset` of
+    /// the operation, through `staging` when the local buffer is not
+    /// dmable (a read scatters it out when the DMA completes).
+    Rma {
+        op: usize,
+        offset: usize,
+        len: usize,
         staging: Option<Buffer>,
     },
 }
@@ -131,6 +156,7 @@ where
         };
         let rendezvous = matches!(kind, TxKind::Rendezvous(_));
         let op = self.tx_ops.insert(TxOp {
+            class: TxClass::Msg,
             peer,
             context: req.context,
             info: req.info,
@@ -224,6 +250,16 @@ where
                     // its bounce buffer went back when its DMA completed)
                     // until the target's `Fin`, or fails with the peer.
                     (message.encode(), (!ack).then_some(op), credits)
+                }
+                DataItem::RmaWrite { op, key, addr } => {
+                    let len = self.tx_ops.get(op).expect("queued op exists").len;
+                    let message = Wire::RmaWrite {
+                        key,
+                        addr,
+                        len: len as u32,
+                        send_id: op as u16,
+                    };
+                    (message.encode(), None, 0)
                 }
                 DataItem::Rts { op } => {
                     let tx = self.tx_ops.get(op).expect("queued op exists");

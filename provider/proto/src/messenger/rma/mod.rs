@@ -1,0 +1,483 @@
+//! One-sided operations (RMA): writing to and reading from a range a peer
+//! exposed under a key.
+//!
+//! The initiator resolves the key in the target's key table, which the
+//! target keeps in shared memory ([`unimem_dma::KeyTable`]), and checks
+//! range and rights there: a bad key or access fails the operation before
+//! a byte moves. Then one of two paths:
+//!
+//! - **one-sided**, when the target range is dmable: the initiator puts or
+//!   gets it by DMA with no action of the target (through staging buffers
+//!   when the local buffer is not dmable itself), and the operation
+//!   completes when its DMAs do;
+//! - **target-assisted**, when it is not: the target's progress must move
+//!   the bytes, and the rendezvous does it (see [`target`]): a write is a
+//!   rendezvous send that the target grants into its range, a read a
+//!   rendezvous in which the target sends its range to our transfer.
+//!
+//! Owns: `rma_ops` (one-sided operations and those waiting for the
+//! target's node) and `rma_pending` (those with work left: resolving, or
+//! pieces waiting for a staging buffer). Hands target-assisted operations
+//! over to `tx_ops` (writes) and `rx_xfers` (reads).
+
+pub(crate) mod target;
+
+use std::collections::HashMap;
+use std::hash::Hash;
+
+use unimem_dma::{Access, DmaEngine, DmaError};
+use unimem_mailbox::Mailbox;
+
+use super::peers::DataItem;
+use super::recv::rendezvous::{RxXfer, XferPurpose, NO_SEND_ID};
+use super::send::{Payload, TxClass, TxKind, TxOp, Waiter};
+use super::{Messenger, PeerIdx};
+use crate::iov::{gather, scatter, total_len};
+use crate::matching::{IovList, Placement};
+use crate::wire::{MatchInfo, Wire};
+use crate::{ErrorKind, Event, PostError, RmaKind, WireNode};
+
+/// An RMA request. The local iov stays valid until the operation
+/// completes (until the call returns for an inject).
+#[derive(Clone, Debug)]
+pub struct RmaReq<A> {
+    pub dest: A,
+    /// Local buffers: the source of a write, the destination of a read.
+    pub iov: IovList,
+    /// Where at the target: a virtual address or an offset into the key's
+    /// range, as the target registered it.
+    pub addr: u64,
+    pub key: u64,
+    pub context: usize,
+    pub completion: bool,
+    /// `fi_inject_write`: the data is copied within the call, and the
+    /// write reports no completion.
+    pub inject: bool,
+    /// CQ data for the target (`fi_writedata`), delivered once the write
+    /// is complete.
+    pub data: Option<u64>,
+}
+
+/// Where a one-sided operation is.
+enum RmaState {
+    /// Waiting for the target's node (its first hello) to resolve the key.
+    Resolving,
+    /// Moving by DMA: `target` is the target's address of byte 0, pieces
+    /// from `next` on are still to be submitted.
+    Direct {
+        target: u64,
+        next: usize,
+        in_flight: usize,
+        /// The peer died with DMAs in flight: fails when they are done.
+        failed: bool,
+    },
+}
+
+/// An RMA operation of ours, until it is one-sided in flight or handed
+/// over to the rendezvous.
+pub(crate) struct RmaOp {
+    peer: PeerIdx,
+    kind: RmaKind,
+    context: usize,
+    completion: bool,
+    local: IovList,
+    /// An inject's copy of its data, which `local` names.
+    _copy: Option<Box<[u8]>>,
+    key: u64,
+    addr: u64,
+    len: usize,
+    data: Option<u64>,
+    state: RmaState,
+}
+
+impl<M, D> Messenger<M, D>
+where
+    M: Mailbox,
+    M::Addr: Hash,
+    D: DmaEngine,
+    D::Node: WireNode,
+{
+    /// Posts an RMA write (`kind` Write) or read. Never waits for the
+    /// target; refused only when `tx_size` operations are outstanding.
+    /// Errors the target's key gives (bad key, range, rights) come as an
+    /// [`Event::RmaError`].
+    ///
+    /// # Safety
+    /// `req.iov` must stay valid until the operation completes (until this
+    /// call returns for an inject).
+    pub unsafe fn rma(&mut self, kind: RmaKind, req: RmaReq<M::Addr>) -> Result<(), PostError> {
+        let len = total_len(&req.iov);
+        let inject = req.inject && kind == RmaKind::Write;
+        if len > self.cfg.max_msg_size || len > u32::MAX as usize {
+            return Err(PostError::TooLong);
+        }
+        if inject && len > self.cfg.eager_size {
+            return Err(PostError::TooLong);
+        }
+        if self.outstanding_sends >= self.cfg.tx_size {
+            return Err(PostError::Again);
+        }
+        let peer = self.peer_index(&req.dest)?;
+        if self.peers[peer].dead {
+            return Err(PostError::Unreachable);
+        }
+        let (local, copy) = if inject {
+            let mut bytes = vec![0u8; len].into_boxed_slice();
+            // SAFETY: the iov holds len readable bytes during this call.
+            unsafe { gather(&req.iov, 0, bytes.as_mut_ptr(), len) };
+            (IovList::One((bytes.as_ptr() as usize, len)), Some(bytes))
+        } else {
+            (req.iov, None)
+        };
+        self.outstanding_sends += 1;
+        let op = self.rma_ops.insert(RmaOp {
+            peer,
+            kind,
+            context: req.context,
+            completion: req.completion && !inject,
+            local,
+            _copy: copy,
+            key: req.key,
+            addr: req.addr,
+            len,
+            data: req.data.filter(|_| kind == RmaKind::Write),
+            state: RmaState::Resolving,
+        });
+        if !self.advance_rma(op) {
+            self.rma_pending.push_back(op);
+        }
+        Ok(())
+    }
+
+    /// Moves operation `op` on as far as it can; false if it waits for
+    /// something (the target's node, a staging buffer).
+    pub(crate) fn advance_rma(&mut self, op: usize) -> bool {
+        let Some(rma) = self.rma_ops.get(op) else {
+            return true;
+        };
+        if let RmaState::Resolving = rma.state {
+            let peer = rma.peer;
+            if self.peers[peer].dead {
+                self.end_rma(op, Some(ErrorKind::PeerUnreachable));
+                return true;
+            }
+            let Some(node) = self.peers[peer].node else {
+                return false;
+            };
+            if !self.resolve_rma(op, node) {
+                return true;
+            }
+        }
+        self.submit_pieces(op)
+    }
+
+    /// Resolves the key of `op` at `node`: fails it, starts it one-sided,
+    /// or hands it to the target-assisted path. True if it is now
+    /// one-sided.
+    fn resolve_rma(&mut self, op: usize, node: D::Node) -> bool {
+        let rma = self.rma_ops.get(op).expect("checked by the caller");
+        let (key, addr, len, kind) = (rma.key, rma.addr, rma.len, rma.kind);
+        let need = match kind {
+            RmaKind::Write => Access::REMOTE_WRITE,
+            RmaKind::Read => Access::REMOTE_READ,
+        };
+        let mut dma = self.dma.lock();
+        let target = dma
+            .resolve_key(node, key)
+            .and_then(|exposure| exposure.translate(addr, len as u64, need));
+        let target = match target {
+            Ok(target) => target,
+            Err(e) => {
+                drop(dma);
+                tracing::debug!(key, addr, len, "RMA refused: {e}");
+                self.end_rma(op, Some(access_error(&e)));
+                return false;
+            }
+        };
+        if len == 0 {
+            drop(dma);
+            self.end_rma(op, None);
+            return false;
+        }
+        match dma.cached_registration(node, target, len) {
+            Ok((_, stale)) => {
+                dma.release(stale);
+                drop(dma);
+                let rma = self.rma_ops.get_mut(op).expect("checked above");
+                rma.state = RmaState::Direct {
+                    target,
+                    next: 0,
+                    in_flight: 0,
+                    failed: false,
+                };
+                true
+            }
+            // Not dmable: the target's progress moves it.
+            Err(DmaError::OutOfBounds) => {
+                drop(dma);
+                self.assist_rma(op, target);
+                false
+            }
+            Err(e) => {
+                drop(dma);
+                tracing::warn!(%node, "cannot register an RMA target: {e}");
+                self.end_rma(op, Some(ErrorKind::PeerUnreachable));
+                false
+            }
+        }
+    }
+
+    /// Hands `op` over to the rendezvous: its target range (at `target`)
+    /// is not dmable.
+    fn assist_rma(&mut self, op: usize, target: u64) {
+        let rma = self.rma_ops.remove(op).expect("checked by the caller");
+        let peer = rma.peer;
+        match rma.kind {
+            RmaKind::Write => {
+                let payload = match rma._copy {
+                    Some(bytes) => Payload::Copy(bytes),
+                    None => Payload::User(rma.local),
+                };
+                let send = self.tx_ops.insert(TxOp {
+                    class: TxClass::Write { data: rma.data },
+                    peer,
+                    context: rma.context,
+                    info: MatchInfo::default(),
+                    len: rma.len,
+                    completion: rma.completion,
+                    ack: false,
+                    kind: TxKind::Rendezvous(payload),
+                });
+                self.peers[peer].data.push_back(DataItem::RmaWrite {
+                    op: send,
+                    key: rma.key,
+                    addr: target,
+                });
+                self.mark_active(peer);
+            }
+            RmaKind::Read => {
+                let (fragments, direct) = self.xfer_shape(&rma.local, rma.len);
+                let src = self.peers[peer].addr;
+                let recv_id = self.insert_rx_xfer(RxXfer {
+                    purpose: XferPurpose::RmaRead,
+                    peer,
+                    src,
+                    send_id: NO_SEND_ID,
+                    info: MatchInfo::default(),
+                    placement: Placement {
+                        context: rma.context,
+                        iov: rma.local,
+                        completion: rma.completion,
+                        multi: None,
+                    },
+                    msg_len: rma.len,
+                    xfer_len: rma.len,
+                    fragments,
+                    next_grant: 0,
+                    done: 0,
+                    direct,
+                    staged: HashMap::new(),
+                });
+                let read = Wire::RmaRead {
+                    key: rma.key,
+                    addr: target,
+                    len: rma.len as u32,
+                    recv_id: recv_id as u16,
+                };
+                self.queue_control(peer, read.encode());
+            }
+        }
+    }
+
+    /// Submits the DMAs of one-sided `op` as far as staging buffers allow;
+    /// false if some wait for one.
+    fn submit_pieces(&mut self, op: usize) -> bool {
+        loop {
+            let Some(rma) = self.rma_ops.get(op) else {
+                return true;
+            };
+            let RmaState::Direct { target, next, .. } = rma.state else {
+                return true;
+            };
+            if next == rma.len {
+                return true;
+            }
+            let (peer, kind) = (rma.peer, rma.kind);
+            let Some(node) = self.peers[peer].node else {
+                return true;
+            };
+            // A dmable local buffer moves in one DMA; any other, a staging
+            // buffer at a time.
+            let whole = rma.local.len() == 1
+                && self
+                    .dma
+                    .is_dmable(rma.local[0].0 as *const u8, rma.len.max(1));
+            let (local, len, staging) = if whole {
+                (rma.local[0].0 + next, rma.len - next, None)
+            } else {
+                let Some(staging) = self.tx_staging.get() else {
+                    return false;
+                };
+                let at = self.tx_staging.addr(staging);
+                let len = self.cfg.fragment_size.min(rma.len - next);
+                if kind == RmaKind::Write {
+                    // SAFETY: the iov is valid until the operation
+                    // completes; the staging buffer holds fragment_size
+                    // >= len bytes.
+                    unsafe { gather(&rma.local, next, at, len) };
+                }
+                (at as usize, len, Some(staging))
+            };
+            let remote = target + next as u64;
+            let token = self.dma_waiters.next_id();
+            let mut dma = self.dma.lock();
+            let submitted = dma
+                .cached_registration(node, remote, len)
+                .and_then(|(reg, stale)| {
+                    let result = match kind {
+                        RmaKind::Write => dma.put(local as *const u8, len, reg, remote, token),
+                        RmaKind::Read => dma.get(local as *mut u8, len, reg, remote, token),
+                    };
+                    dma.release(stale);
+                    result
+                });
+            drop(dma);
+            if let Err(e) = submitted {
+                tracing::warn!(%node, "RMA DMA refused: {e}");
+                if let Some(staging) = staging {
+                    self.tx_staging.put(staging);
+                }
+                self.fail_peer(peer);
+                return true;
+            }
+            let id = self.dma_waiters.insert(Waiter::Rma {
+                op,
+                offset: next,
+                len,
+                staging,
+            });
+            debug_assert_eq!(id, token);
+            let rma = self.rma_ops.get_mut(op).expect("checked above");
+            if let RmaState::Direct {
+                next, in_flight, ..
+            } = &mut rma.state
+            {
+                *next += len;
+                *in_flight += 1;
+            }
+        }
+    }
+
+    /// A DMA of one-sided `op` completed: `len` bytes at `offset`.
+    pub(crate) fn on_rma_piece_done(
+        &mut self,
+        op: usize,
+        offset: usize,
+        len: usize,
+        staging: Option<crate::pool::Buffer>,
+    ) {
+        let Some(rma) = self.rma_ops.get_mut(op) else {
+            if let Some(staging) = staging {
+                self.tx_staging.put(staging);
+            }
+            return;
+        };
+        if let Some(staging) = staging {
+            if rma.kind == RmaKind::Read {
+                // SAFETY: the staging buffer holds the piece (its DMA
+                // completed); the iov is valid until the read completes.
+                unsafe { scatter(&rma.local, offset, self.tx_staging.addr(staging), len) };
+            }
+            self.tx_staging.put(staging);
+        }
+        let RmaState::Direct {
+            next,
+            in_flight,
+            failed,
+            ..
+        } = &mut rma.state
+        else {
+            return;
+        };
+        *in_flight -= 1;
+        if *in_flight > 0 {
+            return;
+        }
+        if *failed {
+            self.end_rma(op, Some(ErrorKind::PeerUnreachable));
+        } else if *next == rma.len {
+            self.end_rma(op, None);
+        }
+    }
+
+    /// Ends `op`, done (with the target's CQ data on its way) or failed.
+    fn end_rma(&mut self, op: usize, error: Option<ErrorKind>) {
+        let Some(rma) = self.rma_ops.remove(op) else {
+            return;
+        };
+        self.outstanding_sends -= 1;
+        self.rma_pending.retain(|&o| o != op);
+        let (context, kind) = (rma.context, rma.kind);
+        match error {
+            Some(error) => self.events.push_back(Event::RmaError {
+                context,
+                kind,
+                error,
+            }),
+            None => {
+                if let Some(data) = rma.data {
+                    let done = Wire::RemoteData {
+                        data,
+                        len: rma.len as u32,
+                    };
+                    self.queue_control(rma.peer, done.encode());
+                }
+                self.events.push_back(Event::Rma {
+                    context,
+                    kind,
+                    completion: rma.completion,
+                });
+            }
+        }
+    }
+
+    /// Moves on the operations that waited (for a node, a staging buffer).
+    pub(crate) fn retry_rma(&mut self) {
+        for _ in 0..self.rma_pending.len() {
+            let Some(op) = self.rma_pending.pop_front() else {
+                break;
+            };
+            if !self.advance_rma(op) {
+                self.rma_pending.push_back(op);
+            }
+        }
+    }
+
+    /// The peer is gone: its one-sided operations fail (those with DMAs in
+    /// flight once they complete: their pieces name the operation).
+    pub(crate) fn fail_rma_with(&mut self, peer: PeerIdx) {
+        for op in self.rma_ops.ids_where(|r| r.peer == peer) {
+            let rma = self.rma_ops.get_mut(op).expect("listed above");
+            match &mut rma.state {
+                RmaState::Direct {
+                    in_flight, failed, ..
+                } if *in_flight > 0 => *failed = true,
+                _ => self.end_rma(op, Some(ErrorKind::PeerUnreachable)),
+            }
+        }
+    }
+
+    /// Operations still to move on.
+    pub(crate) fn rma_waiting(&self) -> bool {
+        !self.rma_pending.is_empty()
+    }
+}
+
+/// The error an initiator reports for a refused key or access.
+fn access_error(e: &DmaError) -> ErrorKind {
+    match e {
+        DmaError::NoSuchKey => ErrorKind::BadKey,
+        DmaError::AccessDenied | DmaError::OutOfBounds => ErrorKind::AccessDenied,
+        _ => ErrorKind::PeerUnreachable,
+    }
+}

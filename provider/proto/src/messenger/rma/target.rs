@@ -1,0 +1,219 @@
+//! The target's side of RMA to its memory that is not dmable, and the
+//! initiator's handling of the target's answers.
+//!
+//! Every request is checked against our own key table before we act on
+//! it, as a peer's message is untrusted: the key must exist, grant the
+//! access, and cover the whole range. A refused one is answered with an
+//! `RmaNack` and moves no byte. A write is then a rendezvous receive into
+//! the range (its purpose `RmaWrite`: it ends without a receive
+//! completion); a read a rendezvous send of the range (class
+//! `ReadResponse`: it ends without a send completion).
+//!
+//! Touches `tx_ops`, `rx_xfers` and the events, through the rendezvous'
+//! own methods.
+
+use std::collections::HashMap;
+use std::hash::Hash;
+
+use unimem_dma::{Access, DmaEngine, DmaError};
+use unimem_mailbox::Mailbox;
+
+use super::super::recv::rendezvous::{RxXfer, XferPurpose, NO_SEND_ID};
+use super::super::send::{Payload, TxClass, TxKind, TxOp};
+use super::super::{Messenger, PeerIdx};
+use crate::matching::{IovList, Placement};
+use crate::wire::{MatchInfo, RmaRefusal, Wire};
+use crate::{ErrorKind, Event, WireNode};
+
+impl<M, D> Messenger<M, D>
+where
+    M: Mailbox,
+    M::Addr: Hash,
+    D: DmaEngine,
+    D::Node: WireNode,
+{
+    /// Checks a peer's request for `[addr, addr + len)` of our key `key`.
+    fn check_own_range(
+        &mut self,
+        key: u64,
+        addr: u64,
+        len: u32,
+        need: Access,
+    ) -> Result<(), RmaRefusal> {
+        let node = self.dma.local_node();
+        let exposure = self
+            .dma
+            .lock()
+            .resolve_key(node, key)
+            .map_err(|e| match e {
+                DmaError::NoSuchKey => RmaRefusal::NoKey,
+                _ => RmaRefusal::Denied,
+            })?;
+        // The initiator sends our own address, whatever the key's mode.
+        let end = addr.checked_add(u64::from(len)).ok_or(RmaRefusal::Denied)?;
+        let range_end = exposure
+            .addr
+            .checked_add(exposure.len)
+            .ok_or(RmaRefusal::Denied)?;
+        if !exposure.access.contains(need) || addr < exposure.addr || end > range_end {
+            return Err(RmaRefusal::Denied);
+        }
+        Ok(())
+    }
+
+    /// A peer writes `len` bytes at our `addr` under `key`.
+    pub(crate) fn on_rma_write(
+        &mut self,
+        peer: PeerIdx,
+        src: M::Addr,
+        key: u64,
+        addr: u64,
+        len: u32,
+        send_id: u16,
+    ) {
+        if let Err(error) = self.check_own_range(key, addr, len, Access::REMOTE_WRITE) {
+            tracing::debug!(%src, key, addr, len, "RMA write refused: {error:?}");
+            let nack = Wire::RmaNack {
+                id: send_id,
+                read: false,
+                error,
+            };
+            self.queue_control(peer, nack.encode());
+            return;
+        }
+        let len = len as usize;
+        let iov = IovList::One((addr as usize, len));
+        let (fragments, direct) = self.xfer_shape(&iov, len);
+        self.insert_rx_xfer(RxXfer {
+            purpose: XferPurpose::RmaWrite,
+            peer,
+            src,
+            send_id,
+            info: MatchInfo::default(),
+            placement: Placement {
+                context: 0,
+                iov,
+                completion: false,
+                multi: None,
+            },
+            msg_len: len,
+            xfer_len: len,
+            fragments,
+            next_grant: 0,
+            done: 0,
+            direct,
+            staged: HashMap::new(),
+        });
+    }
+
+    /// A peer reads `len` bytes at our `addr` under `key` into its
+    /// transfer `recv_id`.
+    pub(crate) fn on_rma_read(
+        &mut self,
+        peer: PeerIdx,
+        key: u64,
+        addr: u64,
+        len: u32,
+        recv_id: u16,
+    ) {
+        let checked = self.check_own_range(key, addr, len, Access::REMOTE_READ);
+        // Our answers take send ids, which are bounded by tx_size.
+        let checked = checked.and_then(|()| {
+            (self.outstanding_sends < self.cfg.tx_size)
+                .then_some(())
+                .ok_or(RmaRefusal::Busy)
+        });
+        if let Err(error) = checked {
+            tracing::debug!(key, addr, len, "RMA read refused: {error:?}");
+            let nack = Wire::RmaNack {
+                id: recv_id,
+                read: true,
+                error,
+            };
+            self.queue_control(peer, nack.encode());
+            return;
+        }
+        self.outstanding_sends += 1;
+        let op = self.tx_ops.insert(TxOp {
+            class: TxClass::ReadResponse,
+            peer,
+            context: 0,
+            info: MatchInfo::default(),
+            len: len as usize,
+            completion: false,
+            ack: false,
+            kind: TxKind::Rendezvous(Payload::User(IovList::One((addr as usize, len as usize)))),
+        });
+        let ready = Wire::ReadReady {
+            send_id: op as u16,
+            recv_id,
+        };
+        self.queue_control(peer, ready.encode());
+    }
+
+    /// The target of our read `recv_id` serves it with its send `send_id`.
+    pub(crate) fn on_read_ready(&mut self, peer: PeerIdx, send_id: u16, recv_id: u16) {
+        let Some(xfer) = self.rx_xfers.get_mut(recv_id as usize) else {
+            tracing::warn!(recv_id, "read answer for an unknown transfer dropped");
+            return;
+        };
+        if xfer.purpose != XferPurpose::RmaRead
+            || xfer.peer != peer
+            || xfer.send_id != NO_SEND_ID
+            || send_id == NO_SEND_ID
+        {
+            tracing::warn!(
+                recv_id,
+                "read answer that does not fit its transfer dropped"
+            );
+            return;
+        }
+        xfer.send_id = send_id;
+        if xfer.fragments == 0 {
+            self.finish_rx(recv_id as usize);
+        } else {
+            self.continue_granting(recv_id as usize);
+        }
+    }
+
+    /// The target refused our write (`id` a send id) or read (`id` a recv
+    /// id).
+    pub(crate) fn on_rma_nack(&mut self, peer: PeerIdx, id: u16, read: bool, error: RmaRefusal) {
+        let kind = match error {
+            RmaRefusal::NoKey => ErrorKind::BadKey,
+            RmaRefusal::Denied => ErrorKind::AccessDenied,
+            RmaRefusal::Busy => ErrorKind::PeerUnreachable,
+        };
+        let id = id as usize;
+        if read {
+            let fits = self.rx_xfers.get(id).is_some_and(|x| {
+                x.purpose == XferPurpose::RmaRead && x.peer == peer && x.send_id == NO_SEND_ID
+            });
+            if !fits {
+                tracing::warn!(id, "read refusal for an unknown transfer dropped");
+                return;
+            }
+            let xfer = self.rx_xfers.remove(id).expect("checked above");
+            self.fail_xfer(xfer, kind);
+        } else {
+            let fits = self
+                .tx_ops
+                .get(id)
+                .is_some_and(|t| matches!(t.class, TxClass::Write { .. }) && t.peer == peer);
+            if !fits {
+                tracing::warn!(id, "write refusal for an unknown write dropped");
+                return;
+            }
+            // Its request left the queue; no grant came, nothing moved.
+            self.fail_send_with(id, kind);
+        }
+    }
+
+    /// A peer's write with CQ data is complete in our memory.
+    pub(crate) fn on_remote_data(&mut self, data: u64, len: u32) {
+        self.events.push_back(Event::RemoteWrite {
+            data,
+            len: len as usize,
+        });
+    }
+}

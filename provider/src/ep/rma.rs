@@ -1,0 +1,427 @@
+//! The RMA data path: `fi_read`, `fi_write` and their kin. Each of the nine
+//! entry points turns its arguments into one [`RmaCall`] and hands it to
+//! [`post_rma`], which checks it, finds the target, and posts it to the
+//! protocol ([`unimem_proto::Messenger::rma`]).
+//!
+//! Completion levels: a write completes when its data is in the target's
+//! memory (a DMA done, or the target's FIN), a read when its data is in
+//! ours. That meets `FI_INJECT_COMPLETE`, `FI_TRANSMIT_COMPLETE` and
+//! `FI_DELIVERY_COMPLETE` alike, so all three are accepted.
+//!
+//! Local descriptors are not needed (no `FI_MR_LOCAL`) and are ignored.
+
+use std::mem::size_of;
+use std::os::raw::{c_int, c_void};
+use std::ptr;
+use std::sync::atomic::Ordering;
+
+use super::data::{iovs, map_post_error};
+use super::inner::{Ep, EpInner};
+use crate::base::ffi::{self, ret};
+use crate::base::guard::ffi_guard_or;
+use unimem_proto::iov::total_len;
+use unimem_proto::matching::IovList;
+use unimem_proto::{RmaKind, RmaReq};
+
+pub static RMA_OPS: ffi::fi_ops_rma = ffi::fi_ops_rma {
+    size: size_of::<ffi::fi_ops_rma>(),
+    read: Some(rma_read),
+    readv: Some(rma_readv),
+    readmsg: Some(rma_readmsg),
+    write: Some(rma_write),
+    writev: Some(rma_writev),
+    writemsg: Some(rma_writemsg),
+    inject: Some(rma_inject),
+    writedata: Some(rma_writedata),
+    injectdata: Some(rma_injectdata),
+};
+
+/// Flags an RMA call may carry that we accept (see the module doc).
+const RMA_FLAGS: u64 = ffi::FI_COMPLETION
+    | ffi::FI_INJECT
+    | ffi::FI_INJECT_COMPLETE
+    | ffi::FI_TRANSMIT_COMPLETE
+    | ffi::FI_DELIVERY_COMPLETE
+    | ffi::FI_REMOTE_CQ_DATA
+    | ffi::FI_RMA
+    | ffi::FI_READ
+    | ffi::FI_WRITE;
+
+/// Send-side op_flags that mean nothing to RMA (MPI sets them as the
+/// endpoint's defaults for its sends): left out of the check.
+const SEND_ONLY_FLAGS: u64 = ffi::FI_MATCH_COMPLETE | ffi::FI_MSG | ffi::FI_TAGGED | ffi::FI_SEND;
+
+/// The local buffers a call names.
+#[derive(Clone, Copy)]
+enum Bufs {
+    One(*const c_void, usize),
+    Iov(*const ffi::iovec, usize),
+}
+
+/// What an RMA call asks for.
+#[derive(Clone, Copy)]
+struct RmaCall {
+    kind: RmaKind,
+    bufs: Bufs,
+    peer: ffi::fi_addr_t,
+    /// The target range: its address (or offset) and key; with its length
+    /// for a `msg` call, which must match the local buffers.
+    addr: u64,
+    key: u64,
+    remote_len: Option<usize>,
+    context: *mut c_void,
+    data: Option<u64>,
+    /// The flags of a `msg` call; None: the endpoint's default op_flags.
+    flags: Option<u64>,
+    inject: bool,
+}
+
+impl RmaCall {
+    #[allow(clippy::too_many_arguments)]
+    fn new(
+        kind: RmaKind,
+        bufs: Bufs,
+        peer: ffi::fi_addr_t,
+        addr: u64,
+        key: u64,
+        context: *mut c_void,
+    ) -> Self {
+        RmaCall {
+            kind,
+            bufs,
+            peer,
+            addr,
+            key,
+            remote_len: None,
+            context,
+            data: None,
+            flags: None,
+            inject: false,
+        }
+    }
+
+    /// An `fi_msg_rma`: one target range (`rma_iov_limit` is 1).
+    ///
+    /// # Safety
+    /// `m.rma_iov` must be NULL or hold `m.rma_iov_count` entries.
+    unsafe fn msg(kind: RmaKind, m: &ffi::fi_msg_rma, flags: u64) -> Result<Self, &'static str> {
+        if m.rma_iov_count != 1 || m.rma_iov.is_null() {
+            return Err("one target range (rma_iov_count 1) is supported");
+        }
+        // SAFETY: rma_iov holds one entry (checked, and the caller).
+        let range = unsafe { &*m.rma_iov };
+        Ok(RmaCall {
+            remote_len: Some(range.len),
+            data: (flags & ffi::FI_REMOTE_CQ_DATA != 0).then_some(m.data),
+            flags: Some(flags),
+            inject: flags & ffi::FI_INJECT != 0,
+            ..RmaCall::new(
+                kind,
+                Bufs::Iov(m.msg_iov, m.iov_count),
+                m.addr,
+                range.addr,
+                range.key,
+                m.context,
+            )
+        })
+    }
+}
+
+/// Posts `call` on `ep` with local buffers `iov`.
+fn post_rma(ep: &EpInner, op: &str, iov: IovList, call: &RmaCall) -> isize {
+    let Some(b) = ep.active.get() else {
+        tracing::warn!("{op}: the endpoint is not enabled");
+        return -(ffi::FI_EOPBADSTATE as c_int) as isize;
+    };
+    let flags = call.flags.unwrap_or(ep.tx_op_flags & !SEND_ONLY_FLAGS);
+    if flags & !RMA_FLAGS != 0 {
+        tracing::warn!("{op}: unsupported flags {:#x}", flags & !RMA_FLAGS);
+        return ret::EBADFLAGS as isize;
+    }
+    if ep.caps & ffi::FI_RMA == 0 {
+        // Once per endpoint: an application that ignores the error must
+        // not flood the log.
+        if !ep.warned_no_rma.swap(true, Ordering::Relaxed) {
+            tracing::warn!(
+                "{op}: the endpoint was opened without FI_RMA (refused from now on without a word)"
+            );
+        }
+        return -(ffi::FI_EOPNOTSUPP as c_int) as isize;
+    }
+    let len = total_len(&iov);
+    if call.remote_len.is_some_and(|remote| remote != len) {
+        tracing::warn!(
+            "{op}: {len} local bytes for a target range of {:?}",
+            call.remote_len
+        );
+        return ret::EINVAL as isize;
+    }
+    if iov.iter().any(|&(addr, len)| addr == 0 && len > 0) {
+        tracing::warn!("{op}: NULL buffer");
+        return ret::EINVAL as isize;
+    }
+    let inject = call.inject;
+    if inject && (call.kind == RmaKind::Read || len > ep.inject_size) {
+        tracing::warn!(
+            "{op}: inject of {len} bytes (a write of at most {} bytes)",
+            ep.inject_size
+        );
+        return ret::EINVAL as isize;
+    }
+    let Some(dest) = b.av.as_ref().and_then(|av| av.lookup(call.peer)) else {
+        tracing::warn!("{op}: fi_addr {:#x} is not in the endpoint's AV", call.peer);
+        return ret::EINVAL as isize;
+    };
+    // An inject (call or flag) has no completion.
+    let completion = !inject && (!b.tx_selective || flags & ffi::FI_COMPLETION != 0);
+    let req = RmaReq {
+        dest,
+        iov,
+        addr: call.addr,
+        key: call.key,
+        context: call.context as usize,
+        completion,
+        inject,
+        data: call.data,
+    };
+    let mut core = ep.core.lock();
+    // SAFETY: libfabric's contract: the buffers stay valid until the
+    // operation completes (until return for an inject, which the protocol
+    // copies).
+    let result = unsafe { core.rma(call.kind, req) };
+    ep.drain(&mut core);
+    match result {
+        Ok(()) => 0,
+        Err(e) => map_post_error(e, op),
+    }
+}
+
+/// Every RMA entry point: find our endpoint, read the local buffers,
+/// post, under the panic guard.
+///
+/// # Safety
+/// `ep` must be NULL or a live `struct fid_ep`; the call's iov array must
+/// hold its count of iovecs.
+unsafe fn rma(
+    op: &'static str,
+    ep: *mut ffi::fid_ep,
+    call: Result<RmaCall, &'static str>,
+) -> isize {
+    ffi_guard_or(op, ret::EOTHER as isize, || {
+        // SAFETY: libfabric hands us an endpoint the application got from us.
+        let Some(ep) = (unsafe { Ep::from_ptr(ep, op) }) else {
+            return ret::EINVAL as isize;
+        };
+        let ep = &*ep.inner;
+        let call = match call {
+            Ok(call) => call,
+            Err(why) => {
+                tracing::warn!("{op}: {why}");
+                return ret::EINVAL as isize;
+            }
+        };
+        let iov = match call.bufs {
+            Bufs::One(buf, len) => IovList::One((buf as usize, len)),
+            // SAFETY: iov holds count iovecs (caller).
+            Bufs::Iov(iov, count) => match unsafe { iovs(ep, op, iov, count) } {
+                Ok(iov) => iov,
+                Err(code) => return code,
+            },
+        };
+        post_rma(ep, op, iov, &call)
+    })
+}
+
+// Each entry point below: its arguments into an RmaCall.
+
+#[allow(clippy::too_many_arguments)]
+unsafe extern "C" fn rma_read(
+    ep: *mut ffi::fid_ep,
+    buf: *mut c_void,
+    len: usize,
+    _desc: *mut c_void,
+    src: ffi::fi_addr_t,
+    addr: u64,
+    key: u64,
+    context: *mut c_void,
+) -> isize {
+    let call = RmaCall::new(RmaKind::Read, Bufs::One(buf, len), src, addr, key, context);
+    // SAFETY: the application's arguments (API contract).
+    unsafe { rma("fi_read", ep, Ok(call)) }
+}
+
+#[allow(clippy::too_many_arguments)]
+unsafe extern "C" fn rma_readv(
+    ep: *mut ffi::fid_ep,
+    iov: *const ffi::iovec,
+    _desc: *mut *mut c_void,
+    count: usize,
+    src: ffi::fi_addr_t,
+    addr: u64,
+    key: u64,
+    context: *mut c_void,
+) -> isize {
+    let call = RmaCall::new(
+        RmaKind::Read,
+        Bufs::Iov(iov, count),
+        src,
+        addr,
+        key,
+        context,
+    );
+    // SAFETY: the application's arguments (API contract).
+    unsafe { rma("fi_readv", ep, Ok(call)) }
+}
+
+unsafe extern "C" fn rma_readmsg(
+    ep: *mut ffi::fid_ep,
+    msg: *const ffi::fi_msg_rma,
+    flags: u64,
+) -> isize {
+    // SAFETY: msg is NULL or a valid fi_msg_rma (API contract).
+    let call = match unsafe { msg.as_ref() } {
+        // SAFETY: as above.
+        Some(m) => unsafe { RmaCall::msg(RmaKind::Read, m, flags) },
+        None => Err("NULL msg"),
+    };
+    // SAFETY: the application's arguments (API contract).
+    unsafe { rma("fi_readmsg", ep, call) }
+}
+
+#[allow(clippy::too_many_arguments)]
+unsafe extern "C" fn rma_write(
+    ep: *mut ffi::fid_ep,
+    buf: *const c_void,
+    len: usize,
+    _desc: *mut c_void,
+    dest: ffi::fi_addr_t,
+    addr: u64,
+    key: u64,
+    context: *mut c_void,
+) -> isize {
+    let call = RmaCall::new(
+        RmaKind::Write,
+        Bufs::One(buf, len),
+        dest,
+        addr,
+        key,
+        context,
+    );
+    // SAFETY: the application's arguments (API contract).
+    unsafe { rma("fi_write", ep, Ok(call)) }
+}
+
+#[allow(clippy::too_many_arguments)]
+unsafe extern "C" fn rma_writev(
+    ep: *mut ffi::fid_ep,
+    iov: *const ffi::iovec,
+    _desc: *mut *mut c_void,
+    count: usize,
+    dest: ffi::fi_addr_t,
+    addr: u64,
+    key: u64,
+    context: *mut c_void,
+) -> isize {
+    let call = RmaCall::new(
+        RmaKind::Write,
+        Bufs::Iov(iov, count),
+        dest,
+        addr,
+        key,
+        context,
+    );
+    // SAFETY: the application's arguments (API contract).
+    unsafe { rma("fi_writev", ep, Ok(call)) }
+}
+
+unsafe extern "C" fn rma_writemsg(
+    ep: *mut ffi::fid_ep,
+    msg: *const ffi::fi_msg_rma,
+    flags: u64,
+) -> isize {
+    // SAFETY: msg is NULL or a valid fi_msg_rma (API contract).
+    let call = match unsafe { msg.as_ref() } {
+        // SAFETY: as above.
+        Some(m) => unsafe { RmaCall::msg(RmaKind::Write, m, flags) },
+        None => Err("NULL msg"),
+    };
+    // SAFETY: the application's arguments (API contract).
+    unsafe { rma("fi_writemsg", ep, call) }
+}
+
+unsafe extern "C" fn rma_inject(
+    ep: *mut ffi::fid_ep,
+    buf: *const c_void,
+    len: usize,
+    dest: ffi::fi_addr_t,
+    addr: u64,
+    key: u64,
+) -> isize {
+    let call = RmaCall {
+        flags: Some(0),
+        inject: true,
+        ..RmaCall::new(
+            RmaKind::Write,
+            Bufs::One(buf, len),
+            dest,
+            addr,
+            key,
+            ptr::null_mut(),
+        )
+    };
+    // SAFETY: the application's arguments (API contract).
+    unsafe { rma("fi_inject_write", ep, Ok(call)) }
+}
+
+#[allow(clippy::too_many_arguments)]
+unsafe extern "C" fn rma_writedata(
+    ep: *mut ffi::fid_ep,
+    buf: *const c_void,
+    len: usize,
+    _desc: *mut c_void,
+    data: u64,
+    dest: ffi::fi_addr_t,
+    addr: u64,
+    key: u64,
+    context: *mut c_void,
+) -> isize {
+    let call = RmaCall {
+        data: Some(data),
+        ..RmaCall::new(
+            RmaKind::Write,
+            Bufs::One(buf, len),
+            dest,
+            addr,
+            key,
+            context,
+        )
+    };
+    // SAFETY: the application's arguments (API contract).
+    unsafe { rma("fi_writedata", ep, Ok(call)) }
+}
+
+unsafe extern "C" fn rma_injectdata(
+    ep: *mut ffi::fid_ep,
+    buf: *const c_void,
+    len: usize,
+    data: u64,
+    dest: ffi::fi_addr_t,
+    addr: u64,
+    key: u64,
+) -> isize {
+    let call = RmaCall {
+        data: Some(data),
+        flags: Some(0),
+        inject: true,
+        ..RmaCall::new(
+            RmaKind::Write,
+            Bufs::One(buf, len),
+            dest,
+            addr,
+            key,
+            ptr::null_mut(),
+        )
+    };
+    // SAFETY: the application's arguments (API contract).
+    unsafe { rma("fi_inject_writedata", ep, Ok(call)) }
+}
