@@ -285,6 +285,37 @@ impl DmaEngine for ShmDmaEngine {
         keys::lookup(remote.keys.as_ref().expect("opened above"), key)
     }
 
+    fn atomic(
+        &mut self,
+        reg: RegId,
+        remote_addr: u64,
+        width: usize,
+        count: usize,
+        update: &mut dyn FnMut(usize, u64) -> Option<u64>,
+        old: &mut dyn FnMut(usize, u64),
+    ) -> Result<DmaId, DmaError> {
+        let len = width.checked_mul(count).ok_or(DmaError::LengthOverflow)?;
+        let remote_end = remote_addr
+            .checked_add(len as u64)
+            .ok_or(DmaError::LengthOverflow)?;
+        let registration = self
+            .registrations
+            .get(&reg.0)
+            .ok_or(DmaError::NotRegistered)?;
+        if remote_addr < registration.start || remote_end > registration.end {
+            return Err(DmaError::OutOfBounds);
+        }
+        let offset = (remote_addr - registration.mapping_start) as usize;
+        // SAFETY: `offset + len` lies inside the mapping (checked against
+        // the registered range, which it covers); update_elements checks
+        // the alignment.
+        unsafe {
+            let at = registration.mapping.base().add(offset);
+            crate::atomic::update_elements(at, width, count, update, old)?;
+        }
+        Ok(self.complete_after(len))
+    }
+
     fn poll(&mut self) -> Option<DmaId> {
         let &(done_at, id) = self.in_flight.front()?;
         if done_at != 0 && monotonic_ns() < done_at {

@@ -7,6 +7,7 @@
 //! shared-memory emulation in which every process is a node.
 
 mod alloc;
+mod atomic;
 mod engine;
 mod error;
 mod keys;
@@ -15,6 +16,7 @@ mod region;
 use std::fmt;
 use std::hash::Hash;
 
+pub use atomic::{update_elements, ATOMIC_WIDTHS};
 pub use engine::ShmDmaEngine;
 pub use error::DmaError;
 pub use keys::{Access, Exposure, KeyHandle, KeyTable, KEY_SLOTS};
@@ -77,6 +79,21 @@ pub trait DmaEngine: Send {
 
     /// A completed transfer, if any.
     fn poll(&mut self) -> Option<DmaId>;
+
+    /// Updates `count` elements of `width` bytes at `remote_addr` in `reg`
+    /// with the engine's atomic unit, each element atomically against any
+    /// other atomic update of that memory (see [`update_elements`]; `old`
+    /// gets each element's bits before). Done when submitted; completes,
+    /// as a transfer, once the engine's model says so.
+    fn atomic(
+        &mut self,
+        reg: RegId,
+        remote_addr: u64,
+        width: usize,
+        count: usize,
+        update: &mut dyn FnMut(usize, u64) -> Option<u64>,
+        old: &mut dyn FnMut(usize, u64),
+    ) -> Result<DmaId, DmaError>;
 
     /// What `node` exposes under `key` for remote access (its own node
     /// included), read without any action of the node. The caller checks

@@ -25,6 +25,7 @@ use crate::mr;
 use crate::poll;
 use crate::state::DomainState;
 use crate::state::FabricState;
+use unimem_proto::atomic::AtomicCall;
 
 /// Our `struct fid_domain`.
 pub type Domain = FidObject<DomainState>;
@@ -66,10 +67,49 @@ static DOMAIN_OPS: ffi::fi_ops_domain = ffi::fi_ops_domain {
     poll_open: Some(domain_poll_open),
     stx_ctx: Some(unsupported::fi_stx_context),
     srx_ctx: Some(unsupported::fi_srx_context),
-    query_atomic: Some(unsupported::fi_query_atomic),
+    query_atomic: Some(domain_query_atomic),
     query_collective: Some(unsupported::fi_query_collective),
     endpoint2: Some(domain_endpoint2),
 };
+
+/// `fi_query_atomic`: what the atomic calls support (see `ep/atomic.rs`),
+/// as `fi_atomicvalid` and its kin report it.
+unsafe extern "C" fn domain_query_atomic(
+    domain: *mut ffi::fid_domain,
+    datatype: ffi::fi_datatype,
+    op: ffi::fi_op,
+    attr: *mut ffi::fi_atomic_attr,
+    flags: u64,
+) -> c_int {
+    ffi_guard("fi_query_atomic", || {
+        // SAFETY: libfabric hands us a domain the application got from us.
+        if unsafe { Domain::from_ptr(domain, "fi_query_atomic") }.is_none() {
+            return ret::EINVAL;
+        }
+        // SAFETY: attr is NULL or writable (API contract).
+        let Some(attr) = (unsafe { attr.as_mut() }) else {
+            tracing::warn!("fi_query_atomic: NULL attr");
+            return ret::EINVAL;
+        };
+        let call = match flags & (ffi::FI_FETCH_ATOMIC | ffi::FI_COMPARE_ATOMIC) {
+            0 => AtomicCall::Write,
+            f if f == ffi::FI_FETCH_ATOMIC => AtomicCall::Fetch,
+            f if f == ffi::FI_COMPARE_ATOMIC => AtomicCall::Compare,
+            _ => {
+                tracing::warn!("fi_query_atomic: FI_FETCH_ATOMIC and FI_COMPARE_ATOMIC together");
+                return ret::EINVAL;
+            }
+        };
+        match unimem_proto::atomic::max_count(call, datatype, op) {
+            Some((count, size)) => {
+                attr.count = count;
+                attr.size = size;
+                ret::SUCCESS
+            }
+            None => -(ffi::FI_EOPNOTSUPP as c_int),
+        }
+    })
+}
 
 static DOMAIN_MR_OPS: ffi::fi_ops_mr = ffi::fi_ops_mr {
     size: size_of::<ffi::fi_ops_mr>(),

@@ -182,7 +182,7 @@ fn fi_info_lists_the_rdm_endpoint() {
         "data_progress: FI_PROGRESS_MANUAL",
         "resource_mgmt: FI_RM_ENABLED",
         "av_type: FI_AV_UNSPEC",
-        "msg_order: [ FI_ORDER_SAS ]",
+        "msg_order: [ FI_ORDER_SAS, FI_ORDER_ATOMIC_RAR, FI_ORDER_ATOMIC_RAW, FI_ORDER_ATOMIC_WAR, FI_ORDER_ATOMIC_WAW ]",
         "mem_tag_format: 0xaaaaaaaaaaaaaaaa",
         "max_msg_size: 1073741824",
         "inject_size: 16384",
@@ -216,10 +216,11 @@ fn fi_info_lists_the_rdm_endpoint() {
         "FI_WRITE",
         "FI_REMOTE_READ",
         "FI_REMOTE_WRITE",
+        "FI_ATOMIC",
     ] {
         assert!(caps.contains(cap), "{cap} missing from {caps}");
     }
-    assert!(!caps.contains("FI_ATOMIC"), "{caps}");
+    assert!(!caps.contains("FI_COLLECTIVE"), "{caps}");
     assert_eq!(
         stdout.matches("type: FI_EP_RDM").count(),
         1,
@@ -273,7 +274,7 @@ fn unmet_hints_give_no_data() {
     let dir = provider_dir(&[]);
     for args in [
         &["-c", "FI_RMA|FI_RMA_EVENT"][..],
-        &["-c", "FI_MSG|FI_ATOMIC"],
+        &["-c", "FI_MSG|FI_COLLECTIVE"],
         &["-t", "FI_EP_MSG"],
         &["-t", "FI_EP_DGRAM"],
         &["-d", "not-unimem"],

@@ -293,6 +293,28 @@ impl<D: DmaEngine> DmaSession<'_, D> {
         Ok(())
     }
 
+    /// Updates `count` elements of `width` bytes at `remote_addr` in `reg`
+    /// with the engine's atomic unit (see [`DmaEngine::atomic`]); its
+    /// completion hands `token` back to this view.
+    #[allow(clippy::too_many_arguments)]
+    pub fn atomic(
+        &mut self,
+        reg: RegId,
+        remote_addr: u64,
+        width: usize,
+        count: usize,
+        update: &mut dyn FnMut(usize, u64) -> Option<u64>,
+        old: &mut dyn FnMut(usize, u64),
+        token: Token,
+    ) -> Result<(), DmaError> {
+        let id = self
+            .shared
+            .engine
+            .atomic(reg, remote_addr, width, count, update, old)?;
+        self.shared.submitted(id, self.slot, token);
+        Ok(())
+    }
+
     /// Appends to `done` the tokens of this view's completed transfers:
     /// those another view polled for it first, then those it polls now.
     /// Completions of other views' transfers go to their queues.

@@ -26,6 +26,7 @@
 //! credit, a full mailbox, no bounce buffer, no first contact) waits in its
 //! peer's queue, and only a full transmit queue (`tx_size`) refuses one.
 
+pub mod atomic;
 pub mod dma;
 pub mod iov;
 pub mod matching;
@@ -34,7 +35,7 @@ pub mod pool;
 pub mod wire;
 
 pub use dma::{DmaView, DomainDma};
-pub use messenger::{Messenger, RmaReq};
+pub use messenger::{AtomicReq, Messenger, RmaReq, RmaStats};
 
 use std::time::Duration;
 
@@ -133,6 +134,10 @@ pub enum Event<A> {
 pub enum RmaKind {
     Write,
     Read,
+    /// `fi_atomic`: an update that returns nothing.
+    Atomic,
+    /// `fi_fetch_atomic` and `fi_compare_atomic`: the old values come back.
+    AtomicFetch,
 }
 
 /// A completed receive.
@@ -166,6 +171,9 @@ pub enum ErrorKind {
     BadKey,
     /// The key does not grant the access, or the range lies outside it.
     AccessDenied,
+    /// The target refused the request as malformed (an atomic element not
+    /// aligned to its size, an operation it does not have).
+    Invalid,
 }
 
 /// A failed operation: always reported, whatever selective completion says.
@@ -199,6 +207,10 @@ pub enum PostError {
     Unreachable,
     /// Resource the host refused (-FI_ENOMEM).
     NoMemory,
+    /// An atomic operation and datatype we do not have (-FI_EOPNOTSUPP).
+    Unsupported,
+    /// Buffers shorter than the operation needs (-FI_EINVAL).
+    TooShort,
 }
 
 /// A node identity that travels in a Hello.

@@ -23,6 +23,10 @@
 //! | ReadReady| send id u16, recv id u16                                        |
 //! | RmaNack  | id u16, error u8 (flag `READ`: the id is a recv id)             |
 //! | RemoteData | data u64, len u32                                             |
+//! | AtomicReq  | key u64, address u64, op u8, datatype u8, count u8, id u16 (flag `FETCH`) |
+//! | AtomicData | id u16, len u8, bytes [u8; len <= 20] (flag `CHUNK`)       |
+//! | AtomicReply| id u16, status u8                                          |
+//! | AtomicResult | id u16, len u8, bytes [u8; len <= 20] (flag `CHUNK`)     |
 //!
 //! An eager message that asks to be acknowledged (flag `ACK`, for a send
 //! with `FI_MATCH_COMPLETE` or `FI_DELIVERY_COMPLETE`) carries its send id
@@ -45,6 +49,13 @@
 //! transfer (recv id) and learns the target's send id from `ReadReady`.
 //! `RmaNack` refuses either (bad key, range or rights); `RemoteData`
 //! delivers the CQ data of a write with data once the write is done.
+//!
+//! An atomic operation on target memory that is not dmable is carried out
+//! by the target's progress: an `AtomicReq` names it, `AtomicData` chunks
+//! carry its operands (then its compare operands) in order, and the target
+//! answers with `AtomicResult` chunks (the old values, if asked for) and
+//! an `AtomicReply`. One sender's messages arrive in order, so chunks need
+//! no sequence numbers.
 
 use unimem_mailbox::{Message, MESSAGE_LEN};
 
@@ -179,6 +190,53 @@ pub enum Wire {
     /// Initiator to target: a write with CQ data `data` of `len` bytes is
     /// complete.
     RemoteData { data: u64, len: u32 },
+    /// Initiator to target: apply atomic `op` on `count` elements of
+    /// `datatype` at `addr` of `key`; its operands follow as `AtomicData`.
+    /// With `fetch`, the target returns the old values.
+    AtomicReq {
+        key: u64,
+        addr: u64,
+        op: u8,
+        datatype: u8,
+        count: u8,
+        id: u16,
+        fetch: bool,
+    },
+    /// Initiator to target: the next operand bytes of atomic `id`.
+    AtomicData { id: u16, bytes: Chunk },
+    /// Target to initiator: the next old-value bytes of atomic `id`.
+    AtomicResult { id: u16, bytes: Chunk },
+    /// Target to initiator: atomic `id` is done (`None`) or refused.
+    AtomicReply {
+        id: u16,
+        refusal: Option<RmaRefusal>,
+    },
+}
+
+/// Bytes one atomic chunk carries at most.
+pub const CHUNK_LEN: usize = 20;
+
+/// Up to [`CHUNK_LEN`] bytes, kept by value.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub struct Chunk {
+    len: u8,
+    bytes: [u8; CHUNK_LEN],
+}
+
+impl Chunk {
+    /// `data` must hold at most [`CHUNK_LEN`] bytes.
+    pub fn new(data: &[u8]) -> Chunk {
+        let mut bytes = [0u8; CHUNK_LEN];
+        bytes[..data.len()].copy_from_slice(data);
+        Chunk {
+            len: data.len() as u8,
+            bytes,
+        }
+    }
+
+    pub fn as_slice(&self) -> &[u8] {
+        &self.bytes[..self.len as usize]
+    }
 }
 
 /// Why a target refused an RMA operation.
@@ -190,6 +248,9 @@ pub enum RmaRefusal {
     Denied = 2,
     /// The target is out of resources.
     Busy = 3,
+    /// The request is malformed or unsupported (an atomic operation the
+    /// target does not have, an element not aligned to its size).
+    Invalid = 4,
 }
 
 impl RmaRefusal {
@@ -198,6 +259,7 @@ impl RmaRefusal {
             1 => RmaRefusal::NoKey,
             2 => RmaRefusal::Denied,
             3 => RmaRefusal::Busy,
+            4 => RmaRefusal::Invalid,
             _ => return None,
         })
     }
@@ -205,6 +267,10 @@ impl RmaRefusal {
 
 /// Flag of an `RmaNack` whose id is a recv id.
 const READ: u8 = 0x10;
+/// Flag of an `AtomicReq` that wants the old values back.
+const FETCH: u8 = 0x40;
+/// Flag of the chunk forms of the atomic messages.
+const CHUNK: u8 = 0x10;
 
 mod op {
     pub const HELLO: u8 = 1;
@@ -220,6 +286,8 @@ mod op {
     pub const READ_READY: u8 = 11;
     pub const RMA_NACK: u8 = 12;
     pub const REMOTE_DATA: u8 = 13;
+    pub const ATOMIC: u8 = 14;
+    pub const ATOMIC_ANSWER: u8 = 15;
 }
 
 /// A cursor writing fields into one message.
@@ -425,6 +493,40 @@ impl Wire {
                 w = Writer::new(op::REMOTE_DATA, None);
                 w.put(&data.to_le_bytes()).put(&len.to_le_bytes());
             }
+            Wire::AtomicReq {
+                key,
+                addr,
+                op,
+                datatype,
+                count,
+                id,
+                fetch,
+            } => {
+                w = Writer::new(op::ATOMIC, None);
+                if *fetch {
+                    w.buf[0] |= FETCH;
+                }
+                w.put(&key.to_le_bytes())
+                    .put(&addr.to_le_bytes())
+                    .put(&[*op, *datatype, *count])
+                    .put(&id.to_le_bytes());
+            }
+            Wire::AtomicData { id, bytes } | Wire::AtomicResult { id, bytes } => {
+                let kind = match self {
+                    Wire::AtomicData { .. } => op::ATOMIC,
+                    _ => op::ATOMIC_ANSWER,
+                };
+                w = Writer::new(kind, None);
+                w.buf[0] |= CHUNK;
+                w.put(&id.to_le_bytes())
+                    .put(&[bytes.len])
+                    .put(bytes.as_slice());
+            }
+            Wire::AtomicReply { id, refusal } => {
+                w = Writer::new(op::ATOMIC_ANSWER, None);
+                w.put(&id.to_le_bytes())
+                    .put(&[refusal.map_or(0, |r| r as u8)]);
+            }
         }
         w.buf
     }
@@ -537,6 +639,36 @@ impl Wire {
                 data: r.u64(),
                 len: r.u32(),
             },
+            op::ATOMIC | op::ATOMIC_ANSWER if flags & CHUNK != 0 => {
+                let id = r.u16();
+                let len = r.u8() as usize;
+                if len > CHUNK_LEN {
+                    return None;
+                }
+                let bytes = Chunk::new(&buf[r.at..r.at + len]);
+                if buf[0] & 0x0f == op::ATOMIC {
+                    Wire::AtomicData { id, bytes }
+                } else {
+                    Wire::AtomicResult { id, bytes }
+                }
+            }
+            op::ATOMIC => Wire::AtomicReq {
+                key: r.u64(),
+                addr: r.u64(),
+                op: r.u8(),
+                datatype: r.u8(),
+                count: r.u8(),
+                id: r.u16(),
+                fetch: flags & FETCH != 0,
+            },
+            op::ATOMIC_ANSWER => {
+                let id = r.u16();
+                let refusal = match r.u8() {
+                    0 => None,
+                    code => Some(RmaRefusal::from_u8(code)?),
+                };
+                Wire::AtomicReply { id, refusal }
+            }
             _ => return None,
         })
     }
@@ -628,6 +760,44 @@ mod tests {
             Wire::RemoteData {
                 data: u64::MAX - 1,
                 len: 65536,
+            },
+            Wire::AtomicReq {
+                key: u64::MAX,
+                addr: 0x1234_5678_9abc,
+                op: 18,
+                datatype: 10,
+                count: 64,
+                id: 0xfffe,
+                fetch: true,
+            },
+            Wire::AtomicReq {
+                key: 0,
+                addr: 8,
+                op: 2,
+                datatype: 7,
+                count: 1,
+                id: 0,
+                fetch: false,
+            },
+            Wire::AtomicData {
+                id: 3,
+                bytes: Chunk::new(&[7; CHUNK_LEN]),
+            },
+            Wire::AtomicData {
+                id: 3,
+                bytes: Chunk::new(&[]),
+            },
+            Wire::AtomicResult {
+                id: 0xffff,
+                bytes: Chunk::new(&[1, 2, 3]),
+            },
+            Wire::AtomicReply {
+                id: 9,
+                refusal: None,
+            },
+            Wire::AtomicReply {
+                id: 9,
+                refusal: Some(RmaRefusal::Invalid),
             },
         ];
         for info in infos() {
@@ -775,7 +945,15 @@ mod tests {
         nack[0] = op::RMA_NACK;
         nack[3] = 0;
         assert_eq!(Wire::decode(&nack), None, "a refusal without a reason");
-        nack[3] = 4;
+        nack[3] = 5;
         assert_eq!(Wire::decode(&nack), None);
+        let mut chunk = [0u8; MESSAGE_LEN];
+        chunk[0] = op::ATOMIC | CHUNK;
+        chunk[3] = CHUNK_LEN as u8 + 1;
+        assert_eq!(
+            Wire::decode(&chunk),
+            None,
+            "a chunk longer than a message holds"
+        );
     }
 }

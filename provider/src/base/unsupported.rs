@@ -83,9 +83,6 @@ unsupported! { ENOSYS, "no shared transmit contexts (max_ep_stx_ctx = 0)";
 unsupported! { ENOSYS, "no shared receive contexts (max_ep_srx_ctx = 0)";
     fi_srx_context(*mut fid_domain, *mut fi_rx_attr, *mut *mut fid_ep, *mut c_void) -> c_int;
 }
-unsupported! { ENOSYS, "no FI_ATOMIC";
-    fi_query_atomic(*mut fid_domain, fi_datatype, fi_op, *mut fi_atomic_attr, u64) -> c_int;
-}
 unsupported! { ENOSYS, "no FI_COLLECTIVE";
     fi_query_collective(*mut fid_domain, fi_collective_op, *mut fi_collective_attr, u64)
         -> c_int;
@@ -114,67 +111,6 @@ unsupported! { ENOSYS, "connections are for FI_EP_MSG endpoints; unimem's are FI
 unsupported! { ENOSYS, "no multicast groups or collectives";
     fi_join(*mut fid_ep, *const c_void, u64, *mut *mut fid_mc, *mut c_void) -> c_int;
 }
-
-// --- endpoint: atomics ---------------------------------------------------------------
-
-unsupported! { ENOSYS, "no FI_ATOMIC";
-    fi_atomic(
-        *mut fid_ep, *const c_void, usize, *mut c_void, fi_addr_t, u64, u64, fi_datatype, fi_op,
-        *mut c_void,
-    ) -> isize;
-    fi_atomicv(
-        *mut fid_ep, *const fi_ioc, *mut *mut c_void, usize, fi_addr_t, u64, u64, fi_datatype,
-        fi_op, *mut c_void,
-    ) -> isize;
-    fi_atomicmsg(*mut fid_ep, *const fi_msg_atomic, u64) -> isize;
-    fi_inject_atomic(
-        *mut fid_ep, *const c_void, usize, fi_addr_t, u64, u64, fi_datatype, fi_op,
-    ) -> isize;
-    fi_fetch_atomic(
-        *mut fid_ep, *const c_void, usize, *mut c_void, *mut c_void, *mut c_void, fi_addr_t,
-        u64, u64, fi_datatype, fi_op, *mut c_void,
-    ) -> isize;
-    fi_fetch_atomicv(
-        *mut fid_ep, *const fi_ioc, *mut *mut c_void, usize, *mut fi_ioc, *mut *mut c_void,
-        usize, fi_addr_t, u64, u64, fi_datatype, fi_op, *mut c_void,
-    ) -> isize;
-    fi_fetch_atomicmsg(
-        *mut fid_ep, *const fi_msg_atomic, *mut fi_ioc, *mut *mut c_void, usize, u64,
-    ) -> isize;
-    fi_compare_atomic(
-        *mut fid_ep, *const c_void, usize, *mut c_void, *const c_void, *mut c_void, *mut c_void,
-        *mut c_void, fi_addr_t, u64, u64, fi_datatype, fi_op, *mut c_void,
-    ) -> isize;
-    fi_compare_atomicv(
-        *mut fid_ep, *const fi_ioc, *mut *mut c_void, usize, *const fi_ioc, *mut *mut c_void,
-        usize, *mut fi_ioc, *mut *mut c_void, usize, fi_addr_t, u64, u64, fi_datatype, fi_op,
-        *mut c_void,
-    ) -> isize;
-    fi_compare_atomicmsg(
-        *mut fid_ep, *const fi_msg_atomic, *const fi_ioc, *mut *mut c_void, usize, *mut fi_ioc,
-        *mut *mut c_void, usize, u64,
-    ) -> isize;
-    fi_atomicvalid(*mut fid_ep, fi_datatype, fi_op, *mut usize) -> c_int;
-    fi_fetch_atomicvalid(*mut fid_ep, fi_datatype, fi_op, *mut usize) -> c_int;
-    fi_compare_atomicvalid(*mut fid_ep, fi_datatype, fi_op, *mut usize) -> c_int;
-}
-
-pub static ATOMIC_OPS: fi_ops_atomic = fi_ops_atomic {
-    size: size_of::<fi_ops_atomic>(),
-    write: Some(fi_atomic),
-    writev: Some(fi_atomicv),
-    writemsg: Some(fi_atomicmsg),
-    inject: Some(fi_inject_atomic),
-    readwrite: Some(fi_fetch_atomic),
-    readwritev: Some(fi_fetch_atomicv),
-    readwritemsg: Some(fi_fetch_atomicmsg),
-    compwrite: Some(fi_compare_atomic),
-    compwritev: Some(fi_compare_atomicv),
-    compwritemsg: Some(fi_compare_atomicmsg),
-    writevalid: Some(fi_atomicvalid),
-    readwritevalid: Some(fi_fetch_atomicvalid),
-    compwritevalid: Some(fi_compare_atomicvalid),
-};
 
 // --- endpoint: collectives -----------------------------------------------------------
 
@@ -260,8 +196,6 @@ mod tests {
                 assert_eq!(fi_setname(null_mut(), null_mut(), 0), ENOSYS);
                 assert_eq!(fi_shutdown(null_mut(), 0), ENOSYS);
                 assert_eq!(fi_rx_size_left(null_mut()), enosys);
-                let valid = ATOMIC_OPS.writevalid.unwrap();
-                assert_eq!(valid(null_mut(), 0, 0, null_mut()), ENOSYS);
                 let barrier = COLLECTIVE_OPS.barrier.unwrap();
                 assert_eq!(barrier(null_mut(), 0, null_mut()), enosys);
             }

@@ -43,6 +43,7 @@ fn error_code(kind: ErrorKind) -> i32 {
         ErrorKind::NoMessage => ffi::FI_ENOMSG,
         ErrorKind::BadKey => ffi::FI_EKEYREJECTED,
         ErrorKind::AccessDenied => ffi::FI_EACCES,
+        ErrorKind::Invalid => ffi::FI_EINVAL,
     }
 }
 
@@ -51,6 +52,8 @@ fn rma_flags(kind: RmaKind, bindings: &Bindings) -> (u64, Option<&ParentRef<Cntr
     match kind {
         RmaKind::Write => (ffi::FI_RMA | ffi::FI_WRITE, bindings.write_cntr.as_ref()),
         RmaKind::Read => (ffi::FI_RMA | ffi::FI_READ, bindings.read_cntr.as_ref()),
+        RmaKind::Atomic => (ffi::FI_ATOMIC | ffi::FI_WRITE, bindings.write_cntr.as_ref()),
+        RmaKind::AtomicFetch => (ffi::FI_ATOMIC | ffi::FI_READ, bindings.read_cntr.as_ref()),
     }
 }
 

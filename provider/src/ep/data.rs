@@ -94,6 +94,8 @@ pub(super) fn map_post_error(e: PostError, op: &str) -> isize {
         PostError::BadAddress => ret::EINVAL,
         PostError::Unreachable => -(ffi::FI_EHOSTUNREACH as c_int),
         PostError::NoMemory => ret::ENOMEM,
+        PostError::Unsupported => -(ffi::FI_EOPNOTSUPP as c_int),
+        PostError::TooShort => ret::EINVAL,
     };
     tracing::warn!("{op}: {e:?}");
     code as isize

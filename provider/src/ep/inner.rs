@@ -92,7 +92,14 @@ unsafe impl FiObject for EpInner {
     fn on_close(ep: &Ep) -> Result<(), c_int> {
         let me: Arc<dyn Progress> = ep.inner.clone();
         ep.inner.domain.progress().remove(&me);
-        tracing::info!("endpoint {:p} closed", ep);
+        let rma = ep.inner.core.lock().rma_stats();
+        tracing::info!(
+            "endpoint {:p} closed; RMA and atomics: {} one-sided, {} through the target ({} atomics)",
+            ep,
+            rma.one_sided,
+            rma.assisted,
+            rma.atomics
+        );
         Ok(())
     }
 }

@@ -13,8 +13,10 @@
 //! - `completion`: protocol events → CQ entries and counters, progress;
 //! - `data`: the data path (`fi_send`, `fi_recv` and their kin);
 //! - `rma`: the RMA data path (`fi_read`, `fi_write` and their kin);
+//! - `atomic`: the atomic data path (`fi_atomic` and its kin, `*valid`);
 //! - `options`: `fi_cancel`, `fi_getopt`/`fi_setopt`, `fi_getname`.
 
+mod atomic;
 mod bind;
 mod completion;
 mod data;
@@ -156,7 +158,7 @@ pub unsafe fn open(
             msg: fid::ops_ptr(&data::MSG_OPS),
             rma: fid::ops_ptr(&rma::RMA_OPS),
             tagged: fid::ops_ptr(&data::TAGGED_OPS),
-            atomic: fid::ops_ptr(&unsupported::ATOMIC_OPS),
+            atomic: fid::ops_ptr(&atomic::ATOMIC_OPS),
             collective: fid::ops_ptr(&unsupported::COLLECTIVE_OPS),
         },
         inner: Arc::new(EpInner {

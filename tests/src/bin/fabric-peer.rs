@@ -679,6 +679,7 @@ fn cap_bit(name: &str) -> Result<u64, String> {
         "tagged" => ffi::FI_TAGGED,
         "rma" => ffi::FI_RMA,
         "rma-event" => ffi::FI_RMA_EVENT,
+        "collective" => ffi::FI_COLLECTIVE,
         "atomic" => ffi::FI_ATOMIC,
         "source" => ffi::FI_SOURCE,
         "directed" => ffi::FI_DIRECTED_RECV,

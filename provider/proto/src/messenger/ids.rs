@@ -63,6 +63,11 @@ impl<T> Slab<T> {
             .collect()
     }
 
+    /// Whether any entry satisfies `accept`.
+    pub(crate) fn any(&self, accept: impl Fn(&T) -> bool) -> bool {
+        self.entries.iter().flatten().any(accept)
+    }
+
     pub(crate) fn is_empty(&self) -> bool {
         self.entries.len() == self.free.len()
     }

@@ -58,6 +58,7 @@ where
             self.fail_xfer(xfer, ErrorKind::PeerUnreachable);
         }
         self.fail_rma_with(peer);
+        self.forget_atomics_of(peer);
         self.fail_receives_from(peer);
         if let Some(node) = self.peers[peer].node {
             // For every messenger of the domain: the cache is shared.

@@ -46,6 +46,7 @@ mod rma;
 mod send;
 
 pub use recv::Held;
+pub use rma::atomic::AtomicReq;
 pub use rma::RmaReq;
 
 use std::collections::{HashMap, VecDeque};
@@ -138,6 +139,8 @@ pub struct Messenger<M: Mailbox, D: DmaEngine> {
     // rma
     rma_ops: Slab<RmaOp>,
     rma_pending: VecDeque<usize>,
+    // rma::atomic
+    atomic_rx: HashMap<(PeerIdx, u16), rma::atomic::PendingAtomic>,
     // send::rendezvous
     tx_staging: BufferPool,
     deferred_fragments: VecDeque<Grant>,
@@ -152,6 +155,19 @@ pub struct Messenger<M: Mailbox, D: DmaEngine> {
     next_peer_check: Instant,
     /// Peers found dead so far (the provider reclaims what they left).
     peers_lost: usize,
+    /// What went which way, for the log.
+    stats: RmaStats,
+}
+
+/// How many RMA and atomic operations of a messenger took each path.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct RmaStats {
+    /// Moved by DMA (or the atomic unit) with no action of the target.
+    pub one_sided: u64,
+    /// Carried out by the target's progress (target memory not dmable).
+    pub assisted: u64,
+    /// Of both, atomics.
+    pub atomics: u64,
 }
 
 fn post_error(e: MailboxError) -> PostError {
@@ -205,6 +221,7 @@ where
             rx_xfers: Slab::new(),
             rma_ops: Slab::new(),
             rma_pending: VecDeque::new(),
+            atomic_rx: HashMap::new(),
             outstanding_sends: 0,
             bounce_pool,
             tx_staging,
@@ -217,6 +234,7 @@ where
             calls_since_clock: 0,
             next_peer_check: Instant::now(),
             peers_lost: 0,
+            stats: RmaStats::default(),
             cfg,
         })
     }
@@ -262,6 +280,11 @@ where
     /// Whether operations are still in flight (sends, RMA, transfers).
     pub fn busy(&self) -> bool {
         self.outstanding_sends > 0 || !self.rx_xfers.is_empty()
+    }
+
+    /// How many RMA and atomic operations took each path so far.
+    pub fn rma_stats(&self) -> RmaStats {
+        self.stats
     }
 
     /// How many peers were found dead so far.

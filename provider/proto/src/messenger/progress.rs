@@ -215,6 +215,18 @@ where
             Wire::ReadReady { send_id, recv_id } => self.on_read_ready(peer, send_id, recv_id),
             Wire::RmaNack { id, read, error } => self.on_rma_nack(peer, id, read, error),
             Wire::RemoteData { data, len } => self.on_remote_data(data, len),
+            Wire::AtomicReq {
+                key,
+                addr,
+                op,
+                datatype,
+                count,
+                id,
+                fetch,
+            } => self.on_atomic_req(peer, key, addr, op, datatype, count, id, fetch),
+            Wire::AtomicData { id, bytes } => self.on_atomic_data(peer, id, bytes.as_slice()),
+            Wire::AtomicResult { id, bytes } => self.on_atomic_result(peer, id, bytes.as_slice()),
+            Wire::AtomicReply { id, refusal } => self.on_atomic_reply(peer, id, refusal),
         }
     }
 }

@@ -1624,3 +1624,536 @@ fn rma_write_with_data_and_inject() {
         assert_eq!(refused, Err(PostError::TooLong));
     }
 }
+
+// --- atomics -------------------------------------------------------------------
+
+use crate::atomic::{AtomicCall, AtomicOp, Datatype};
+
+#[allow(clippy::too_many_arguments)]
+fn atomic_req(
+    dest: MailboxAddr,
+    call: AtomicCall,
+    op: AtomicOp,
+    datatype: Datatype,
+    operand: &[u8],
+    compare: &[u8],
+    result: &mut [u8],
+    key: u64,
+    addr: u64,
+) -> AtomicReq<MailboxAddr> {
+    AtomicReq {
+        dest,
+        call,
+        op,
+        datatype,
+        count: operand.len().max(result.len()) / datatype.size(),
+        operand: IovList::One((operand.as_ptr() as usize, operand.len())),
+        compare: IovList::One((compare.as_ptr() as usize, compare.len())),
+        result: IovList::One((result.as_mut_ptr() as usize, result.len())),
+        addr,
+        key,
+        context: 0xa7,
+        completion: true,
+    }
+}
+
+/// Posts an atomic from `a` and runs until it completes; returns its event.
+fn run_atomic(a: &mut Shm, b: &mut Shm, req: AtomicReq<MailboxAddr>) -> Event<MailboxAddr> {
+    // SAFETY: the test keeps the result buffer alive until the event.
+    unsafe { a.atomic(req) }.unwrap();
+    collect(&mut [&mut *a, &mut *b], 0, 1).remove(0)
+}
+
+fn words(values: &[u64]) -> Vec<u8> {
+    values.iter().flat_map(|v| v.to_le_bytes()).collect()
+}
+
+#[test]
+fn atomics_on_dmable_and_ordinary_memory() {
+    use AtomicCall::*;
+    use AtomicOp::{Bxor, Cswap, Max, Read, Sum};
+    for target_dmable in [true, false] {
+        let mut a = messenger();
+        let mut b = messenger();
+        first_contact(&mut a, &mut b);
+        let target_dma = b.dma.alloc(64).unwrap();
+        let mut target_heap = vec![0u64; 8];
+        let target = if target_dmable {
+            target_dma.as_ptr() as usize
+        } else {
+            target_heap.as_mut_ptr() as usize
+        };
+        let cell = |i: usize| target + 8 * i;
+        // SAFETY: the target holds 8 u64s; nothing is in flight.
+        let read = |i: usize| unsafe { *(cell(i) as *const u64) };
+        // SAFETY: as above.
+        let write = |i: usize, v: u64| unsafe { *(cell(i) as *mut u64) = v };
+        let key = fresh_key();
+        let _h = expose(
+            key,
+            target,
+            64,
+            Access::REMOTE_READ.union(Access::REMOTE_WRITE),
+        );
+        let dest = b.addr();
+        let mut none: [u8; 0] = [];
+
+        write(0, 40);
+        let e = run_atomic(
+            &mut a,
+            &mut b,
+            atomic_req(
+                dest,
+                Write,
+                Sum,
+                Datatype::U64,
+                &words(&[2]),
+                &[],
+                &mut none,
+                key,
+                0,
+            ),
+        );
+        assert_eq!(
+            e,
+            Event::Rma {
+                context: 0xa7,
+                kind: RmaKind::Atomic,
+                completion: true
+            }
+        );
+        assert_eq!(read(0), 42);
+
+        // Fetch-and-add of two elements: old values come back.
+        write(1, 7);
+        let mut old = [0u8; 16];
+        let e = run_atomic(
+            &mut a,
+            &mut b,
+            atomic_req(
+                dest,
+                Fetch,
+                Sum,
+                Datatype::U64,
+                &words(&[1, 100]),
+                &[],
+                &mut old,
+                key,
+                0,
+            ),
+        );
+        assert!(
+            matches!(
+                e,
+                Event::Rma {
+                    kind: RmaKind::AtomicFetch,
+                    ..
+                }
+            ),
+            "{e:?}"
+        );
+        assert_eq!(old, words(&[42, 7])[..]);
+        assert_eq!((read(0), read(1)), (43, 107));
+
+        // Atomic read needs no operand.
+        let mut got = [0u8; 8];
+        run_atomic(
+            &mut a,
+            &mut b,
+            atomic_req(dest, Fetch, Read, Datatype::U64, &[], &[], &mut got, key, 8),
+        );
+        assert_eq!(got, words(&[107])[..]);
+
+        // Compare-and-swap: one that matches, one that does not.
+        let mut old = [0u8; 8];
+        run_atomic(
+            &mut a,
+            &mut b,
+            atomic_req(
+                dest,
+                Compare,
+                Cswap,
+                Datatype::U64,
+                &words(&[5]),
+                &words(&[43]),
+                &mut old,
+                key,
+                0,
+            ),
+        );
+        assert_eq!((old, read(0)), (words(&[43]).try_into().unwrap(), 5));
+        run_atomic(
+            &mut a,
+            &mut b,
+            atomic_req(
+                dest,
+                Compare,
+                Cswap,
+                Datatype::U64,
+                &words(&[9]),
+                &words(&[43]),
+                &mut old,
+                key,
+                0,
+            ),
+        );
+        assert_eq!((old, read(0)), (words(&[5]).try_into().unwrap(), 5));
+
+        // Narrow and float elements.
+        write(2, 0);
+        let bytes = [1u8, 2, 3, 250];
+        run_atomic(
+            &mut a,
+            &mut b,
+            atomic_req(
+                dest,
+                Write,
+                Sum,
+                Datatype::U8,
+                &bytes,
+                &[],
+                &mut none,
+                key,
+                16,
+            ),
+        );
+        run_atomic(
+            &mut a,
+            &mut b,
+            atomic_req(
+                dest,
+                Write,
+                Sum,
+                Datatype::U8,
+                &bytes,
+                &[],
+                &mut none,
+                key,
+                16,
+            ),
+        );
+        assert_eq!(
+            read(2) & 0xffff_ffff,
+            u64::from(u32::from_le_bytes([2, 4, 6, 244]))
+        );
+        write(3, 2.5f64.to_bits());
+        let mut old = [0u8; 8];
+        run_atomic(
+            &mut a,
+            &mut b,
+            atomic_req(
+                dest,
+                Fetch,
+                Max,
+                Datatype::F64,
+                &7.25f64.to_le_bytes(),
+                &[],
+                &mut old,
+                key,
+                24,
+            ),
+        );
+        assert_eq!(
+            (f64::from_le_bytes(old), f64::from_bits(read(3))),
+            (2.5, 7.25)
+        );
+
+        // Every element of the largest operand.
+        let ones = words(&[1; 8]);
+        run_atomic(
+            &mut a,
+            &mut b,
+            atomic_req(
+                dest,
+                Write,
+                Bxor,
+                Datatype::U64,
+                &ones,
+                &[],
+                &mut none,
+                key,
+                0,
+            ),
+        );
+        assert_eq!(read(7), 1);
+        assert!(!a.busy() && !b.busy());
+        if target_dmable {
+            // One-sided: the target's progress had nothing to do.
+            assert!(b.atomic_rx.is_empty());
+        }
+    }
+}
+
+#[test]
+fn atomic_refusals() {
+    use AtomicCall::*;
+    use AtomicOp::{Bor, Read, Sum};
+    for target_dmable in [true, false] {
+        let mut a = messenger();
+        let mut b = messenger();
+        first_contact(&mut a, &mut b);
+        let target_dma = b.dma.alloc(64).unwrap();
+        target_dma.write(0, &[0; 64]);
+        let mut target_heap = vec![0u64; 8];
+        let target = if target_dmable {
+            target_dma.as_ptr() as usize
+        } else {
+            target_heap.as_mut_ptr() as usize
+        };
+        let read_only = fresh_key();
+        let _r = expose(read_only, target, 32, Access::REMOTE_READ);
+        let write_only = fresh_key();
+        let _w = expose(write_only, target + 32, 32, Access::REMOTE_WRITE);
+        let dest = b.addr();
+        let one = words(&[1]);
+        let mut none: [u8; 0] = [];
+        let mut old = [0u8; 8];
+        let cases: [(AtomicReq<MailboxAddr>, ErrorKind); 5] = [
+            (
+                atomic_req(
+                    dest,
+                    Write,
+                    Sum,
+                    Datatype::U64,
+                    &one,
+                    &[],
+                    &mut none,
+                    read_only,
+                    0,
+                ),
+                ErrorKind::AccessDenied,
+            ),
+            (
+                atomic_req(
+                    dest,
+                    Fetch,
+                    Sum,
+                    Datatype::U64,
+                    &one,
+                    &[],
+                    &mut old,
+                    write_only,
+                    0,
+                ),
+                ErrorKind::AccessDenied,
+            ),
+            (
+                atomic_req(
+                    dest,
+                    Write,
+                    Sum,
+                    Datatype::U64,
+                    &one,
+                    &[],
+                    &mut none,
+                    write_only,
+                    4,
+                ),
+                ErrorKind::Invalid,
+            ),
+            (
+                atomic_req(
+                    dest,
+                    Write,
+                    Sum,
+                    Datatype::U64,
+                    &one,
+                    &[],
+                    &mut none,
+                    write_only,
+                    32,
+                ),
+                ErrorKind::AccessDenied,
+            ),
+            (
+                atomic_req(
+                    dest,
+                    Write,
+                    Sum,
+                    Datatype::U64,
+                    &one,
+                    &[],
+                    &mut none,
+                    fresh_key(),
+                    0,
+                ),
+                ErrorKind::BadKey,
+            ),
+        ];
+        for (req, error) in cases {
+            let e = run_atomic(&mut a, &mut b, req);
+            assert!(
+                matches!(e, Event::RmaError { error: got, .. } if got == error),
+                "{e:?}, wanted {error:?}"
+            );
+        }
+        // SAFETY: nothing is in flight.
+        let untouched = unsafe { std::slice::from_raw_parts(target as *const u64, 8) };
+        assert!(untouched.iter().all(|&v| v == 0));
+        // Refused at once: an operation the call does not have, too many
+        // elements, short buffers.
+        let eight = words(&[1; 9]);
+        for (req, refused) in [
+            (
+                atomic_req(
+                    dest,
+                    Write,
+                    Read,
+                    Datatype::U64,
+                    &one,
+                    &[],
+                    &mut none,
+                    write_only,
+                    0,
+                ),
+                PostError::Unsupported,
+            ),
+            (
+                atomic_req(
+                    dest,
+                    Write,
+                    Bor,
+                    Datatype::F64,
+                    &one,
+                    &[],
+                    &mut none,
+                    write_only,
+                    0,
+                ),
+                PostError::Unsupported,
+            ),
+            (
+                atomic_req(
+                    dest,
+                    Write,
+                    Sum,
+                    Datatype::U64,
+                    &eight,
+                    &[],
+                    &mut none,
+                    write_only,
+                    0,
+                ),
+                PostError::TooLong,
+            ),
+            (
+                AtomicReq {
+                    count: 2,
+                    ..atomic_req(
+                        dest,
+                        Write,
+                        Sum,
+                        Datatype::U64,
+                        &one,
+                        &[],
+                        &mut none,
+                        write_only,
+                        0,
+                    )
+                },
+                PostError::TooShort,
+            ),
+        ] {
+            // SAFETY: refused before anything is read.
+            let got = unsafe { a.atomic(req) };
+            assert_eq!(got, Err(refused));
+        }
+        assert!(!a.busy());
+    }
+}
+
+/// Four initiators (threads, each with its own messenger) fetch-and-add one
+/// counter at a target that runs its progress: the final value is exact and
+/// every ticket is handed out once, on dmable and on ordinary memory.
+#[test]
+fn concurrent_atomics_from_four_initiators_are_exact() {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    const EACH: u64 = 500;
+    for target_dmable in [true, false] {
+        let mut b = messenger();
+        let target_dma = b.dma.alloc(8).unwrap();
+        let mut target_heap = vec![0u64; 1];
+        let target = if target_dmable {
+            target_dma.as_ptr() as usize
+        } else {
+            target_heap.as_mut_ptr() as usize
+        };
+        // SAFETY: the target holds one u64; nothing is in flight yet.
+        unsafe { *(target as *mut u64) = 0 };
+        let key = fresh_key();
+        let _h = expose(
+            key,
+            target,
+            8,
+            Access::REMOTE_READ.union(Access::REMOTE_WRITE),
+        );
+        let dest = b.addr();
+        let stop = AtomicBool::new(false);
+        let tickets = std::thread::scope(|s| {
+            let target_side = s.spawn(|| {
+                while !stop.load(Ordering::Relaxed) {
+                    b.progress();
+                    std::thread::yield_now();
+                }
+            });
+            let workers: Vec<_> = (0..4)
+                .map(|_| {
+                    s.spawn(move || {
+                        let mut a = messenger();
+                        let mut seen = Vec::new();
+                        let one = words(&[1]);
+                        for _ in 0..EACH {
+                            let mut old = [0u8; 8];
+                            let req = atomic_req(
+                                dest,
+                                AtomicCall::Fetch,
+                                AtomicOp::Sum,
+                                Datatype::U64,
+                                &one,
+                                &[],
+                                &mut old,
+                                key,
+                                0,
+                            );
+                            // SAFETY: `old` outlives the operation (we wait for it).
+                            unsafe { a.atomic(req) }.unwrap();
+                            let deadline = Instant::now() + HANG_GUARD;
+                            loop {
+                                a.progress();
+                                if let Some(e) = a.next_event() {
+                                    assert!(matches!(e, Event::Rma { .. }), "{e:?}");
+                                    break;
+                                }
+                                assert!(Instant::now() < deadline, "atomic never completed");
+                                std::thread::yield_now();
+                            }
+                            seen.push(u64::from_le_bytes(old));
+                        }
+                        seen
+                    })
+                })
+                .collect();
+            let mut all: Vec<u64> = workers
+                .into_iter()
+                .flat_map(|w| w.join().unwrap())
+                .collect();
+            stop.store(true, Ordering::Relaxed);
+            target_side.join().unwrap();
+            all.sort_unstable();
+            all
+        });
+        // SAFETY: every operation completed.
+        let total = unsafe { *(target as *const u64) };
+        assert_eq!(
+            total,
+            4 * EACH,
+            "dmable: {target_dmable}, total {total:#x}, first tickets {:?}",
+            &tickets[..4]
+        );
+        assert_eq!(
+            tickets,
+            (0..4 * EACH).collect::<Vec<_>>(),
+            "each ticket once"
+        );
+    }
+}

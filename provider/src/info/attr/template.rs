@@ -8,11 +8,13 @@ use super::types::*;
 use crate::base::config::Config;
 use crate::base::ffi::*;
 use crate::base::provider;
+use unimem_proto::atomic::ATOMIC_MAX_BYTES;
 
 /// Capabilities of the RDM endpoint (primary and secondary).
 pub const CAPS: u64 = FI_MSG
     | FI_TAGGED
     | FI_RMA
+    | FI_ATOMIC
     | FI_READ
     | FI_WRITE
     | FI_REMOTE_READ
@@ -24,7 +26,7 @@ pub const CAPS: u64 = FI_MSG
     | FI_RECV
     | FI_LOCAL_COMM
     | FI_REMOTE_COMM;
-pub const TX_CAPS: u64 = FI_MSG | FI_TAGGED | FI_SEND | FI_RMA | FI_READ | FI_WRITE;
+pub const TX_CAPS: u64 = FI_MSG | FI_TAGGED | FI_SEND | FI_RMA | FI_ATOMIC | FI_READ | FI_WRITE;
 pub const RX_CAPS: u64 = FI_MSG
     | FI_TAGGED
     | FI_RECV
@@ -32,6 +34,7 @@ pub const RX_CAPS: u64 = FI_MSG
     | FI_SOURCE
     | FI_DIRECTED_RECV
     | FI_RMA
+    | FI_ATOMIC
     | FI_REMOTE_READ
     | FI_REMOTE_WRITE;
 pub const DOMAIN_CAPS: u64 = FI_LOCAL_COMM | FI_REMOTE_COMM;
@@ -48,7 +51,14 @@ pub const TX_OP_FLAGS: u64 = FI_COMPLETION
     | FI_DELIVERY_COMPLETE;
 pub const RX_OP_FLAGS: u64 = FI_COMPLETION | FI_MULTI_RECV;
 
-pub const MSG_ORDER: u64 = FI_ORDER_SAS;
+/// Sends arrive in order; so are atomics applied, to each target location
+/// (one-sided ones when posted, the others in mailbox order, a one-sided one
+/// waiting behind those of the same target: see `messenger/rma/atomic.rs`).
+pub const MSG_ORDER: u64 = FI_ORDER_SAS
+    | FI_ORDER_ATOMIC_RAR
+    | FI_ORDER_ATOMIC_RAW
+    | FI_ORDER_ATOMIC_WAR
+    | FI_ORDER_ATOMIC_WAW;
 pub const MAX_MSG_SIZE: usize = 1 << 30;
 pub const IOV_LIMIT: usize = 8;
 /// Remote CQ data is a full 64-bit word.
@@ -144,9 +154,12 @@ pub fn template(cfg: &Config) -> Info {
             protocol_version: PROTOCOL_VERSION,
             max_msg_size: MAX_MSG_SIZE,
             msg_prefix_size: 0,
-            max_order_raw_size: 0,
-            max_order_war_size: 0,
-            max_order_waw_size: 0,
+            // Atomics up to their largest size are ordered (the
+            // FI_ORDER_ATOMIC_* bits of msg_order); RMA reads and writes
+            // are not (no FI_ORDER_RAW and kin).
+            max_order_raw_size: ATOMIC_MAX_BYTES,
+            max_order_war_size: ATOMIC_MAX_BYTES,
+            max_order_waw_size: ATOMIC_MAX_BYTES,
             mem_tag_format: FI_TAG_GENERIC,
             tx_ctx_cnt: 1,
             rx_ctx_cnt: 1,

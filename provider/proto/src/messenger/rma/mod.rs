@@ -20,6 +20,7 @@
 //! pieces waiting for a staging buffer). Hands target-assisted operations
 //! over to `tx_ops` (writes) and `rx_xfers` (reads).
 
+pub(crate) mod atomic;
 pub(crate) mod target;
 
 use std::collections::HashMap;
@@ -71,6 +72,8 @@ enum RmaState {
         /// The peer died with DMAs in flight: fails when they are done.
         failed: bool,
     },
+    /// An atomic the target's progress applies: waiting for its answer.
+    Assisted,
 }
 
 /// An RMA operation of ours, until it is one-sided in flight or handed
@@ -88,6 +91,8 @@ pub(crate) struct RmaOp {
     len: usize,
     data: Option<u64>,
     state: RmaState,
+    /// An atomic operation's own arguments; `local` is its result iov.
+    atomic: Option<Box<atomic::AtomicArgs>>,
 }
 
 impl<M, D> Messenger<M, D>
@@ -142,6 +147,7 @@ where
             len,
             data: req.data.filter(|_| kind == RmaKind::Write),
             state: RmaState::Resolving,
+            atomic: None,
         });
         if !self.advance_rma(op) {
             self.rma_pending.push_back(op);
@@ -164,6 +170,10 @@ where
             let Some(node) = self.peers[peer].node else {
                 return false;
             };
+            // An atomic keeps its order behind ours the target applies.
+            if rma.atomic.is_some() && self.atomics_waiting_on(peer) {
+                return false;
+            }
             if !self.resolve_rma(op, node) {
                 return true;
             }
@@ -177,9 +187,11 @@ where
     fn resolve_rma(&mut self, op: usize, node: D::Node) -> bool {
         let rma = self.rma_ops.get(op).expect("checked by the caller");
         let (key, addr, len, kind) = (rma.key, rma.addr, rma.len, rma.kind);
-        let need = match kind {
-            RmaKind::Write => Access::REMOTE_WRITE,
-            RmaKind::Read => Access::REMOTE_READ,
+        let element = rma.atomic.as_ref().map(|a| a.element_size());
+        let need = match &rma.atomic {
+            Some(args) => args.needs(),
+            None if kind == RmaKind::Write => Access::REMOTE_WRITE,
+            None => Access::REMOTE_READ,
         };
         let mut dma = self.dma.lock();
         let target = dma
@@ -199,10 +211,26 @@ where
             self.end_rma(op, None);
             return false;
         }
+        if element.is_some_and(|size| !target.is_multiple_of(size as u64)) {
+            drop(dma);
+            tracing::debug!(target, "atomic target not aligned to its element");
+            self.end_rma(op, Some(ErrorKind::Invalid));
+            return false;
+        }
+        if element.is_some() {
+            self.stats.atomics += 1;
+        }
         match dma.cached_registration(node, target, len) {
             Ok((_, stale)) => {
                 dma.release(stale);
                 drop(dma);
+                self.stats.one_sided += 1;
+                if element.is_some() {
+                    if !self.atomic_one_sided(op, node, target) {
+                        self.end_rma(op, Some(ErrorKind::PeerUnreachable));
+                    }
+                    return false;
+                }
                 let rma = self.rma_ops.get_mut(op).expect("checked above");
                 rma.state = RmaState::Direct {
                     target,
@@ -215,7 +243,12 @@ where
             // Not dmable: the target's progress moves it.
             Err(DmaError::OutOfBounds) => {
                 drop(dma);
-                self.assist_rma(op, target);
+                self.stats.assisted += 1;
+                if element.is_some() {
+                    self.atomic_assisted(op, target);
+                } else {
+                    self.assist_rma(op, target);
+                }
                 false
             }
             Err(e) => {
@@ -255,7 +288,8 @@ where
                 });
                 self.mark_active(peer);
             }
-            RmaKind::Read => {
+            RmaKind::Read | RmaKind::Atomic | RmaKind::AtomicFetch => {
+                debug_assert_eq!(rma.kind, RmaKind::Read, "atomics go their own way");
                 let (fragments, direct) = self.xfer_shape(&rma.local, rma.len);
                 let src = self.peers[peer].addr;
                 let recv_id = self.insert_rx_xfer(RxXfer {
@@ -334,9 +368,10 @@ where
             let submitted = dma
                 .cached_registration(node, remote, len)
                 .and_then(|(reg, stale)| {
-                    let result = match kind {
-                        RmaKind::Write => dma.put(local as *const u8, len, reg, remote, token),
-                        RmaKind::Read => dma.get(local as *mut u8, len, reg, remote, token),
+                    let result = if kind == RmaKind::Write {
+                        dma.put(local as *const u8, len, reg, remote, token)
+                    } else {
+                        dma.get(local as *mut u8, len, reg, remote, token)
                     };
                     dma.release(stale);
                     result
@@ -470,6 +505,17 @@ where
     /// Operations still to move on.
     pub(crate) fn rma_waiting(&self) -> bool {
         !self.rma_pending.is_empty()
+    }
+}
+
+/// The error an initiator reports for a target's refusal.
+pub(crate) fn refusal_error(refusal: crate::wire::RmaRefusal) -> ErrorKind {
+    use crate::wire::RmaRefusal;
+    match refusal {
+        RmaRefusal::NoKey => ErrorKind::BadKey,
+        RmaRefusal::Denied => ErrorKind::AccessDenied,
+        RmaRefusal::Busy => ErrorKind::PeerUnreachable,
+        RmaRefusal::Invalid => ErrorKind::Invalid,
     }
 }
 

@@ -23,7 +23,7 @@ use super::super::send::{Payload, TxClass, TxKind, TxOp};
 use super::super::{Messenger, PeerIdx};
 use crate::matching::{IovList, Placement};
 use crate::wire::{MatchInfo, RmaRefusal, Wire};
-use crate::{ErrorKind, Event, WireNode};
+use crate::{Event, WireNode};
 
 impl<M, D> Messenger<M, D>
 where
@@ -33,7 +33,7 @@ where
     D::Node: WireNode,
 {
     /// Checks a peer's request for `[addr, addr + len)` of our key `key`.
-    fn check_own_range(
+    pub(crate) fn check_own_range(
         &mut self,
         key: u64,
         addr: u64,
@@ -179,11 +179,7 @@ where
     /// The target refused our write (`id` a send id) or read (`id` a recv
     /// id).
     pub(crate) fn on_rma_nack(&mut self, peer: PeerIdx, id: u16, read: bool, error: RmaRefusal) {
-        let kind = match error {
-            RmaRefusal::NoKey => ErrorKind::BadKey,
-            RmaRefusal::Denied => ErrorKind::AccessDenied,
-            RmaRefusal::Busy => ErrorKind::PeerUnreachable,
-        };
+        let kind = super::refusal_error(error);
         let id = id as usize;
         if read {
             let fits = self.rx_xfers.get(id).is_some_and(|x| {

@@ -1,0 +1,630 @@
+//! The atomic data path: `fi_atomic`, `fi_fetch_atomic`,
+//! `fi_compare_atomic`, their `v`, `msg` and inject forms, and the three
+//! `*valid` queries. Each entry point turns its arguments into one
+//! [`Call`] and hands it to [`post_atomic`], which posts it to the
+//! protocol ([`unimem_proto::Messenger::atomic`]).
+//!
+//! What is supported, per operation and datatype, is the protocol's
+//! [`unimem_proto::atomic::valid`]: the queries report exactly that (and
+//! `fi_query_atomic`, in `domain.rs`, too). An atomic completes once it is
+//! applied at the target (and its old values are in the result buffer).
+
+use std::mem::size_of;
+use std::os::raw::{c_int, c_void};
+use std::ptr;
+
+use super::data::map_post_error;
+use super::inner::{Ep, EpInner};
+use crate::base::ffi::{self, ret};
+use crate::base::guard::ffi_guard_or;
+use unimem_proto::atomic::{max_count, AtomicCall, AtomicOp, Datatype};
+use unimem_proto::matching::{Iov, IovList};
+use unimem_proto::AtomicReq;
+
+pub static ATOMIC_OPS: ffi::fi_ops_atomic = ffi::fi_ops_atomic {
+    size: size_of::<ffi::fi_ops_atomic>(),
+    write: Some(atomic_write),
+    writev: Some(atomic_writev),
+    writemsg: Some(atomic_writemsg),
+    inject: Some(atomic_inject),
+    readwrite: Some(atomic_readwrite),
+    readwritev: Some(atomic_readwritev),
+    readwritemsg: Some(atomic_readwritemsg),
+    compwrite: Some(atomic_compwrite),
+    compwritev: Some(atomic_compwritev),
+    compwritemsg: Some(atomic_compwritemsg),
+    writevalid: Some(atomic_writevalid),
+    readwritevalid: Some(atomic_readwritevalid),
+    compwritevalid: Some(atomic_compwritevalid),
+};
+
+/// Flags an atomic call may carry that we accept: every completion level
+/// holds once the operation is applied at the target.
+const ATOMIC_FLAGS: u64 = ffi::FI_COMPLETION
+    | ffi::FI_INJECT
+    | ffi::FI_INJECT_COMPLETE
+    | ffi::FI_TRANSMIT_COMPLETE
+    | ffi::FI_DELIVERY_COMPLETE
+    | ffi::FI_ATOMIC
+    | ffi::FI_READ
+    | ffi::FI_WRITE;
+
+/// Send-only op_flags MPI sets as the endpoint's defaults: not checked.
+const SEND_ONLY_FLAGS: u64 = ffi::FI_MATCH_COMPLETE | ffi::FI_MSG | ffi::FI_TAGGED | ffi::FI_SEND;
+
+/// Local buffers of a call, in elements.
+#[derive(Clone, Copy)]
+enum Elems {
+    None,
+    One(*const c_void, usize),
+    Ioc(*const ffi::fi_ioc, usize),
+}
+
+/// What an atomic call asks for.
+#[derive(Clone, Copy)]
+struct Call {
+    call: AtomicCall,
+    operand: Elems,
+    compare: Elems,
+    result: Elems,
+    peer: ffi::fi_addr_t,
+    addr: u64,
+    key: u64,
+    datatype: ffi::fi_datatype,
+    op: ffi::fi_op,
+    context: *mut c_void,
+    /// The flags of a `msg` call; None: the endpoint's default op_flags.
+    flags: Option<u64>,
+    inject: bool,
+}
+
+impl Call {
+    #[allow(clippy::too_many_arguments)]
+    fn new(
+        call: AtomicCall,
+        operand: Elems,
+        peer: ffi::fi_addr_t,
+        addr: u64,
+        key: u64,
+        datatype: ffi::fi_datatype,
+        op: ffi::fi_op,
+        context: *mut c_void,
+    ) -> Self {
+        Call {
+            call,
+            operand,
+            compare: Elems::None,
+            result: Elems::None,
+            peer,
+            addr,
+            key,
+            datatype,
+            op,
+            context,
+            flags: None,
+            inject: false,
+        }
+    }
+
+    /// An `fi_msg_atomic`: one target range (`rma_iov_limit` is 1).
+    ///
+    /// # Safety
+    /// `m.rma_iov` must be NULL or hold `m.rma_iov_count` entries.
+    unsafe fn msg(
+        call: AtomicCall,
+        m: &ffi::fi_msg_atomic,
+        flags: u64,
+    ) -> Result<Self, &'static str> {
+        if m.rma_iov_count != 1 || m.rma_iov.is_null() {
+            return Err("one target range (rma_iov_count 1) is supported");
+        }
+        // SAFETY: rma_iov holds one entry (checked, and the caller).
+        let range = unsafe { &*m.rma_iov };
+        Ok(Call {
+            flags: Some(flags),
+            inject: flags & ffi::FI_INJECT != 0,
+            ..Call::new(
+                call,
+                Elems::Ioc(m.msg_iov, m.iov_count),
+                m.addr,
+                range.addr,
+                range.key,
+                m.datatype,
+                m.op,
+                m.context,
+            )
+        })
+    }
+}
+
+/// The bytes `elems` names, elements of `size` bytes.
+///
+/// # Safety
+/// An ioc array must hold its count of entries.
+unsafe fn bytes_of(elems: Elems, size: usize) -> Result<(IovList, usize), &'static str> {
+    let bytes = |count: usize| count.checked_mul(size).ok_or("element count overflows");
+    Ok(match elems {
+        Elems::None => (IovList::Many(Vec::new()), 0),
+        Elems::One(buf, count) => {
+            let len = bytes(count)?;
+            if buf.is_null() && len > 0 {
+                return Err("NULL buffer");
+            }
+            (IovList::One((buf as usize, len)), count)
+        }
+        Elems::Ioc(ioc, n) => {
+            if n > 0 && ioc.is_null() {
+                return Err("NULL ioc array");
+            }
+            if n == 0 {
+                return Ok((IovList::Many(Vec::new()), 0));
+            }
+            // SAFETY: ioc holds n entries (caller).
+            let slice = unsafe { std::slice::from_raw_parts(ioc, n) };
+            let mut iov: Vec<Iov> = Vec::with_capacity(n);
+            let mut count = 0usize;
+            for entry in slice {
+                let len = bytes(entry.count)?;
+                if entry.addr.is_null() && len > 0 {
+                    return Err("NULL buffer");
+                }
+                iov.push((entry.addr as usize, len));
+                count = count
+                    .checked_add(entry.count)
+                    .ok_or("element count overflows")?;
+            }
+            (iov.into(), count)
+        }
+    })
+}
+
+/// Posts `call` on `ep`.
+fn post_atomic(ep: &EpInner, op_name: &str, call: &Call) -> isize {
+    let Some(b) = ep.active.get() else {
+        tracing::warn!("{op_name}: the endpoint is not enabled");
+        return -(ffi::FI_EOPBADSTATE as c_int) as isize;
+    };
+    let flags = call.flags.unwrap_or(ep.tx_op_flags & !SEND_ONLY_FLAGS);
+    if flags & !ATOMIC_FLAGS != 0 {
+        tracing::warn!("{op_name}: unsupported flags {:#x}", flags & !ATOMIC_FLAGS);
+        return ret::EBADFLAGS as isize;
+    }
+    if ep.caps & ffi::FI_ATOMIC == 0 {
+        tracing::warn!("{op_name}: the endpoint was opened without FI_ATOMIC");
+        return -(ffi::FI_EOPNOTSUPP as c_int) as isize;
+    }
+    let (Some(op), Some(datatype)) = (
+        AtomicOp::from_u32(call.op),
+        Datatype::from_u32(call.datatype),
+    ) else {
+        tracing::warn!(
+            "{op_name}: operation {} on datatype {} is not supported",
+            call.op,
+            call.datatype
+        );
+        return -(ffi::FI_EOPNOTSUPP as c_int) as isize;
+    };
+    let size = datatype.size();
+    // SAFETY: ioc arrays hold their counts (libfabric's contract).
+    let parts = unsafe {
+        (
+            bytes_of(call.operand, size),
+            bytes_of(call.compare, size),
+            bytes_of(call.result, size),
+        )
+    };
+    let ((operand, count), (compare, compares), (result, results)) = match parts {
+        (Ok(a), Ok(b), Ok(c)) => (a, b, c),
+        (Err(why), _, _) | (_, Err(why), _) | (_, _, Err(why)) => {
+            tracing::warn!("{op_name}: {why}");
+            return ret::EINVAL as isize;
+        }
+    };
+    // fi_fetch_atomic with FI_ATOMIC_READ names its count in the (ignored)
+    // operand all the same.
+    if (call.call == AtomicCall::Compare && compares != count)
+        || (call.call != AtomicCall::Write && results != count)
+    {
+        tracing::warn!(
+            "{op_name}: {count} operands, {compares} compare and {results} result elements"
+        );
+        return ret::EINVAL as isize;
+    }
+    let Some(dest) = b.av.as_ref().and_then(|av| av.lookup(call.peer)) else {
+        tracing::warn!(
+            "{op_name}: fi_addr {:#x} is not in the endpoint's AV",
+            call.peer
+        );
+        return ret::EINVAL as isize;
+    };
+    let completion = !call.inject && (!b.tx_selective || flags & ffi::FI_COMPLETION != 0);
+    let req = AtomicReq {
+        dest,
+        call: call.call,
+        op,
+        datatype,
+        count,
+        operand: if op == AtomicOp::Read {
+            IovList::Many(Vec::new())
+        } else {
+            operand
+        },
+        compare,
+        result,
+        addr: call.addr,
+        key: call.key,
+        context: call.context as usize,
+        completion,
+    };
+    let mut core = ep.core.lock();
+    // SAFETY: libfabric's contract: operands readable during the call (the
+    // protocol copies them), the result buffer valid until completion.
+    let posted = unsafe { core.atomic(req) };
+    ep.drain(&mut core);
+    match posted {
+        Ok(()) => 0,
+        Err(e) => map_post_error(e, op_name),
+    }
+}
+
+/// Every atomic entry point: find our endpoint and post, under the panic
+/// guard.
+///
+/// # Safety
+/// `ep` must be NULL or a live `struct fid_ep`; the call's ioc arrays must
+/// hold their counts.
+unsafe fn atomic(
+    op: &'static str,
+    ep: *mut ffi::fid_ep,
+    call: Result<Call, &'static str>,
+) -> isize {
+    ffi_guard_or(op, ret::EOTHER as isize, || {
+        // SAFETY: libfabric hands us an endpoint the application got from us.
+        let Some(ep) = (unsafe { Ep::from_ptr(ep, op) }) else {
+            return ret::EINVAL as isize;
+        };
+        match call {
+            Ok(call) => post_atomic(&ep.inner, op, &call),
+            Err(why) => {
+                tracing::warn!("{op}: {why}");
+                ret::EINVAL as isize
+            }
+        }
+    })
+}
+
+/// A `*valid` query.
+///
+/// # Safety
+/// `count` must be NULL or writable.
+unsafe fn valid(
+    call: AtomicCall,
+    datatype: ffi::fi_datatype,
+    op: ffi::fi_op,
+    count: *mut usize,
+) -> c_int {
+    match max_count(call, datatype, op) {
+        Some((max, _)) => {
+            // SAFETY: count is NULL or writable (caller).
+            if let Some(out) = unsafe { count.as_mut() } {
+                *out = max;
+            }
+            ret::SUCCESS
+        }
+        None => -(ffi::FI_EOPNOTSUPP as c_int),
+    }
+}
+
+// Each entry point below: its arguments into a Call.
+
+#[allow(clippy::too_many_arguments)]
+unsafe extern "C" fn atomic_write(
+    ep: *mut ffi::fid_ep,
+    buf: *const c_void,
+    count: usize,
+    _desc: *mut c_void,
+    dest: ffi::fi_addr_t,
+    addr: u64,
+    key: u64,
+    datatype: ffi::fi_datatype,
+    op: ffi::fi_op,
+    context: *mut c_void,
+) -> isize {
+    let call = Call::new(
+        AtomicCall::Write,
+        Elems::One(buf, count),
+        dest,
+        addr,
+        key,
+        datatype,
+        op,
+        context,
+    );
+    // SAFETY: the application's arguments (API contract).
+    unsafe { atomic("fi_atomic", ep, Ok(call)) }
+}
+
+#[allow(clippy::too_many_arguments)]
+unsafe extern "C" fn atomic_writev(
+    ep: *mut ffi::fid_ep,
+    iov: *const ffi::fi_ioc,
+    _desc: *mut *mut c_void,
+    count: usize,
+    dest: ffi::fi_addr_t,
+    addr: u64,
+    key: u64,
+    datatype: ffi::fi_datatype,
+    op: ffi::fi_op,
+    context: *mut c_void,
+) -> isize {
+    let call = Call::new(
+        AtomicCall::Write,
+        Elems::Ioc(iov, count),
+        dest,
+        addr,
+        key,
+        datatype,
+        op,
+        context,
+    );
+    // SAFETY: the application's arguments (API contract).
+    unsafe { atomic("fi_atomicv", ep, Ok(call)) }
+}
+
+unsafe extern "C" fn atomic_writemsg(
+    ep: *mut ffi::fid_ep,
+    msg: *const ffi::fi_msg_atomic,
+    flags: u64,
+) -> isize {
+    // SAFETY: msg is NULL or a valid fi_msg_atomic (API contract).
+    let call = match unsafe { msg.as_ref() } {
+        // SAFETY: as above.
+        Some(m) => unsafe { Call::msg(AtomicCall::Write, m, flags) },
+        None => Err("NULL msg"),
+    };
+    // SAFETY: the application's arguments (API contract).
+    unsafe { atomic("fi_atomicmsg", ep, call) }
+}
+
+#[allow(clippy::too_many_arguments)]
+unsafe extern "C" fn atomic_inject(
+    ep: *mut ffi::fid_ep,
+    buf: *const c_void,
+    count: usize,
+    dest: ffi::fi_addr_t,
+    addr: u64,
+    key: u64,
+    datatype: ffi::fi_datatype,
+    op: ffi::fi_op,
+) -> isize {
+    let call = Call {
+        flags: Some(0),
+        inject: true,
+        ..Call::new(
+            AtomicCall::Write,
+            Elems::One(buf, count),
+            dest,
+            addr,
+            key,
+            datatype,
+            op,
+            ptr::null_mut(),
+        )
+    };
+    // SAFETY: the application's arguments (API contract).
+    unsafe { atomic("fi_inject_atomic", ep, Ok(call)) }
+}
+
+#[allow(clippy::too_many_arguments)]
+unsafe extern "C" fn atomic_readwrite(
+    ep: *mut ffi::fid_ep,
+    buf: *const c_void,
+    count: usize,
+    _desc: *mut c_void,
+    result: *mut c_void,
+    _result_desc: *mut c_void,
+    dest: ffi::fi_addr_t,
+    addr: u64,
+    key: u64,
+    datatype: ffi::fi_datatype,
+    op: ffi::fi_op,
+    context: *mut c_void,
+) -> isize {
+    let call = Call {
+        result: Elems::One(result, count),
+        ..Call::new(
+            AtomicCall::Fetch,
+            Elems::One(buf, count),
+            dest,
+            addr,
+            key,
+            datatype,
+            op,
+            context,
+        )
+    };
+    // SAFETY: the application's arguments (API contract).
+    unsafe { atomic("fi_fetch_atomic", ep, Ok(call)) }
+}
+
+#[allow(clippy::too_many_arguments)]
+unsafe extern "C" fn atomic_readwritev(
+    ep: *mut ffi::fid_ep,
+    iov: *const ffi::fi_ioc,
+    _desc: *mut *mut c_void,
+    count: usize,
+    resultv: *mut ffi::fi_ioc,
+    _result_desc: *mut *mut c_void,
+    result_count: usize,
+    dest: ffi::fi_addr_t,
+    addr: u64,
+    key: u64,
+    datatype: ffi::fi_datatype,
+    op: ffi::fi_op,
+    context: *mut c_void,
+) -> isize {
+    let call = Call {
+        result: Elems::Ioc(resultv, result_count),
+        ..Call::new(
+            AtomicCall::Fetch,
+            Elems::Ioc(iov, count),
+            dest,
+            addr,
+            key,
+            datatype,
+            op,
+            context,
+        )
+    };
+    // SAFETY: the application's arguments (API contract).
+    unsafe { atomic("fi_fetch_atomicv", ep, Ok(call)) }
+}
+
+unsafe extern "C" fn atomic_readwritemsg(
+    ep: *mut ffi::fid_ep,
+    msg: *const ffi::fi_msg_atomic,
+    resultv: *mut ffi::fi_ioc,
+    _result_desc: *mut *mut c_void,
+    result_count: usize,
+    flags: u64,
+) -> isize {
+    // SAFETY: msg is NULL or a valid fi_msg_atomic (API contract).
+    let call = match unsafe { msg.as_ref() } {
+        // SAFETY: as above.
+        Some(m) => unsafe { Call::msg(AtomicCall::Fetch, m, flags) }.map(|c| Call {
+            result: Elems::Ioc(resultv, result_count),
+            ..c
+        }),
+        None => Err("NULL msg"),
+    };
+    // SAFETY: the application's arguments (API contract).
+    unsafe { atomic("fi_fetch_atomicmsg", ep, call) }
+}
+
+#[allow(clippy::too_many_arguments)]
+unsafe extern "C" fn atomic_compwrite(
+    ep: *mut ffi::fid_ep,
+    buf: *const c_void,
+    count: usize,
+    _desc: *mut c_void,
+    compare: *const c_void,
+    _compare_desc: *mut c_void,
+    result: *mut c_void,
+    _result_desc: *mut c_void,
+    dest: ffi::fi_addr_t,
+    addr: u64,
+    key: u64,
+    datatype: ffi::fi_datatype,
+    op: ffi::fi_op,
+    context: *mut c_void,
+) -> isize {
+    let call = Call {
+        compare: Elems::One(compare, count),
+        result: Elems::One(result, count),
+        ..Call::new(
+            AtomicCall::Compare,
+            Elems::One(buf, count),
+            dest,
+            addr,
+            key,
+            datatype,
+            op,
+            context,
+        )
+    };
+    // SAFETY: the application's arguments (API contract).
+    unsafe { atomic("fi_compare_atomic", ep, Ok(call)) }
+}
+
+#[allow(clippy::too_many_arguments)]
+unsafe extern "C" fn atomic_compwritev(
+    ep: *mut ffi::fid_ep,
+    iov: *const ffi::fi_ioc,
+    _desc: *mut *mut c_void,
+    count: usize,
+    comparev: *const ffi::fi_ioc,
+    _compare_desc: *mut *mut c_void,
+    compare_count: usize,
+    resultv: *mut ffi::fi_ioc,
+    _result_desc: *mut *mut c_void,
+    result_count: usize,
+    dest: ffi::fi_addr_t,
+    addr: u64,
+    key: u64,
+    datatype: ffi::fi_datatype,
+    op: ffi::fi_op,
+    context: *mut c_void,
+) -> isize {
+    let call = Call {
+        compare: Elems::Ioc(comparev, compare_count),
+        result: Elems::Ioc(resultv, result_count),
+        ..Call::new(
+            AtomicCall::Compare,
+            Elems::Ioc(iov, count),
+            dest,
+            addr,
+            key,
+            datatype,
+            op,
+            context,
+        )
+    };
+    // SAFETY: the application's arguments (API contract).
+    unsafe { atomic("fi_compare_atomicv", ep, Ok(call)) }
+}
+
+#[allow(clippy::too_many_arguments)]
+unsafe extern "C" fn atomic_compwritemsg(
+    ep: *mut ffi::fid_ep,
+    msg: *const ffi::fi_msg_atomic,
+    comparev: *const ffi::fi_ioc,
+    _compare_desc: *mut *mut c_void,
+    compare_count: usize,
+    resultv: *mut ffi::fi_ioc,
+    _result_desc: *mut *mut c_void,
+    result_count: usize,
+    flags: u64,
+) -> isize {
+    // SAFETY: msg is NULL or a valid fi_msg_atomic (API contract).
+    let call = match unsafe { msg.as_ref() } {
+        // SAFETY: as above.
+        Some(m) => unsafe { Call::msg(AtomicCall::Compare, m, flags) }.map(|c| Call {
+            compare: Elems::Ioc(comparev, compare_count),
+            result: Elems::Ioc(resultv, result_count),
+            ..c
+        }),
+        None => Err("NULL msg"),
+    };
+    // SAFETY: the application's arguments (API contract).
+    unsafe { atomic("fi_compare_atomicmsg", ep, call) }
+}
+
+unsafe extern "C" fn atomic_writevalid(
+    _ep: *mut ffi::fid_ep,
+    datatype: ffi::fi_datatype,
+    op: ffi::fi_op,
+    count: *mut usize,
+) -> c_int {
+    // SAFETY: count as the application passed it (NULL or writable).
+    unsafe { valid(AtomicCall::Write, datatype, op, count) }
+}
+
+unsafe extern "C" fn atomic_readwritevalid(
+    _ep: *mut ffi::fid_ep,
+    datatype: ffi::fi_datatype,
+    op: ffi::fi_op,
+    count: *mut usize,
+) -> c_int {
+    // SAFETY: as above.
+    unsafe { valid(AtomicCall::Fetch, datatype, op, count) }
+}
+
+unsafe extern "C" fn atomic_compwritevalid(
+    _ep: *mut ffi::fid_ep,
+    datatype: ffi::fi_datatype,
+    op: ffi::fi_op,
+    count: *mut usize,
+) -> c_int {
+    // SAFETY: as above.
+    unsafe { valid(AtomicCall::Compare, datatype, op, count) }
+}
