@@ -42,11 +42,14 @@ where
         match tx.class {
             // Injects report too (`completion` is false for them): counters
             // count every send, CQs only those asking for an entry.
-            TxClass::Msg => self.events.push_back(Event::Send {
-                context: tx.context,
-                tagged: tx.info.tag.is_some(),
-                completion: tx.completion,
-            }),
+            TxClass::Msg => {
+                self.stats.sends += 1;
+                self.events.push_back(Event::Send {
+                    context: tx.context,
+                    tagged: tx.info.tag.is_some(),
+                    completion: tx.completion,
+                });
+            }
             TxClass::Write { data } => {
                 if let Some(data) = data {
                     let len = tx.len as u32;
@@ -116,6 +119,7 @@ where
         let multi_released = placement
             .multi
             .is_some_and(|id| self.matcher.multi_piece_done(id) == MultiDone::Released);
+        self.stats.receives += 1;
         self.events.push_back(Event::Recv(RecvDone {
             context: placement.context,
             completion: placement.completion,

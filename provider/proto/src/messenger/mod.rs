@@ -156,13 +156,19 @@ pub struct Messenger<M: Mailbox, D: DmaEngine> {
     /// Peers found dead so far (the provider reclaims what they left).
     peers_lost: usize,
     /// What went which way, for the log.
-    stats: RmaStats,
+    stats: Stats,
 }
 
-/// How many RMA and atomic operations of a messenger took each path.
+/// What a messenger carried, for the log: messages, and which path its RMA
+/// and atomic operations took.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct RmaStats {
-    /// Moved by DMA (or the atomic unit) with no action of the target.
+pub struct Stats {
+    /// Sends completed.
+    pub sends: u64,
+    /// Receives completed with their data.
+    pub receives: u64,
+    /// RMA and atomics moved by DMA (or the atomic unit) with no action of
+    /// the target.
     pub one_sided: u64,
     /// Carried out by the target's progress (target memory not dmable).
     pub assisted: u64,
@@ -234,7 +240,7 @@ where
             calls_since_clock: 0,
             next_peer_check: Instant::now(),
             peers_lost: 0,
-            stats: RmaStats::default(),
+            stats: Stats::default(),
             cfg,
         })
     }
@@ -282,8 +288,8 @@ where
         self.outstanding_sends > 0 || !self.rx_xfers.is_empty()
     }
 
-    /// How many RMA and atomic operations took each path so far.
-    pub fn rma_stats(&self) -> RmaStats {
+    /// What the messenger carried so far.
+    pub fn stats(&self) -> Stats {
         self.stats
     }
 

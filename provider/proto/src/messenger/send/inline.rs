@@ -43,6 +43,7 @@ where
             let route = state.route.as_ref().expect("live peers have a route");
             match self.mbx.send(route, &message) {
                 Ok(()) => {
+                    self.stats.sends += 1;
                     // An inject still counts (send counters), without a CQ entry.
                     self.events.push_back(Event::Send {
                         context: req.context,
