@@ -1,7 +1,7 @@
 /*
- * mpi-suite rma: one-sided communication. The unimem provider has no
- * FI_RMA, so MPICH carries all of it with active messages, in native mode
- * too. For windows from MPI_Win_create (malloc'd memory) and from
+ * mpi-suite rma: one-sided communication. In native mode MPICH runs it on
+ * unimem's FI_RMA and FI_ATOMIC; in active-message mode (--am) by active
+ * messages. For windows from MPI_Win_create (malloc'd memory) and from
  * MPI_Win_allocate, with blocks of 1, 4100 and 300000 ints:
  *
  *   1. fence epochs: every rank puts its block into every window
@@ -13,6 +13,11 @@
  *   4. MPI_Win_lock_all: puts to all ranks, MPI_Win_flush_all, gets back
  *      within the epoch; MPI_Fetch_and_op and MPI_Compare_and_swap
  *      (every ticket handed out once, exactly one CAS winner).
+ * Then a window created with info accumulate_ops=same_op, on which MPICH
+ * may use the provider's atomics (with its default, same_op_no_op, it
+ * carries accumulates by active messages): every rank fetch-and-adds
+ * (MPI_LONG_LONG) to each rank's counter; the totals are exact and every
+ * ticket of a counter is handed out once.
  */
 #define NAME "rma"
 #define _POSIX_C_SOURCE 200809L
@@ -282,6 +287,54 @@ static void lock_all(struct win *w, int salt)
     free(seen);
 }
 
+/* 5: a same_op window (native atomics where the provider has them) */
+static void same_op_counters(void)
+{
+    enum { ADDS = 200 };
+    MPI_Info info;
+    MPI_Info_create(&info);
+    MPI_Info_set(info, "accumulate_ops", "same_op");
+    long long *counter;
+    MPI_Win win;
+    MPI_Win_allocate(sizeof(long long), sizeof(long long), info, MPI_COMM_WORLD, &counter, &win);
+    MPI_Info_free(&info);
+    MPI_Win_lock(MPI_LOCK_EXCLUSIVE, rank, 0, win);
+    *counter = 0;
+    MPI_Win_unlock(rank, win);
+    MPI_Barrier(MPI_COMM_WORLD);
+    long long one = 1, *got = xmalloc((size_t)nranks * ADDS * sizeof(long long));
+    MPI_Win_lock_all(0, win);
+    for (int k = 0; k < ADDS; k++)
+        for (int t = 0; t < nranks; t++) {
+            MPI_Fetch_and_op(&one, &got[(size_t)t * ADDS + k], MPI_LONG_LONG, t, 0, MPI_SUM, win);
+            MPI_Win_flush(t, win);
+        }
+    MPI_Win_unlock_all(win);
+    MPI_Barrier(MPI_COMM_WORLD);
+    MPI_Win_lock(MPI_LOCK_SHARED, rank, 0, win);
+    long long total = *counter;
+    MPI_Win_unlock(rank, win);
+    CHECK(total == (long long)nranks * ADDS, "same_op window: counter of rank %d is %lld, expected %d",
+          rank, total, nranks * ADDS);
+    /* the tickets of each counter: every value below nranks * ADDS once */
+    long long *all = xmalloc((size_t)nranks * nranks * ADDS * sizeof(long long));
+    MPI_Allgather(got, nranks * ADDS, MPI_LONG_LONG, all, nranks * ADDS, MPI_LONG_LONG,
+                  MPI_COMM_WORLD);
+    char *seen = calloc((size_t)nranks * ADDS, 1);
+    for (int r = 0; r < nranks; r++)
+        for (int k = 0; k < ADDS; k++) {
+            long long v = all[(size_t)r * nranks * ADDS + (size_t)rank * ADDS + k];
+            CHECK(v >= 0 && v < (long long)nranks * ADDS && !seen[v],
+                  "same_op window: rank %d's counter handed out ticket %lld twice or out of range",
+                  rank, v);
+            seen[v] = 1;
+        }
+    free(seen);
+    free(all);
+    free(got);
+    MPI_Win_free(&win);
+}
+
 int main(int argc, char **argv)
 {
     static const int blocks[] = {1, 4100, 300000};
@@ -306,6 +359,8 @@ int main(int argc, char **argv)
             win_close(&w);
         }
     }
+    phase("same_op window: fetch-and-add counters");
+    same_op_counters();
     suite_pass();
     return 0;
 }

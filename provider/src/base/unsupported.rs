@@ -4,26 +4,41 @@
 //! checking them, so none may be NULL: each unsupported entry point is a
 //! stub that returns its error code. An application that relies on one
 //! must learn why it fails rather than retry or hang in silence, so the
-//! first call of each stub in a process logs a warning naming the call
-//! and the reason; later calls only return the code (no log flood from a
-//! caller that polls).
+//! first call of each stub on each object (endpoint, domain...) logs a
+//! warning naming the call and the reason; later calls on that object only
+//! return the code (no log flood from a caller that polls).
 
+use std::collections::HashSet;
 use std::mem::size_of;
 use std::os::raw::{c_char, c_int, c_void};
-use std::sync::atomic::{AtomicBool, Ordering};
+
+use parking_lot::Mutex;
 
 use crate::base::ffi::*;
 use crate::base::guard::ffi_guard_or;
 
-/// Logs why `call` is refused, the first time only (`warned` belongs to
-/// the stub). True if it logged.
+/// (object, call) pairs already warned about.
+static WARNED: Mutex<Option<HashSet<(usize, &'static str)>>> = Mutex::new(None);
+
+/// Pairs remembered at most: past it, the set starts again (a program
+/// that opens endpoints without end may hear a warning twice).
+const WARNED_MAX: usize = 4096;
+
+/// Logs why `call` on `object` is refused, the first time for that object
+/// only. True if it logged.
 #[cold]
-pub fn refuse(call: &'static str, why: &'static str, warned: &AtomicBool) -> bool {
+pub fn refuse(call: &'static str, why: &'static str, object: usize) -> bool {
     // Logging is the only thing here that could panic.
     ffi_guard_or(call, false, || {
-        let first = !warned.swap(true, Ordering::Relaxed);
+        let mut warned = WARNED.lock();
+        let set = warned.get_or_insert_with(HashSet::new);
+        if set.len() >= WARNED_MAX {
+            set.clear();
+        }
+        let first = set.insert((object, call));
+        drop(warned);
         if first {
-            tracing::warn!("{call}: not supported by unimem: {why} (reported once)");
+            tracing::warn!("{call}: not supported by unimem: {why} (reported once per object)");
         }
         first
     })
@@ -31,16 +46,15 @@ pub fn refuse(call: &'static str, why: &'static str, warned: &AtomicBool) -> boo
 
 /// Stubs sharing one error code and reason: `code, "why"; name(arg types)
 /// -> return type; ...`. The name is the libfabric call, as the warning
-/// shows it.
+/// shows it; the first argument is the object called on.
 macro_rules! unsupported {
-    ($code:expr, $why:literal; $($name:ident($($arg:ty),* $(,)?) -> $ret:ty;)+) => {$(
+    ($code:expr, $why:literal; $($name:ident($first:ty $(, $arg:ty)* $(,)?) -> $ret:ty;)+) => {$(
         #[doc = concat!("`", stringify!($name), "`: ", $why, ".")]
         ///
         /// # Safety
         /// None: the arguments are ignored.
-        pub unsafe extern "C" fn $name($(_: $arg),*) -> $ret {
-            static WARNED: AtomicBool = AtomicBool::new(false);
-            refuse(stringify!($name), $why, &WARNED);
+        pub unsafe extern "C" fn $name(object: $first $(, _: $arg)*) -> $ret {
+            refuse(stringify!($name), $why, object as usize);
             $code as $ret
         }
     )+};
@@ -175,11 +189,12 @@ mod tests {
     use std::ptr::{null, null_mut};
 
     #[test]
-    fn warns_once_per_stub() {
-        let warned = AtomicBool::new(false);
-        assert!(refuse("fi_test", "testing", &warned));
-        assert!(!refuse("fi_test", "testing", &warned));
-        assert!(warned.load(Ordering::Relaxed));
+    fn warns_once_per_object_and_call() {
+        assert!(refuse("fi_test", "testing", 0x1000));
+        assert!(!refuse("fi_test", "testing", 0x1000));
+        assert!(refuse("fi_test", "testing", 0x2000), "another object");
+        assert!(refuse("fi_other", "testing", 0x1000), "another call");
+        assert!(!refuse("fi_other", "testing", 0x1000));
     }
 
     #[test]

@@ -37,6 +37,8 @@ where
         let Some(tx) = self.tx_ops.remove(op) else {
             return;
         };
+        // Its id may be reused at once: no grant of it may stay behind.
+        self.deferred_fragments.retain(|grant| grant.op != op);
         self.outstanding_sends -= 1;
         self.release_bounce(&tx.kind);
         match tx.class {
@@ -74,6 +76,7 @@ where
         let Some(tx) = self.tx_ops.remove(op) else {
             return;
         };
+        self.deferred_fragments.retain(|grant| grant.op != op);
         self.release_bounce(&tx.kind);
         self.outstanding_sends -= 1;
         match tx.class {

@@ -157,6 +157,17 @@ pub struct Messenger<M: Mailbox, D: DmaEngine> {
     peers_lost: usize,
     /// What went which way, for the log.
     stats: Stats,
+    /// Peer messages dropped as not fitting what the peer may send, and
+    /// when the last warning about them went out (warnings are rate-limited).
+    dropped: DroppedMessages,
+}
+
+/// Peer messages dropped as invalid, warned about at most once a second.
+#[derive(Debug, Default)]
+pub(crate) struct DroppedMessages {
+    total: u64,
+    since_warning: u64,
+    last_warning: Option<Instant>,
 }
 
 /// What a messenger carried, for the log: messages, and which path its RMA
@@ -241,6 +252,7 @@ where
             next_peer_check: Instant::now(),
             peers_lost: 0,
             stats: Stats::default(),
+            dropped: DroppedMessages::default(),
             cfg,
         })
     }
@@ -291,6 +303,34 @@ where
     /// What the messenger carried so far.
     pub fn stats(&self) -> Stats {
         self.stats
+    }
+
+    /// How many peer messages were dropped as invalid so far.
+    pub fn dropped_messages(&self) -> u64 {
+        self.dropped.total
+    }
+
+    /// Drops a message of `peer` that does not fit what it may send
+    /// (`what` says which), with a rate-limited warning: a broken or
+    /// hostile peer must not flood the log, nor be acted upon.
+    pub(crate) fn drop_invalid(&mut self, peer: PeerIdx, what: &str) {
+        let dropped = &mut self.dropped;
+        dropped.total += 1;
+        dropped.since_warning += 1;
+        let now = Instant::now();
+        if dropped
+            .last_warning
+            .is_some_and(|last| now.duration_since(last).as_secs() < 1)
+        {
+            return;
+        }
+        let addr = self.peers.get(peer).map(|p| p.addr);
+        let count = std::mem::take(&mut dropped.since_warning);
+        dropped.last_warning = Some(now);
+        match addr {
+            Some(addr) => tracing::warn!(%addr, count, "dropped invalid peer message(s): {what}"),
+            None => tracing::warn!(count, "dropped invalid peer message(s): {what}"),
+        }
     }
 
     /// How many peers were found dead so far.

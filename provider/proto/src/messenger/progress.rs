@@ -89,15 +89,18 @@ where
                     // for.
                     self.bounce_pool.put(bounce);
                     if let Some(tx) = self.tx_ops.get_mut(op) {
-                        if let TxKind::Eager(state @ EagerState::InFlight) = &mut tx.kind {
-                            *state = EagerState::Done;
+                        if let TxKind::Eager(state) = &mut tx.kind {
+                            if matches!(state, EagerState::InFlight(mine) if *mine == token) {
+                                *state = EagerState::Done;
+                                let peer = tx.peer;
+                                self.mark_active(peer);
+                            }
                         }
-                        let peer = tx.peer;
-                        self.mark_active(peer);
                     }
                 }
                 Some(Waiter::Fragment {
                     op,
+                    peer,
                     fragment,
                     recv_id,
                     staging,
@@ -105,8 +108,9 @@ where
                     if let Some(staging) = staging {
                         self.tx_staging.put(staging);
                     }
-                    if let Some(tx) = self.tx_ops.get_mut(op) {
-                        let peer = tx.peer;
+                    // To the peer that granted it, whatever became of the
+                    // send: it checks the report against its grants.
+                    if !self.peers[peer].dead {
                         let done = Wire::FragDone {
                             send_id: op as u16,
                             fragment,
@@ -188,17 +192,22 @@ where
                 addr,
                 len,
                 recv_id,
-            } => self.on_grant(Grant {
-                op: send_id as usize,
-                fragment,
-                addr,
-                len: len as usize,
-                recv_id,
-            }),
+            } => self.on_grant(
+                peer,
+                Grant {
+                    op: send_id as usize,
+                    fragment,
+                    addr,
+                    len: len as usize,
+                    recv_id,
+                },
+            ),
             Wire::FragDone {
-                fragment, recv_id, ..
-            } => self.on_fragment_done(recv_id as usize, fragment),
-            Wire::Fin { send_id } => self.complete_send(send_id as usize),
+                send_id,
+                fragment,
+                recv_id,
+            } => self.on_fragment_done(peer, send_id, recv_id as usize, fragment),
+            Wire::Fin { send_id } => self.on_fin(peer, send_id as usize),
             Wire::Credit { credits } => self.add_credits(peer, credits),
             Wire::RmaWrite {
                 key,

@@ -10,7 +10,7 @@ use unimem_mailbox::{MailboxAddr, Profile, ShmMailbox, ShmMailboxConfig};
 use super::*;
 use crate::matching::PostedRecv;
 use crate::test_job;
-use crate::wire::inline_capacity;
+use crate::wire::{inline_capacity, Wire};
 use crate::{ErrorKind, OpError, RecvDone, RmaKind};
 
 type Shm = Messenger<ShmMailbox, ShmDmaEngine>;
@@ -2156,4 +2156,86 @@ fn concurrent_atomics_from_four_initiators_are_exact() {
             "each ticket once"
         );
     }
+}
+
+// --- untrusted peers -------------------------------------------------------------
+
+/// A third party sends raw messages, as a broken or hostile peer would.
+fn forge(to: MailboxAddr, messages: &[Wire]) -> ShmMailbox {
+    use unimem_mailbox::Mailbox as _;
+    let rogue = mailbox(64, Profile::Native);
+    let route = rogue.connect(&to).unwrap();
+    for m in messages {
+        rogue.send(&route, &m.encode()).unwrap();
+    }
+    rogue
+}
+
+/// FINs, grants and fragment reports that name another peer's transfers
+/// (or none) are dropped, counted and warned about; the real transfers
+/// complete intact and on time, not early.
+#[test]
+fn stray_rendezvous_messages_of_another_peer_are_dropped() {
+    let mut a = messenger();
+    let mut b = messenger();
+    first_contact(&mut a, &mut b);
+    let len = 6 * FRAGMENT + 5;
+    let data = pattern(len, 21);
+    let mut buf = vec![0u8; len];
+    // The send's RTS leaves, but b has no receive yet: it waits.
+    send(&mut a, b.addr(), &data, Some(5), 0x51).unwrap();
+    for _ in 0..50 {
+        a.progress();
+        b.progress();
+    }
+    // Every send id and transfer id a stranger could guess.
+    let mut forged = Vec::new();
+    for id in 0..4u16 {
+        forged.push(Wire::Fin { send_id: id });
+        forged.push(Wire::Grant {
+            send_id: id,
+            fragment: 0,
+            addr: buf.as_mut_ptr() as u64,
+            len: FRAGMENT as u32,
+            recv_id: 0,
+        });
+    }
+    let _rogue_a = forge(a.addr(), &forged);
+    let rogue_b = forge(
+        b.addr(),
+        &[Wire::FragDone {
+            send_id: 0,
+            fragment: 0,
+            recv_id: 0,
+        }],
+    );
+    for _ in 0..50 {
+        a.progress();
+        b.progress();
+    }
+    assert!(
+        a.next_event().is_none(),
+        "a stray FIN completed a send early"
+    );
+    assert!(
+        a.dropped_messages() >= 8,
+        "dropped {}",
+        a.dropped_messages()
+    );
+    // Now the receive: the transfer runs, and only its own reports count.
+    post(&mut b, true, recv_spec(&mut buf, 0x52, None, 5, 0));
+    let _late = forge(
+        b.addr(),
+        &[Wire::FragDone {
+            send_id: 0,
+            fragment: 1,
+            recv_id: 0,
+        }],
+    );
+    let got = collect(&mut [&mut a, &mut b], 1, 1);
+    assert!(matches!(&got[0], Event::Recv(r) if r.len == len), "{got:?}");
+    assert!(buf == data, "data intact");
+    collect(&mut [&mut a, &mut b], 0, 1);
+    assert!(b.dropped_messages() >= 1);
+    drop(rogue_b);
 }

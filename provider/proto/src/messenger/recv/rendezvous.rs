@@ -51,6 +51,9 @@ pub(crate) struct RxXfer<A> {
     /// Granting straight into the (dmable, contiguous) user buffer.
     pub(crate) direct: bool,
     pub(crate) staged: HashMap<u32, Buffer>,
+    /// Fragments granted and not reported done yet (a window's worth): a
+    /// report of any other is not the sender's to make.
+    pub(crate) outstanding: Vec<u32>,
 }
 
 impl<M, D> Messenger<M, D>
@@ -90,6 +93,7 @@ where
             done: 0,
             direct,
             staged: HashMap::new(),
+            outstanding: Vec::new(),
         });
     }
 
@@ -161,6 +165,7 @@ where
             self.rx_staging.addr(staging) as u64
         };
         xfer.next_grant += 1;
+        xfer.outstanding.push(fragment);
         let (peer, send_id) = (xfer.peer, xfer.send_id);
         let grant = Wire::Grant {
             send_id,
@@ -173,12 +178,27 @@ where
         true
     }
 
-    pub(crate) fn on_fragment_done(&mut self, id: usize, fragment: u32) {
+    /// `peer` reports fragment `fragment` of its send `send_id` to our
+    /// transfer `id` in place; only a fragment we granted it counts.
+    pub(crate) fn on_fragment_done(
+        &mut self,
+        peer: PeerIdx,
+        send_id: u16,
+        id: usize,
+        fragment: u32,
+    ) {
         let fragment_size = self.cfg.fragment_size;
-        let Some(xfer) = self.rx_xfers.get_mut(id) else {
-            tracing::warn!(id, "fragment report for an unknown transfer");
+        let granted = self.rx_xfers.get(id).and_then(|x| {
+            (x.peer == peer && x.send_id == send_id)
+                .then(|| x.outstanding.iter().position(|&f| f == fragment))
+                .flatten()
+        });
+        let Some(at) = granted else {
+            self.drop_invalid(peer, "report of a fragment that was not granted to it");
             return;
         };
+        let xfer = self.rx_xfers.get_mut(id).expect("checked above");
+        xfer.outstanding.swap_remove(at);
         if let Some(staging) = xfer.staged.remove(&fragment) {
             let offset = fragment as usize * fragment_size;
             let len = fragment_size.min(xfer.xfer_len - offset);

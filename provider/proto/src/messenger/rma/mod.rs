@@ -311,6 +311,7 @@ where
                     done: 0,
                     direct,
                     staged: HashMap::new(),
+                    outstanding: Vec::new(),
                 });
                 let read = Wire::RmaRead {
                     key: rma.key,

@@ -103,6 +103,7 @@ where
             done: 0,
             direct,
             staged: HashMap::new(),
+            outstanding: Vec::new(),
         });
     }
 

@@ -41,7 +41,7 @@ where
             matches!(
                 this.tx_ops.get(op),
                 Some(TxOp {
-                    kind: TxKind::Eager(EagerState::InFlight),
+                    kind: TxKind::Eager(EagerState::InFlight(_)),
                     ..
                 })
             )
@@ -137,7 +137,7 @@ where
                 // Not ready (no credit or bounce buffer for it): it and
                 // everything after it wait, in order.
                 EagerState::Waiting(_) => break,
-                EagerState::InFlight | EagerState::Done => continue,
+                EagerState::InFlight(_) | EagerState::Done => continue,
             };
             if ring.credits == 0 {
                 break;
@@ -154,7 +154,7 @@ where
                 Ok(()) => {
                     ring.credits -= 1;
                     ring.next = (ring.next + 1) % ring.slots;
-                    *eager = EagerState::InFlight;
+                    *eager = EagerState::InFlight(token);
                     let id = self.dma_waiters.insert(Waiter::Eager { op, bounce });
                     debug_assert_eq!(id, token);
                 }

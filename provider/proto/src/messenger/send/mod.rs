@@ -17,6 +17,7 @@ use unimem_mailbox::{Error as MailboxError, Mailbox};
 
 use super::peers::DataItem;
 use super::{Messenger, PeerIdx, SendReq};
+use crate::dma::Token;
 use crate::iov::{gather, total_len};
 use crate::matching::IovList;
 use crate::pool::Buffer;
@@ -43,7 +44,10 @@ pub(crate) enum Payload {
 /// or there (the announcement may leave).
 pub(crate) enum EagerState {
     Waiting(Payload),
-    InFlight,
+    /// Its DMA is the one with this token: only that DMA's completion moves
+    /// it on (a send id is reused once its send ends, and a DMA of an ended
+    /// send may still complete).
+    InFlight(Token),
     Done,
 }
 
@@ -94,6 +98,9 @@ pub(crate) enum Waiter {
     },
     Fragment {
         op: usize,
+        /// The peer that granted it, which the report goes to (the send may
+        /// end, and its id be reused, before the DMA completes).
+        peer: PeerIdx,
         fragment: u32,
         recv_id: u16,
         staging: Option<Buffer>,
@@ -202,6 +209,32 @@ where
         // SAFETY: as above; `bytes` holds len bytes.
         unsafe { gather(iov, 0, bytes.as_mut_ptr(), len) };
         Payload::Copy(bytes)
+    }
+
+    /// `peer` says our send `op` is delivered: a rendezvous send (or the
+    /// answer to its read) whose data it has, or an acknowledged eager send
+    /// whose message left. Anything else is not its to complete.
+    pub(crate) fn on_fin(&mut self, peer: PeerIdx, op: usize) {
+        let fits = self.tx_ops.get(op).is_some_and(|tx| {
+            tx.peer == peer
+                && match &tx.kind {
+                    TxKind::Rendezvous(_) => true,
+                    TxKind::Eager(EagerState::Done) => tx.ack,
+                    _ => false,
+                }
+                // Its request (or acknowledged message) has left.
+                && !self.peers[peer].data.iter().any(|item| match *item {
+                    DataItem::Eager { op: queued }
+                    | DataItem::Rts { op: queued }
+                    | DataItem::RmaWrite { op: queued, .. } => queued == op,
+                    DataItem::Inline { .. } => false,
+                })
+        });
+        if fits {
+            self.complete_send(op);
+        } else {
+            self.drop_invalid(peer, "FIN for none of our sends to it");
+        }
     }
 
     /// Sends what `peer`'s queues hold, as far as the mailbox and credits

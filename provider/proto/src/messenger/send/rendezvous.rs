@@ -15,7 +15,7 @@ use std::hash::Hash;
 use unimem_dma::DmaEngine;
 use unimem_mailbox::Mailbox;
 
-use super::super::Messenger;
+use super::super::{Messenger, PeerIdx};
 use super::{Payload, TxKind, Waiter};
 use crate::iov::gather;
 use crate::matching::IovList;
@@ -111,6 +111,7 @@ where
             Ok(()) => {
                 let id = self.dma_waiters.insert(Waiter::Fragment {
                     op: grant.op,
+                    peer,
                     fragment: grant.fragment,
                     recv_id: grant.recv_id,
                     staging,
@@ -130,9 +131,24 @@ where
         true
     }
 
-    /// A grant arrived: put its fragment now, unless grants that came before
-    /// it still wait for a staging buffer (they go first).
-    pub(crate) fn on_grant(&mut self, grant: Grant) {
+    /// A grant from `peer` arrived: put its fragment now, unless grants
+    /// that came before it still wait for a staging buffer (they go first).
+    /// Only a grant of a fragment of one of our rendezvous sends to that
+    /// peer is acted upon.
+    pub(crate) fn on_grant(&mut self, peer: PeerIdx, grant: Grant) {
+        let fragment_size = self.cfg.fragment_size;
+        let fits = self.tx_ops.get(grant.op).is_some_and(|tx| {
+            tx.peer == peer
+                && matches!(tx.kind, TxKind::Rendezvous(_))
+                && (grant.fragment as usize)
+                    .checked_mul(fragment_size)
+                    .is_some_and(|offset| offset < tx.len)
+                && grant.len <= fragment_size
+        });
+        if !fits {
+            self.drop_invalid(peer, "grant that fits none of our sends to it");
+            return;
+        }
         if !self.deferred_fragments.is_empty() || !self.put_fragment(grant) {
             self.deferred_fragments.push_back(grant);
         }
