@@ -38,7 +38,10 @@ impl Access {
     /// Peers name bytes by virtual address; without it, by offset from the
     /// start of the range.
     pub const VIRTUAL_ADDRESS: Access = Access(4);
-    const ALL: u64 = 7;
+    /// The owner counts remote accesses (libfabric's `FI_RMA_EVENT`): an
+    /// initiator that accesses it one-sided tells it afterwards.
+    pub const NOTIFY: Access = Access(8);
+    const ALL: u64 = 15;
 
     pub const fn empty() -> Access {
         Access(0)

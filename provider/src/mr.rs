@@ -23,17 +23,21 @@
 //! memory itself (dmable or not). A region of several buffers cannot be
 //! exposed (remote access names one contiguous range): -FI_ENOSYS.
 
+use std::collections::HashMap;
 use std::fmt;
 use std::os::raw::{c_int, c_void};
 use std::ptr;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Weak};
+
+use parking_lot::Mutex;
 
 use unimem_dma::{Access, DmaError, Exposure, KeyHandle, KeyTable};
 use unimem_mailbox::JobId;
 
 use crate::base::ffi::{self, ret};
-use crate::base::fid::{self, FiObject, FidObject, ParentRef};
+use crate::base::fid::{self, Bind, FiObject, FidObject, ParentRef};
+use crate::cntr::{Cntr, CntrInner};
 use crate::state::DomainState;
 
 /// Access bits a registration may ask for.
@@ -65,6 +69,33 @@ pub struct MrInner {
     /// The key in the process's key table, for a region with remote
     /// access; withdrawn when the region closes.
     _exposed: Option<KeyHandle>,
+    /// Counters bound with `fi_mr_bind` (`FI_REMOTE_READ`,
+    /// `FI_REMOTE_WRITE`): they count remote accesses (`FI_RMA_EVENT`).
+    counters: Mutex<Vec<(u64, ParentRef<CntrInner>)>>,
+}
+
+/// Exposed regions by key (keys are unique per process): where a remote
+/// access reported to an endpoint finds the region's counters.
+static EXPOSED: Mutex<Option<HashMap<u64, Weak<MrInner>>>> = Mutex::new(None);
+
+/// Counts a peer's completed access to our region `key` on the counters
+/// bound to the region.
+pub fn count_remote_access(key: u64, read: bool, write: bool) {
+    let region = EXPOSED
+        .lock()
+        .as_ref()
+        .and_then(|map| map.get(&key))
+        .and_then(Weak::upgrade);
+    let Some(region) = region else {
+        return;
+    };
+    for (flags, cntr) in region.counters.lock().iter() {
+        if (read && flags & ffi::FI_REMOTE_READ != 0)
+            || (write && flags & ffi::FI_REMOTE_WRITE != 0)
+        {
+            cntr.inc();
+        }
+    }
 }
 
 impl MrInner {
@@ -102,8 +133,32 @@ impl MrInner {
     }
 }
 
-// fi_mr_bind/FI_ENABLE are for FI_MR_ENDPOINT, which we never require.
-static MR_FI_OPS: ffi::fi_ops = fid::fi_ops::<MrInner>();
+// fi_mr_bind takes counters (FI_RMA_EVENT); FI_ENABLE is for
+// FI_MR_ENDPOINT and FI_MR_RMA_EVENT, which we never require.
+static MR_FI_OPS: ffi::fi_ops = ffi::fi_ops {
+    bind: Some(fid::bind::<MrInner>),
+    ..fid::fi_ops::<MrInner>()
+};
+
+impl Bind for MrInner {
+    unsafe fn bind(mr: &Mr, bfid: *mut ffi::fid, flags: u64) -> c_int {
+        // SAFETY: bfid is NULL or a live fid (libfabric contract).
+        let Some(cntr) = (unsafe { Cntr::state_of(bfid) }) else {
+            tracing::warn!("fi_mr_bind: only a counter can be bound to a memory region");
+            return ret::EINVAL;
+        };
+        let known = ffi::FI_REMOTE_READ | ffi::FI_REMOTE_WRITE;
+        if flags & !known != 0 || flags == 0 {
+            tracing::warn!("fi_mr_bind: flags {flags:#x} are not FI_REMOTE_READ/FI_REMOTE_WRITE");
+            return ret::EBADFLAGS;
+        }
+        mr.inner
+            .counters
+            .lock()
+            .push((flags, ParentRef::new(&cntr)));
+        ret::SUCCESS
+    }
+}
 
 // SAFETY: fid_mr starts with its struct fid.
 unsafe impl FiObject for MrInner {
@@ -117,6 +172,16 @@ unsafe impl FiObject for MrInner {
     }
 
     fn on_close(mr: &Mr) -> Result<(), c_int> {
+        if let Some(map) = EXPOSED.lock().as_mut() {
+            if map
+                .get(&mr.inner.key)
+                .is_some_and(|w| std::ptr::eq(w.as_ptr(), Arc::as_ptr(&mr.inner)))
+            {
+                map.remove(&mr.inner.key);
+            }
+        }
+        // Releases its counters.
+        mr.inner.counters.lock().clear();
         // Dropping it releases the domain.
         tracing::debug!("mr {mr:p} closed");
         Ok(())
@@ -208,6 +273,7 @@ pub unsafe fn register(
             offset: req.offset,
             key,
             _exposed: exposed,
+            counters: Mutex::new(Vec::new()),
         }),
     });
     // SAFETY: mr is writable (checked); obj is the live object just made,
@@ -217,6 +283,14 @@ pub unsafe fn register(
         (*obj).fid.mem_desc = obj as *mut c_void;
         obj
     };
+    // SAFETY: obj is the live object just installed.
+    let inner = unsafe { &(*obj).inner };
+    if inner._exposed.is_some() {
+        EXPOSED
+            .lock()
+            .get_or_insert_with(HashMap::new)
+            .insert(key, Arc::downgrade(inner));
+    }
     tracing::debug!(
         "mr {obj:p} registered: key {key:#x}, access {:#x}",
         req.access
@@ -245,6 +319,11 @@ fn expose(
     }
     if virtual_address {
         rights = rights.union(Access::VIRTUAL_ADDRESS);
+    }
+    // FI_RMA_EVENT: initiators tell us of their one-sided accesses, which
+    // counters count.
+    if domain.info.caps & ffi::FI_RMA_EVENT != 0 {
+        rights = rights.union(Access::NOTIFY);
     }
     let &[(addr, len)] = ranges else {
         tracing::warn!(

@@ -273,7 +273,7 @@ fn unmet_hints_give_no_data() {
     require_fi_info();
     let dir = provider_dir(&[]);
     for args in [
-        &["-c", "FI_RMA|FI_RMA_EVENT"][..],
+        &["-c", "FI_RMA|FI_TRIGGER"][..],
         &["-c", "FI_MSG|FI_COLLECTIVE"],
         &["-t", "FI_EP_MSG"],
         &["-t", "FI_EP_DGRAM"],

@@ -127,6 +127,14 @@ pub enum Event<A> {
         data: u64,
         len: usize,
     },
+    /// A peer's access to a range of ours exposed with
+    /// [`unimem_dma::Access::NOTIFY`] (`FI_RMA_EVENT`) is complete: it
+    /// read and/or wrote under `key`.
+    RemoteAccess {
+        key: u64,
+        read: bool,
+        write: bool,
+    },
 }
 
 /// Which one-sided operation.

@@ -23,6 +23,7 @@
 //! | ReadReady| send id u16, recv id u16                                        |
 //! | RmaNack  | id u16, error u8 (flag `READ`: the id is a recv id)             |
 //! | RemoteData | data u64, len u32                                             |
+//! | RemoteNotice | key u64 (flag `NOTICE`; `NOTICE_READ`, `NOTICE_WRITE`: what was done) |
 //! | AtomicReq  | key u64, address u64, op u8, datatype u8, count u8, id u16 (flag `FETCH`) |
 //! | AtomicData | id u16, len u8, bytes [u8; len <= 20] (flag `CHUNK`)       |
 //! | AtomicReply| id u16, status u8                                          |
@@ -190,6 +191,9 @@ pub enum Wire {
     /// Initiator to target: a write with CQ data `data` of `len` bytes is
     /// complete.
     RemoteData { data: u64, len: u32 },
+    /// Initiator to target: a one-sided access to the target's `key` that
+    /// counts remote accesses is complete (it read and/or wrote).
+    RemoteNotice { key: u64, read: bool, write: bool },
     /// Initiator to target: apply atomic `op` on `count` elements of
     /// `datatype` at `addr` of `key`; its operands follow as `AtomicData`.
     /// With `fetch`, the target returns the old values.
@@ -271,6 +275,11 @@ const READ: u8 = 0x10;
 const FETCH: u8 = 0x40;
 /// Flag of the chunk forms of the atomic messages.
 const CHUNK: u8 = 0x10;
+/// Flags of a `RemoteNotice` (a `RemoteData` op): the notice, and what the
+/// access did.
+const NOTICE: u8 = 0x10;
+const NOTICE_READ: u8 = 0x20;
+const NOTICE_WRITE: u8 = 0x40;
 
 mod op {
     pub const HELLO: u8 = 1;
@@ -493,6 +502,13 @@ impl Wire {
                 w = Writer::new(op::REMOTE_DATA, None);
                 w.put(&data.to_le_bytes()).put(&len.to_le_bytes());
             }
+            Wire::RemoteNotice { key, read, write } => {
+                w = Writer::new(op::REMOTE_DATA, None);
+                w.buf[0] |= NOTICE
+                    | if *read { NOTICE_READ } else { 0 }
+                    | if *write { NOTICE_WRITE } else { 0 };
+                w.put(&key.to_le_bytes());
+            }
             Wire::AtomicReq {
                 key,
                 addr,
@@ -635,6 +651,11 @@ impl Wire {
                 read: flags & READ != 0,
                 error: RmaRefusal::from_u8(r.u8())?,
             },
+            op::REMOTE_DATA if flags & NOTICE != 0 => Wire::RemoteNotice {
+                key: r.u64(),
+                read: flags & NOTICE_READ != 0,
+                write: flags & NOTICE_WRITE != 0,
+            },
             op::REMOTE_DATA => Wire::RemoteData {
                 data: r.u64(),
                 len: r.u32(),
@@ -760,6 +781,16 @@ mod tests {
             Wire::RemoteData {
                 data: u64::MAX - 1,
                 len: 65536,
+            },
+            Wire::RemoteNotice {
+                key: 77,
+                read: true,
+                write: false,
+            },
+            Wire::RemoteNotice {
+                key: u64::MAX,
+                read: true,
+                write: true,
             },
             Wire::AtomicReq {
                 key: u64::MAX,

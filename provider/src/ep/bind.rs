@@ -76,9 +76,13 @@ impl Bind for EpInner {
                 if flags & ffi::FI_WRITE != 0 {
                     b.write_cntr = Some(ParentRef::new(&cntr));
                 }
-                // FI_REMOTE_READ/FI_REMOTE_WRITE count only with
-                // FI_RMA_EVENT, which we do not offer: the endpoint keeps
-                // no reference to such a counter.
+                // They count only on an endpoint with FI_RMA_EVENT.
+                if flags & ffi::FI_REMOTE_READ != 0 {
+                    b.remote_read_cntr = Some(ParentRef::new(&cntr));
+                }
+                if flags & ffi::FI_REMOTE_WRITE != 0 {
+                    b.remote_write_cntr = Some(ParentRef::new(&cntr));
+                }
             }
             ffi::FI_CLASS_EQ => {
                 // SAFETY: bfid is a live fid of class EQ.
@@ -114,6 +118,8 @@ impl Control for EpInner {
                     && b.recv_cntr.is_none()
                     && b.read_cntr.is_none()
                     && b.write_cntr.is_none()
+                    && b.remote_read_cntr.is_none()
+                    && b.remote_write_cntr.is_none()
                 {
                     tracing::warn!("fi_enable: no CQ or counter bound to the endpoint");
                     return -(ffi::FI_ENOCQ as c_int);

@@ -171,6 +171,17 @@ impl EpInner {
                         });
                     }
                 }
+                Event::RemoteAccess { key, read, write } => {
+                    if self.caps & ffi::FI_RMA_EVENT != 0 {
+                        if let Some(cntr) = bindings.remote_read_cntr.as_ref().filter(|_| read) {
+                            cntr.inc();
+                        }
+                        if let Some(cntr) = bindings.remote_write_cntr.as_ref().filter(|_| write) {
+                            cntr.inc();
+                        }
+                    }
+                    crate::mr::count_remote_access(key, read, write);
+                }
                 Event::Error(e) => {
                     let (cq, cntr, direction) = if e.send {
                         (&bindings.tx_cq, &bindings.send_cntr, ffi::FI_SEND)

@@ -42,6 +42,10 @@ pub(super) struct Bindings {
     /// Counters of our RMA reads and writes (`FI_READ`, `FI_WRITE`).
     pub(super) read_cntr: Option<ParentRef<CntrInner>>,
     pub(super) write_cntr: Option<ParentRef<CntrInner>>,
+    /// Counters of peers' accesses to our memory (`FI_REMOTE_READ`,
+    /// `FI_REMOTE_WRITE`; they count with `FI_RMA_EVENT`).
+    pub(super) remote_read_cntr: Option<ParentRef<CntrInner>>,
+    pub(super) remote_write_cntr: Option<ParentRef<CntrInner>>,
     pub(super) eq: Option<ParentRef<EqInner>>,
 }
 

@@ -63,7 +63,15 @@ where
                     completion: tx.completion,
                 });
             }
-            TxClass::ReadResponse => {}
+            TxClass::ReadResponse { notice } => {
+                if let Some(key) = notice {
+                    self.events.push_back(Event::RemoteAccess {
+                        key,
+                        read: true,
+                        write: false,
+                    });
+                }
+            }
         }
     }
 
@@ -89,7 +97,7 @@ where
                 });
                 return;
             }
-            TxClass::ReadResponse => return,
+            TxClass::ReadResponse { .. } => return,
         }
         self.events.push_back(Event::Error(OpError {
             context: tx.context,

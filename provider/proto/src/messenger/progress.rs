@@ -224,6 +224,9 @@ where
             Wire::ReadReady { send_id, recv_id } => self.on_read_ready(peer, send_id, recv_id),
             Wire::RmaNack { id, read, error } => self.on_rma_nack(peer, id, read, error),
             Wire::RemoteData { data, len } => self.on_remote_data(data, len),
+            Wire::RemoteNotice { key, read, write } => {
+                self.on_remote_notice(peer, key, read, write)
+            }
             Wire::AtomicReq {
                 key,
                 addr,

@@ -2239,3 +2239,67 @@ fn stray_rendezvous_messages_of_another_peer_are_dropped() {
     assert!(b.dropped_messages() >= 1);
     drop(rogue_b);
 }
+
+/// A key that counts remote accesses (FI_RMA_EVENT) hears of every
+/// completed access, one-sided ones by a notice of the initiator, the
+/// others from its own progress; a key that does not hears nothing.
+#[test]
+fn accesses_to_a_counting_key_are_reported_to_the_target() {
+    for target_dmable in [true, false] {
+        let mut a = messenger();
+        let mut b = messenger();
+        first_contact(&mut a, &mut b);
+        let target_dma = b.dma.alloc(4096).unwrap();
+        let mut target_heap = vec![0u8; 4096];
+        let target = if target_dmable {
+            target_dma.as_ptr() as usize
+        } else {
+            target_heap.as_mut_ptr() as usize
+        };
+        let rw = Access::REMOTE_READ.union(Access::REMOTE_WRITE);
+        let counting = fresh_key();
+        let _c = expose(counting, target, 2048, rw.union(Access::NOTIFY));
+        let quiet = fresh_key();
+        let _q = expose(quiet, target + 2048, 2048, rw);
+        let data = pattern(100, 1);
+        let mut back = vec![0u8; 100];
+        for key in [counting, quiet] {
+            rma(
+                &mut a,
+                RmaKind::Write,
+                rma_req(b.addr(), data.as_ptr(), 100, key, 0),
+            );
+            collect(&mut [&mut a, &mut b], 0, 1);
+            rma(
+                &mut a,
+                RmaKind::Read,
+                rma_req(b.addr(), back.as_mut_ptr(), 100, key, 0),
+            );
+            collect(&mut [&mut a, &mut b], 0, 1);
+        }
+        for _ in 0..100 {
+            a.progress();
+            b.progress();
+        }
+        let mut seen = Vec::new();
+        while let Some(e) = b.next_event() {
+            seen.push(e);
+        }
+        assert_eq!(
+            seen,
+            [
+                Event::RemoteAccess {
+                    key: counting,
+                    read: false,
+                    write: true
+                },
+                Event::RemoteAccess {
+                    key: counting,
+                    read: true,
+                    write: false
+                },
+            ],
+            "dmable target: {target_dmable}"
+        );
+    }
+}

@@ -12,10 +12,11 @@ use crate::base::ffi::{self, *};
 const V1_5: u32 = ffi::fi_version(1, 5);
 
 /// Secondary caps reported even to hints that did not ask for them.
-/// FI_SOURCE is left out: it costs an address lookup per completion, and
+/// FI_SOURCE and FI_RMA_EVENT are left out: one costs an address lookup
+/// per completion, the other a notice per one-sided access, and
 /// fi_getinfo(3) lets a provider report unrequested secondary caps only
 /// where they cost nothing.
-const UNASKED_SECONDARY_CAPS: u64 = SECONDARY_CAPS & !FI_SOURCE;
+const UNASKED_SECONDARY_CAPS: u64 = SECONDARY_CAPS & !(FI_SOURCE | FI_RMA_EVENT);
 
 /// prov/util's capability selection: the primary caps asked for (all of
 /// ours if none), plus secondary caps (FI_SOURCE only if asked for), plus

@@ -19,6 +19,7 @@ pub const CAPS: u64 = FI_MSG
     | FI_WRITE
     | FI_REMOTE_READ
     | FI_REMOTE_WRITE
+    | FI_RMA_EVENT
     | FI_MULTI_RECV
     | FI_SOURCE
     | FI_DIRECTED_RECV
@@ -36,7 +37,8 @@ pub const RX_CAPS: u64 = FI_MSG
     | FI_RMA
     | FI_ATOMIC
     | FI_REMOTE_READ
-    | FI_REMOTE_WRITE;
+    | FI_REMOTE_WRITE
+    | FI_RMA_EVENT;
 pub const DOMAIN_CAPS: u64 = FI_LOCAL_COMM | FI_REMOTE_COMM;
 
 /// Operation flags accepted as defaults in hints.

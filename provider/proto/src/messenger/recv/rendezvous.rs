@@ -26,8 +26,9 @@ use crate::{ErrorKind, Event, RmaKind, WireNode};
 pub(crate) enum XferPurpose {
     /// A matched receive.
     Recv,
-    /// A peer's write into a range of ours that is not dmable.
-    RmaWrite,
+    /// A peer's write into a range of ours that is not dmable; with the key
+    /// to report it under when the key counts accesses.
+    RmaWrite { notice: Option<u64> },
     /// Our read of a peer's range that is not dmable.
     RmaRead,
 }
@@ -240,7 +241,15 @@ where
                 xfer.msg_len,
                 xfer.xfer_len,
             ),
-            XferPurpose::RmaWrite => {}
+            XferPurpose::RmaWrite { notice } => {
+                if let Some(key) = notice {
+                    self.events.push_back(Event::RemoteAccess {
+                        key,
+                        read: false,
+                        write: true,
+                    });
+                }
+            }
             XferPurpose::RmaRead => {
                 self.outstanding_sends -= 1;
                 self.events.push_back(Event::Rma {
@@ -259,7 +268,7 @@ where
             XferPurpose::Recv => {
                 self.complete_recv_error(xfer.placement, Some(xfer.src), xfer.info, 0, kind)
             }
-            XferPurpose::RmaWrite => {}
+            XferPurpose::RmaWrite { .. } => {}
             XferPurpose::RmaRead => {
                 self.outstanding_sends -= 1;
                 self.events.push_back(Event::RmaError {

@@ -96,11 +96,15 @@ impl AtomicArgs {
         atomic::apply(self.op, self.datatype, old, operand, compare)
     }
 
+    pub(crate) fn op_writes(&self) -> bool {
+        self.op.writes()
+    }
+
     pub(crate) fn element_size(&self) -> usize {
         self.datatype.size()
     }
 
-    fn wants_old(&self) -> bool {
+    pub(crate) fn wants_old(&self) -> bool {
         self.call != AtomicCall::Write
     }
 }
@@ -198,6 +202,7 @@ where
             len,
             data: None,
             state: RmaState::Resolving,
+            notify: false,
             atomic: Some(Box::new(AtomicArgs {
                 call: req.call,
                 op: req.op,
@@ -450,10 +455,13 @@ where
         let checked = u32::try_from(len)
             .map_err(|_| RmaRefusal::Invalid)
             .and_then(|len| self.check_own_range(pending.key, pending.addr, len, args.needs()));
-        if let Err(refusal) = checked {
-            self.reply_atomic(peer, id, Some(refusal));
-            return;
-        }
+        let notify = match checked {
+            Ok(notify) => notify,
+            Err(refusal) => {
+                self.reply_atomic(peer, id, Some(refusal));
+                return;
+            }
+        };
         let mut old = vec![0u8; if args.wants_old() { len } else { 0 }];
         // SAFETY: the range lies inside a range of ours exposed for this
         // access (checked), which the application keeps valid while it is
@@ -481,6 +489,13 @@ where
                     self.queue_control(peer, result.encode());
                 }
                 self.reply_atomic(peer, id, None);
+                if notify {
+                    self.events.push_back(crate::Event::RemoteAccess {
+                        key: pending.key,
+                        read: args.wants_old(),
+                        write: args.op.writes(),
+                    });
+                }
             }
             Err(DmaError::Invalid) => self.reply_atomic(peer, id, Some(RmaRefusal::Invalid)),
             Err(_) => self.reply_atomic(peer, id, Some(RmaRefusal::Denied)),

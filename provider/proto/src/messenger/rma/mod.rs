@@ -93,6 +93,9 @@ pub(crate) struct RmaOp {
     state: RmaState,
     /// An atomic operation's own arguments; `local` is its result iov.
     atomic: Option<Box<atomic::AtomicArgs>>,
+    /// The target's key counts remote accesses: a one-sided operation
+    /// tells it once done.
+    notify: bool,
 }
 
 impl<M, D> Messenger<M, D>
@@ -148,6 +151,7 @@ where
             data: req.data.filter(|_| kind == RmaKind::Write),
             state: RmaState::Resolving,
             atomic: None,
+            notify: false,
         });
         if !self.advance_rma(op) {
             self.rma_pending.push_back(op);
@@ -194,9 +198,12 @@ where
             None => Access::REMOTE_READ,
         };
         let mut dma = self.dma.lock();
-        let target = dma
-            .resolve_key(node, key)
-            .and_then(|exposure| exposure.translate(addr, len as u64, need));
+        let mut notify = false;
+        let target = dma.resolve_key(node, key).and_then(|exposure| {
+            notify = exposure.access.contains(Access::NOTIFY);
+            exposure.translate(addr, len as u64, need)
+        });
+        self.rma_ops.get_mut(op).expect("checked above").notify = notify;
         let target = match target {
             Ok(target) => target,
             Err(e) => {
@@ -461,6 +468,21 @@ where
                 error,
             }),
             None => {
+                // A one-sided access the target did not see: tell it, if
+                // its key counts accesses (an assisted one it saw itself).
+                if rma.notify && matches!(rma.state, RmaState::Direct { .. }) {
+                    let (read, write) = match (&rma.atomic, rma.kind) {
+                        (Some(args), _) => (args.wants_old(), args.op_writes()),
+                        (None, RmaKind::Read) => (true, false),
+                        (None, _) => (false, true),
+                    };
+                    let notice = Wire::RemoteNotice {
+                        key: rma.key,
+                        read,
+                        write,
+                    };
+                    self.queue_control(rma.peer, notice.encode());
+                }
                 if let Some(data) = rma.data {
                     let done = Wire::RemoteData {
                         data,

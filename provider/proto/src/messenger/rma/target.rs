@@ -32,14 +32,15 @@ where
     D: DmaEngine,
     D::Node: WireNode,
 {
-    /// Checks a peer's request for `[addr, addr + len)` of our key `key`.
+    /// Checks a peer's request for `[addr, addr + len)` of our key `key`;
+    /// whether the key counts remote accesses (`Access::NOTIFY`).
     pub(crate) fn check_own_range(
         &mut self,
         key: u64,
         addr: u64,
         len: u32,
         need: Access,
-    ) -> Result<(), RmaRefusal> {
+    ) -> Result<bool, RmaRefusal> {
         let node = self.dma.local_node();
         let exposure = self
             .dma
@@ -58,7 +59,7 @@ where
         if !exposure.access.contains(need) || addr < exposure.addr || end > range_end {
             return Err(RmaRefusal::Denied);
         }
-        Ok(())
+        Ok(exposure.access.contains(Access::NOTIFY))
     }
 
     /// A peer writes `len` bytes at our `addr` under `key`.
@@ -71,21 +72,26 @@ where
         len: u32,
         send_id: u16,
     ) {
-        if let Err(error) = self.check_own_range(key, addr, len, Access::REMOTE_WRITE) {
-            tracing::debug!(%src, key, addr, len, "RMA write refused: {error:?}");
-            let nack = Wire::RmaNack {
-                id: send_id,
-                read: false,
-                error,
-            };
-            self.queue_control(peer, nack.encode());
-            return;
-        }
+        let notify = match self.check_own_range(key, addr, len, Access::REMOTE_WRITE) {
+            Ok(notify) => notify,
+            Err(error) => {
+                tracing::debug!(%src, key, addr, len, "RMA write refused: {error:?}");
+                let nack = Wire::RmaNack {
+                    id: send_id,
+                    read: false,
+                    error,
+                };
+                self.queue_control(peer, nack.encode());
+                return;
+            }
+        };
         let len = len as usize;
         let iov = IovList::One((addr as usize, len));
         let (fragments, direct) = self.xfer_shape(&iov, len);
         self.insert_rx_xfer(RxXfer {
-            purpose: XferPurpose::RmaWrite,
+            purpose: XferPurpose::RmaWrite {
+                notice: notify.then_some(key),
+            },
             peer,
             src,
             send_id,
@@ -119,24 +125,29 @@ where
     ) {
         let checked = self.check_own_range(key, addr, len, Access::REMOTE_READ);
         // Our answers take send ids, which are bounded by tx_size.
-        let checked = checked.and_then(|()| {
+        let checked = checked.and_then(|notify| {
             (self.outstanding_sends < self.cfg.tx_size)
-                .then_some(())
+                .then_some(notify)
                 .ok_or(RmaRefusal::Busy)
         });
-        if let Err(error) = checked {
-            tracing::debug!(key, addr, len, "RMA read refused: {error:?}");
-            let nack = Wire::RmaNack {
-                id: recv_id,
-                read: true,
-                error,
-            };
-            self.queue_control(peer, nack.encode());
-            return;
-        }
+        let notify = match checked {
+            Ok(notify) => notify,
+            Err(error) => {
+                tracing::debug!(key, addr, len, "RMA read refused: {error:?}");
+                let nack = Wire::RmaNack {
+                    id: recv_id,
+                    read: true,
+                    error,
+                };
+                self.queue_control(peer, nack.encode());
+                return;
+            }
+        };
         self.outstanding_sends += 1;
         let op = self.tx_ops.insert(TxOp {
-            class: TxClass::ReadResponse,
+            class: TxClass::ReadResponse {
+                notice: notify.then_some(key),
+            },
             peer,
             context: 0,
             info: MatchInfo::default(),
@@ -203,6 +214,23 @@ where
             }
             // Its request left the queue; no grant came, nothing moved.
             self.fail_send_with(id, kind);
+        }
+    }
+
+    /// A peer's one-sided access to our `key` is complete; it counts only
+    /// if the key is ours and counts accesses.
+    pub(crate) fn on_remote_notice(&mut self, peer: PeerIdx, key: u64, read: bool, write: bool) {
+        let node = self.dma.local_node();
+        let counts = self
+            .dma
+            .lock()
+            .resolve_key(node, key)
+            .is_ok_and(|e| e.access.contains(Access::NOTIFY));
+        if counts {
+            self.events
+                .push_back(Event::RemoteAccess { key, read, write });
+        } else {
+            self.drop_invalid(peer, "access notice for a key that counts no accesses");
         }
     }
 

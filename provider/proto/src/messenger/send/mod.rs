@@ -71,8 +71,11 @@ pub(crate) enum TxClass {
         data: Option<u64>,
     },
     /// Our answer to a peer's read: the range goes to it like a
-    /// rendezvous send, and ends without an event of ours.
-    ReadResponse,
+    /// rendezvous send, and ends without an event of ours (but the notice
+    /// of an access to a key that counts them).
+    ReadResponse {
+        notice: Option<u64>,
+    },
 }
 
 /// A send in flight; its id in `tx_ops` is the `send_id` on the wire.
