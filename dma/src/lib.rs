@@ -9,6 +9,7 @@
 mod alloc;
 mod engine;
 mod error;
+pub mod heap_abi;
 mod region;
 
 use std::fmt;
@@ -16,7 +17,9 @@ use std::hash::Hash;
 
 pub use engine::ShmDmaEngine;
 pub use error::DmaError;
-pub use region::{host_nodes, DmaBuf, DmaRegion, RegionConfig, ALLOC_ALIGN, MAX_SEGMENTS};
+pub use region::{
+    host_nodes, DmaBuf, DmaRegion, MemClass, RegionConfig, ALLOC_ALIGN, MAX_SEGMENTS,
+};
 
 /// Handle of a remote registration.
 #[derive(Clone, Copy, PartialEq, Eq, Hash, Debug)]
