@@ -65,6 +65,15 @@ where
             && self
                 .dma
                 .is_dmable(placement.iov[0].0 as *const u8, xfer_len.max(1));
+        tracing::debug!(
+            len = xfer_len,
+            "rendezvous receive {}",
+            if direct {
+                "direct: into the dmable receive buffer"
+            } else {
+                "staged: through staging buffers"
+            }
+        );
         let id = self.rx_xfers.insert(RxXfer {
             peer,
             src,
