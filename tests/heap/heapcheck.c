@@ -67,6 +67,13 @@ static void api(void) {
     errno = 0;
     CHECK(calloc(huge, 4) == NULL && errno == ENOMEM, "calloc overflow");
 
+    /* Larger than the region could ever hold: the system's, and no
+     * "region is full" line (the test checks stderr stays empty). */
+    volatile size_t two_gib = (size_t)2 << 30;
+    void *giant = malloc(two_gib);
+    CHECK(giant && !dmable(giant, 1), "a block beyond the region's bound comes from the system");
+    free(giant);
+
     CHECK(realloc(NULL, threshold) != NULL, "realloc(NULL) is malloc");
     void *r = malloc(threshold * 2);
     CHECK(realloc(r, 0) == NULL, "realloc(p, 0) frees and returns NULL");

@@ -202,7 +202,13 @@ impl State {
                 Some(buf)
             }
             Err(DmaError::OutOfMemory) if class == MemClass::Heap => {
-                if !EXHAUSTED.swap(true, Ordering::Relaxed) {
+                // A block larger than the bounds would never fit: that is
+                // no exhaustion, just a block for the system allocator.
+                let fits = self
+                    .config
+                    .as_ref()
+                    .is_some_and(|c| len <= c.heap_max.min(c.region.max_size));
+                if fits && !EXHAUSTED.swap(true, Ordering::Relaxed) {
                     let config = self.config.as_ref();
                     log::line(&format!(
                         "the dmable region is full ({} bytes in use; heap bound {}, region bound {}): \
