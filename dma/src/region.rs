@@ -179,7 +179,9 @@ impl DmaRegion {
     /// (a different job is refused).
     ///
     /// With the dmable heap preloaded, the region is the heap's (adopted,
-    /// see the module comment), provided it belongs to `config.job`. If it
+    /// see the module comment), provided it belongs to `config.job`; its
+    /// segment size and bound are then the heap's (which reads them from
+    /// the environment), not `config`'s. If it
     /// belongs to another job, a warning says so and this process gets a
     /// region of its own in `config.job` as without the heap: everything
     /// works, but heap memory is ordinary memory for this region's users
