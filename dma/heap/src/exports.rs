@@ -130,11 +130,12 @@ pub unsafe extern "C" fn realloc(ptr: *mut c_void, size: usize) -> *mut c_void {
         let Some(real) = real::get() else {
             return std::ptr::null_mut();
         };
-        if size < heap::threshold() {
+        // Crossing the threshold upwards: into the region if it can (and
+        // the system can say how long the old block is).
+        let (true, Some(usable)) = (size >= heap::threshold(), real.usable_size) else {
             // SAFETY: a pointer of the system allocator.
             return unsafe { (real.realloc)(ptr, size) };
-        }
-        // Crossing the threshold upwards: into the region if it can.
+        };
         let p = heap::alloc(size, 16);
         if p.is_null() {
             // SAFETY: as above.
@@ -142,7 +143,7 @@ pub unsafe extern "C" fn realloc(ptr: *mut c_void, size: usize) -> *mut c_void {
         }
         // SAFETY: ptr is live; copy what both hold, then free the old block.
         unsafe {
-            let old = real.usable_size.map_or(size, |u| u(ptr));
+            let old = usable(ptr);
             std::ptr::copy_nonoverlapping(ptr as *const u8, p as *mut u8, old.min(size));
             (real.free)(ptr);
         }
