@@ -524,6 +524,31 @@ impl DmaBuf {
         self.ptr.as_ptr() as u64
     }
 
+    /// Grows the buffer to `new_len` bytes where it is, if the memory right
+    /// after it is free (never for an adopted region's buffers): whether it
+    /// did. Its contents stay.
+    pub fn try_extend(&mut self, new_len: usize) -> bool {
+        if new_len <= self.len {
+            return true;
+        }
+        let Backing::Own(own) = &self.region.backing else {
+            return false;
+        };
+        let Some(rounded) = new_len.checked_next_multiple_of(ALLOC_ALIGN) else {
+            return false;
+        };
+        if rounded > self.rounded {
+            let mut segments = own.segments.lock();
+            let allocator = &mut segments.list[self.segment].allocator;
+            if !allocator.extend(self.offset, self.rounded, rounded) {
+                return false;
+            }
+            self.rounded = rounded;
+        }
+        self.len = new_len;
+        true
+    }
+
     /// Copies `data` into the buffer at `offset`.
     pub fn write(&self, offset: usize, data: &[u8]) {
         assert!(offset
@@ -626,6 +651,16 @@ mod tests {
             region.alloc_in(MemClass::Heap, 2 << 20, 1 << 20),
             Err(DmaError::OutOfMemory)
         ));
+        // A buffer grows in place into free memory after it, not over
+        // another buffer.
+        let mut first = region.alloc_in(MemClass::Heap, 4096, 1 << 20).unwrap();
+        let after = region.alloc_in(MemClass::Heap, 64, 1 << 20).unwrap();
+        assert!(!first.try_extend(8192));
+        drop(after);
+        let start = first.as_ptr();
+        assert!(first.try_extend(8192));
+        assert_eq!((first.as_ptr(), first.len()), (start, 8192));
+        drop(first);
         // The provider still can.
         let big = region.alloc(2 << 20).unwrap();
         assert_eq!(region.segment_ranges().len(), 3);

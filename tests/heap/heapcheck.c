@@ -219,6 +219,18 @@ static void forked(void) {
 }
 
 static void realloc_across(void) {
+    /* A large block with free memory after it grows where it is. */
+    unsigned char *first = malloc(1 << 20);
+    fill(first, 1 << 20, 4);
+    unsigned char *grown = realloc(first, 3 << 20);
+    CHECK(grown == first && check(grown, 1 << 20, 4) && dmable(grown, 3 << 20), "grow in place");
+    CHECK(malloc_usable_size(grown) >= (3u << 20), "usable after growing in place");
+    unsigned char *blocker = malloc(1 << 20);
+    unsigned char *moved = realloc(grown, 5 << 20);
+    CHECK(moved && check(moved, 1 << 20, 4) && dmable(moved, 5 << 20), "grow past a neighbour");
+    free(blocker);
+    free(moved);
+
     size_t len = 1000;
     unsigned char *p = malloc(len);
     fill(p, len, 9);

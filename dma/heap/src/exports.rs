@@ -156,7 +156,10 @@ pub unsafe extern "C" fn realloc(ptr: *mut c_void, size: usize) -> *mut c_void {
     }
     // A block of the region, of a parent's region, or of the arena.
     let old = usable(ptr);
-    if size <= old && size >= heap::threshold() && heap::owner(ptr) == Owner::Region {
+    if size >= heap::threshold()
+        && heap::owner(ptr) == Owner::Region
+        && (size <= old || heap::grow_in_place(ptr, size))
+    {
         return ptr;
     }
     // SAFETY: as malloc; it routes the new size.

@@ -143,6 +143,21 @@ pub fn free(ptr: *mut c_void) {
     enter(|heap| drop(heap.live.remove(&addr)));
 }
 
+/// Grows the region allocation at `ptr` to `size` bytes where it is, if
+/// the memory after it is free: whether it did.
+pub fn grow_in_place(ptr: *mut c_void, size: usize) -> bool {
+    let addr = ptr as usize;
+    enter(|heap| {
+        heap.live.get_mut(&addr).is_some_and(|buf| {
+            let start = buf.as_ptr() as usize;
+            (addr - start)
+                .checked_add(size)
+                .is_some_and(|len| buf.try_extend(len))
+        })
+    })
+    .unwrap_or(false)
+}
+
 /// Usable size of a region or inherited allocation (0 if unknown).
 pub fn usable_size(ptr: *const c_void) -> usize {
     let addr = ptr as usize;
