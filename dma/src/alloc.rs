@@ -48,6 +48,25 @@ impl RangeAllocator {
         Some(offset)
     }
 
+    /// Grows the allocation `[offset, offset + len)` to `new_len` bytes in
+    /// place, if the free range right after it is long enough.
+    pub fn extend(&mut self, offset: usize, len: usize, new_len: usize) -> bool {
+        debug_assert!(new_len >= len);
+        let end = offset + len;
+        let more = new_len - len;
+        match self.by_offset.get(&end) {
+            Some(&next_len) if next_len >= more => {
+                self.remove_free(end, next_len);
+                if next_len > more {
+                    self.insert_free(end + more, next_len - more);
+                }
+                self.in_use += more;
+                true
+            }
+            _ => more == 0,
+        }
+    }
+
     /// Returns `[offset, offset + len)`, merging it with free neighbours.
     pub fn free(&mut self, offset: usize, len: usize) {
         debug_assert!(offset + len <= self.capacity);
@@ -106,6 +125,26 @@ mod tests {
         assert_eq!(a.in_use(), 0);
         assert_eq!(a.alloc(1000), Some(0));
         assert_eq!(a.alloc(1), None);
+    }
+
+    #[test]
+    fn extend_in_place_only_into_free_space() {
+        let mut a = RangeAllocator::new(1000);
+        let x = a.alloc(100).unwrap();
+        let y = a.alloc(100).unwrap();
+        assert!(!a.extend(x, 100, 150), "y is in the way");
+        assert!(a.extend(y, 100, 300));
+        assert_eq!(a.in_use(), 400);
+        assert_eq!(a.alloc(700), None);
+        assert_eq!(a.alloc(600), Some(400));
+        assert!(!a.extend(y, 300, 301));
+        a.free(400, 600);
+        assert!(a.extend(y, 300, 900));
+        assert_eq!(a.free_ranges(), 0);
+        a.free(x, 100);
+        a.free(y, 900);
+        assert_eq!(a.free_ranges(), 1);
+        assert_eq!(a.in_use(), 0);
     }
 
     #[test]

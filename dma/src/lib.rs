@@ -10,6 +10,7 @@ mod alloc;
 mod atomic;
 mod engine;
 mod error;
+pub mod heap_abi;
 mod keys;
 mod region;
 
@@ -20,7 +21,9 @@ pub use atomic::{update_elements, ATOMIC_WIDTHS};
 pub use engine::ShmDmaEngine;
 pub use error::DmaError;
 pub use keys::{Access, Exposure, KeyHandle, KeyTable, KEY_SLOTS};
-pub use region::{host_nodes, DmaBuf, DmaRegion, RegionConfig, ALLOC_ALIGN, MAX_SEGMENTS};
+pub use region::{
+    host_nodes, DmaBuf, DmaRegion, MemClass, RegionConfig, ALLOC_ALIGN, MAX_SEGMENTS,
+};
 
 /// Handle of a remote registration.
 #[derive(Clone, Copy, PartialEq, Eq, Hash, Debug)]

@@ -6,6 +6,16 @@
 //! of our addresses finds its segment in the directory and maps that part of
 //! it: the emulated route. Addresses are this process's own virtual
 //! addresses, as with Unimem's unified addressing.
+//!
+//! When the dmable heap (`libunimem-heap.so`) is preloaded, it owns the
+//! process's region and [`DmaRegion::for_process`] *adopts* it through the
+//! heap's C handshake (`heap_abi.rs`): allocations, frees and `contains`
+//! then go to the heap, and the node is the heap's.
+//!
+//! Each segment serves one [`MemClass`]: the provider's own buffers and the
+//! application's heap never share a segment, so memory a peer may still
+//! write into after the provider let it go never becomes application
+//! memory.
 
 use std::ptr::NonNull;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
@@ -17,6 +27,7 @@ use unimem_mailbox::{JobId, NodeId};
 
 use crate::alloc::RangeAllocator;
 use crate::error::DmaError;
+use crate::heap_abi::{self, HeapAbi, HeapRegionId};
 
 /// Every allocation is aligned to (and rounded up to) a cache line.
 pub const ALLOC_ALIGN: usize = 64;
@@ -41,6 +52,25 @@ impl Default for RegionConfig {
             max_size: 1 << 30,
         }
     }
+}
+
+/// What a segment's memory is for.
+///
+/// Peers write into the provider's buffers (eager rings, staging buffers)
+/// on the strength of credits and grants they hold; an endpoint that
+/// closes frees its buffers while such a credit or grant may still be on
+/// its way, and a late put then lands in freed memory. Among the
+/// provider's buffers that was harmless enough; in application memory it
+/// would not be. So the application's heap has segments of its own: a
+/// peer writes into heap memory only through a grant for a posted receive
+/// buffer, and every grant is used up before that receive completes,
+/// hence before the application may free the buffer.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub enum MemClass {
+    /// The provider's buffers: bounce, staging, eager rings.
+    Internal,
+    /// The application's heap (`libunimem-heap.so`).
+    Heap,
 }
 
 // --- Directory layout (shared with peers) -------------------------------------
@@ -93,6 +123,7 @@ pub(crate) fn directory(object: &SharedObject) -> &Directory {
 struct Segment {
     object: SharedObject,
     allocator: RangeAllocator,
+    class: MemClass,
 }
 
 impl Segment {
@@ -112,17 +143,14 @@ struct Segments {
     total: usize,
 }
 
-/// This process's dmable memory.
-pub struct DmaRegion {
-    node: NodeId,
+/// The objects of a region this library made.
+struct Own {
     config: RegionConfig,
     directory: SharedObject,
     segments: Mutex<Segments>,
 }
 
-static PROCESS_REGION: Mutex<Weak<DmaRegion>> = Mutex::new(Weak::new());
-
-impl Drop for DmaRegion {
+impl Drop for Own {
     /// Segments go first, the directory (a field, dropped after this) last:
     /// once a new region of this process could create its directory, the
     /// old one's segment names are free too (see `for_process`).
@@ -131,10 +159,33 @@ impl Drop for DmaRegion {
     }
 }
 
+enum Backing {
+    Own(Own),
+    /// The preloaded heap's region, reached through its handshake table.
+    Heap(&'static HeapAbi),
+}
+
+/// This process's dmable memory.
+pub struct DmaRegion {
+    node: NodeId,
+    backing: Backing,
+}
+
+static PROCESS_REGION: Mutex<Weak<DmaRegion>> = Mutex::new(Weak::new());
+
 impl DmaRegion {
     /// The region of this process, created on first use. A process is one
     /// node and has one region: later calls share it whatever their config
     /// (a different job is refused).
+    ///
+    /// With the dmable heap preloaded, the region is the heap's (adopted,
+    /// see the module comment), provided it belongs to `config.job`; its
+    /// segment size and bound are then the heap's (which reads them from
+    /// the environment), not `config`'s. If it
+    /// belongs to another job, a warning says so and this process gets a
+    /// region of its own in `config.job` as without the heap: everything
+    /// works, but heap memory is ordinary memory for this region's users
+    /// (large messages go through staging buffers).
     pub fn for_process(config: &RegionConfig) -> Result<Arc<DmaRegion>, DmaError> {
         let mut current = PROCESS_REGION.lock();
         if let Some(region) = current.upgrade() {
@@ -145,6 +196,11 @@ impl DmaRegion {
                 }
                 return Ok(region);
             }
+        }
+        if let Some(adopted) = DmaRegion::adopt(config) {
+            let region = Arc::new(adopted);
+            *current = Arc::downgrade(&region);
+            return Ok(region);
         }
         // The process's previous region may still be dropping in another
         // thread (its last reference went, its objects are not unlinked
@@ -168,6 +224,60 @@ impl DmaRegion {
         Ok(region)
     }
 
+    /// The preloaded heap's region, if there is a heap and its region is of
+    /// `config.job`.
+    fn adopt(config: &RegionConfig) -> Option<DmaRegion> {
+        let abi = heap_abi::find()?;
+        let mut id = HeapRegionId::default();
+        // SAFETY: `region` fills the HeapRegionId we pass.
+        let rc = unsafe { (abi.region)(&mut id) };
+        if rc != 0 {
+            tracing::warn!(
+                "the preloaded dmable heap has no region ({}); using a region of our own",
+                std::io::Error::from_raw_os_error(-rc)
+            );
+            return None;
+        }
+        let node = NodeId {
+            job: unimem_mailbox::JobId(id.job),
+            pid: id.pid,
+            nonce: id.nonce,
+        };
+        if node.pid != std::process::id() {
+            tracing::warn!(
+                %node,
+                "the preloaded dmable heap reports another process's region; using a region of our own"
+            );
+            return None;
+        }
+        if node.job != config.job {
+            tracing::warn!(
+                heap_job = %node.job,
+                job = %config.job,
+                "the preloaded dmable heap runs another job (its FI_UNIMEM_JOB differs): \
+                 its memory is not dmable here; using a region of our own"
+            );
+            return None;
+        }
+        tracing::info!(%node, "dmable region: the preloaded heap's (libunimem-heap.so)");
+        Some(DmaRegion {
+            node,
+            backing: Backing::Heap(abi),
+        })
+    }
+
+    /// A region of this process that is not its shared one: for the dmable
+    /// heap, whose region is what [`Self::for_process`] adopts elsewhere in
+    /// the process. Never adopts.
+    pub fn owned(config: &RegionConfig) -> Result<Arc<DmaRegion>, DmaError> {
+        DmaRegion::create(config).map(Arc::new)
+    }
+
+    /// Whether this region is the preloaded heap's.
+    pub fn is_adopted(&self) -> bool {
+        matches!(self.backing, Backing::Heap(_))
+    }
+
     fn create(config: &RegionConfig) -> Result<DmaRegion, DmaError> {
         if config.segment_size == 0 || config.max_size < config.segment_size {
             return Err(DmaError::Invalid);
@@ -178,11 +288,13 @@ impl DmaRegion {
         tracing::debug!(%node, segment_size = config.segment_size, "dmable region created");
         Ok(DmaRegion {
             node,
-            config: config.clone(),
-            directory,
-            segments: Mutex::new(Segments {
-                list: Vec::new(),
-                total: 0,
+            backing: Backing::Own(Own {
+                config: config.clone(),
+                directory,
+                segments: Mutex::new(Segments {
+                    list: Vec::new(),
+                    total: 0,
+                }),
             }),
         })
     }
@@ -192,25 +304,58 @@ impl DmaRegion {
         self.node
     }
 
-    /// Allocates `len` dmable bytes (cache-line aligned), growing the region
-    /// by one segment if no segment has room.
+    /// Allocates `len` dmable bytes (cache-line aligned) for the provider's
+    /// own buffers ([`MemClass::Internal`]), growing the region by one
+    /// segment if no segment has room.
     pub fn alloc(self: &Arc<Self>, len: usize) -> Result<DmaBuf, DmaError> {
+        self.alloc_in(MemClass::Internal, len, usize::MAX)
+    }
+
+    /// Allocates `len` dmable bytes (cache-line aligned) from the segments
+    /// of `class`, adding one if none has room and the class's segments
+    /// stay within `class_bound` bytes (and the region within its bound).
+    /// An adopted region serves [`MemClass::Internal`] only.
+    pub fn alloc_in(
+        self: &Arc<Self>,
+        class: MemClass,
+        len: usize,
+        class_bound: usize,
+    ) -> Result<DmaBuf, DmaError> {
         if len == 0 {
             return Err(DmaError::Invalid);
         }
         let rounded = len
             .checked_next_multiple_of(ALLOC_ALIGN)
             .ok_or(DmaError::LengthOverflow)?;
-        let mut segments = self.segments.lock();
+        let own = match &self.backing {
+            Backing::Own(own) => own,
+            Backing::Heap(abi) => {
+                if class != MemClass::Internal {
+                    return Err(DmaError::Invalid);
+                }
+                // SAFETY: the heap's alloc takes any length.
+                let ptr = unsafe { (abi.alloc)(len) } as *mut u8;
+                return Ok(DmaBuf {
+                    region: Arc::clone(self),
+                    ptr: NonNull::new(ptr).ok_or(DmaError::OutOfMemory)?,
+                    len,
+                    segment: usize::MAX,
+                    offset: 0,
+                    rounded,
+                });
+            }
+        };
+        let mut segments = own.segments.lock();
         let found = segments
             .list
             .iter_mut()
             .enumerate()
+            .filter(|(_, seg)| seg.class == class)
             .find_map(|(index, seg)| seg.allocator.alloc(rounded).map(|offset| (index, offset)));
         let (segment, offset) = match found {
             Some(found) => found,
             None => {
-                let index = self.grow(&mut segments, rounded)?;
+                let index = own.grow(&self.node, &mut segments, rounded, class, class_bound)?;
                 let offset = segments.list[index]
                     .allocator
                     .alloc(rounded)
@@ -230,26 +375,104 @@ impl DmaRegion {
         })
     }
 
-    fn grow(&self, segments: &mut Segments, min_len: usize) -> Result<usize, DmaError> {
+    /// Address and length of the data of each segment, in order (empty for
+    /// an adopted region): the ranges `contains` looks at.
+    pub fn segment_ranges(&self) -> Vec<(usize, usize)> {
+        match &self.backing {
+            Backing::Own(own) => own
+                .segments
+                .lock()
+                .list
+                .iter()
+                .map(|seg| (seg.data() as usize, seg.allocator.capacity()))
+                .collect(),
+            Backing::Heap(_) => Vec::new(),
+        }
+    }
+
+    /// Whether `[addr, addr + len)` lies inside this process's dmable memory.
+    pub fn contains(&self, addr: usize, len: usize) -> bool {
+        let Some(_) = addr.checked_add(len) else {
+            return false;
+        };
+        match &self.backing {
+            Backing::Own(own) => own
+                .segments
+                .lock()
+                .list
+                .iter()
+                .any(|seg| seg.contains(addr, len)),
+            // SAFETY: the heap's contains only compares addresses.
+            Backing::Heap(abi) => unsafe { (abi.contains)(addr, len) != 0 },
+        }
+    }
+
+    /// Bytes currently allocated.
+    pub fn in_use(&self) -> usize {
+        match &self.backing {
+            Backing::Own(own) => own
+                .segments
+                .lock()
+                .list
+                .iter()
+                .map(|seg| seg.allocator.in_use())
+                .sum(),
+            // SAFETY: in_use takes no arguments and only reads.
+            Backing::Heap(abi) => unsafe { (abi.in_use)() },
+        }
+    }
+
+    fn free(&self, buf: &DmaBuf) {
+        match &self.backing {
+            Backing::Own(own) => own.segments.lock().list[buf.segment]
+                .allocator
+                .free(buf.offset, buf.rounded),
+            // SAFETY: the pointer came from this heap's alloc and goes back
+            // once (from DmaBuf's drop).
+            Backing::Heap(abi) => unsafe { (abi.free)(buf.ptr.as_ptr().cast()) },
+        }
+    }
+}
+
+impl Own {
+    fn grow(
+        &self,
+        node: &NodeId,
+        segments: &mut Segments,
+        min_len: usize,
+        class: MemClass,
+        class_bound: usize,
+    ) -> Result<usize, DmaError> {
         let len = min_len
             .max(self.config.segment_size)
             .checked_next_multiple_of(HEADER_SIZE)
             .ok_or(DmaError::LengthOverflow)?;
         let index = segments.list.len();
-        if index == MAX_SEGMENTS || segments.total + len > self.config.max_size {
+        let class_total: usize = segments
+            .list
+            .iter()
+            .filter(|seg| seg.class == class)
+            .map(|seg| seg.allocator.capacity())
+            .sum();
+        if index == MAX_SEGMENTS
+            || segments.total.saturating_add(len) > self.config.max_size
+            || class_total.saturating_add(len) > class_bound
+        {
             tracing::warn!(
                 in_use = segments.total,
                 requested = len,
                 max = self.config.max_size,
+                ?class,
                 "dmable region is full"
             );
             return Err(DmaError::OutOfMemory);
         }
-        let object = SharedObject::create(&segment_name(&self.node, index), HEADER_SIZE + len)?;
+        let object = SharedObject::create(&segment_name(node, index), HEADER_SIZE + len)?;
         object.publish();
         let segment = Segment {
             object,
             allocator: RangeAllocator::new(len),
+            class,
         };
         let entry = &directory(&self.directory).segments[index];
         entry.base.store(segment.data() as u64, Ordering::Relaxed);
@@ -259,36 +482,8 @@ impl DmaRegion {
             .store(index as u32 + 1, Ordering::Release);
         segments.list.push(segment);
         segments.total += len;
-        tracing::debug!(index, len, "dmable segment added");
+        tracing::debug!(index, len, ?class, "dmable segment added");
         Ok(index)
-    }
-
-    /// Whether `[addr, addr + len)` lies inside this process's dmable memory.
-    pub fn contains(&self, addr: usize, len: usize) -> bool {
-        let Some(_) = addr.checked_add(len) else {
-            return false;
-        };
-        self.segments
-            .lock()
-            .list
-            .iter()
-            .any(|seg| seg.contains(addr, len))
-    }
-
-    /// Bytes currently allocated.
-    pub fn in_use(&self) -> usize {
-        self.segments
-            .lock()
-            .list
-            .iter()
-            .map(|seg| seg.allocator.in_use())
-            .sum()
-    }
-
-    fn free(&self, segment: usize, offset: usize, rounded: usize) {
-        self.segments.lock().list[segment]
-            .allocator
-            .free(offset, rounded);
     }
 }
 
@@ -300,6 +495,7 @@ pub struct DmaBuf {
     region: Arc<DmaRegion>,
     ptr: NonNull<u8>,
     len: usize,
+    /// Where it is in an own region (unused in an adopted one).
     segment: usize,
     offset: usize,
     rounded: usize,
@@ -328,6 +524,31 @@ impl DmaBuf {
         self.ptr.as_ptr() as u64
     }
 
+    /// Grows the buffer to `new_len` bytes where it is, if the memory right
+    /// after it is free (never for an adopted region's buffers): whether it
+    /// did. Its contents stay.
+    pub fn try_extend(&mut self, new_len: usize) -> bool {
+        if new_len <= self.len {
+            return true;
+        }
+        let Backing::Own(own) = &self.region.backing else {
+            return false;
+        };
+        let Some(rounded) = new_len.checked_next_multiple_of(ALLOC_ALIGN) else {
+            return false;
+        };
+        if rounded > self.rounded {
+            let mut segments = own.segments.lock();
+            let allocator = &mut segments.list[self.segment].allocator;
+            if !allocator.extend(self.offset, self.rounded, rounded) {
+                return false;
+            }
+            self.rounded = rounded;
+        }
+        self.len = new_len;
+        true
+    }
+
     /// Copies `data` into the buffer at `offset`.
     pub fn write(&self, offset: usize, data: &[u8]) {
         assert!(offset
@@ -353,7 +574,7 @@ impl DmaBuf {
 
 impl Drop for DmaBuf {
     fn drop(&mut self) {
-        self.region.free(self.segment, self.offset, self.rounded);
+        self.region.free(self);
     }
 }
 
@@ -407,5 +628,43 @@ mod tests {
         drop(a);
         assert_eq!(region.in_use(), 0);
         assert!(matches!(region.alloc(0), Err(DmaError::Invalid)));
+    }
+
+    /// Memory the provider let go (a peer may still hold a grant or credit
+    /// for it) is never handed to the application's heap, and the heap's
+    /// class bound holds.
+    #[test]
+    fn classes_never_share_memory() {
+        let region = DmaRegion::owned(&config("classes")).unwrap();
+        assert!(!region.is_adopted());
+        let internal = region.alloc(4096).unwrap();
+        let freed = internal.as_ptr() as usize;
+        drop(internal);
+        let heap = region.alloc_in(MemClass::Heap, 4096, 1 << 20).unwrap();
+        let ranges = region.segment_ranges();
+        assert_eq!(ranges.len(), 2, "one segment per class");
+        let in_segment = |addr: usize| ranges.iter().position(|&(b, l)| addr >= b && addr < b + l);
+        assert_ne!(in_segment(freed), in_segment(heap.as_ptr() as usize));
+        assert!(region.contains(heap.as_ptr() as usize, 4096));
+        // The heap's class may not grow past its bound (one 1 MiB segment).
+        assert!(matches!(
+            region.alloc_in(MemClass::Heap, 2 << 20, 1 << 20),
+            Err(DmaError::OutOfMemory)
+        ));
+        // A buffer grows in place into free memory after it, not over
+        // another buffer.
+        let mut first = region.alloc_in(MemClass::Heap, 4096, 1 << 20).unwrap();
+        let after = region.alloc_in(MemClass::Heap, 64, 1 << 20).unwrap();
+        assert!(!first.try_extend(8192));
+        drop(after);
+        let start = first.as_ptr();
+        assert!(first.try_extend(8192));
+        assert_eq!((first.as_ptr(), first.len()), (start, 8192));
+        drop(first);
+        // The provider still can.
+        let big = region.alloc(2 << 20).unwrap();
+        assert_eq!(region.segment_ranges().len(), 3);
+        drop((big, heap));
+        assert_eq!(region.in_use(), 0);
     }
 }

@@ -11,6 +11,7 @@
 
 pub mod cluster;
 pub mod fabric;
+pub mod heap;
 pub mod layers;
 pub mod mpi;
 pub mod payload;

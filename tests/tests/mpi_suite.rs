@@ -20,6 +20,11 @@
 //! `avoid_am_bugs` in `tests/mpi/suite.h`). The ignored test
 //! `mpich_active_message_defects` runs the programs without that care.
 //!
+//! Jobs run with the dmable heap preloaded, as `scripts/mpirun-unimem` does
+//! by default; the `*_no_heap` tests run the suite without it
+//! (`--no-heap`), and `the_heap_is_on_by_default` checks that the switch
+//! does what it says.
+//!
 //! The `pipeline_rendezvous_*` tests run some of the programs with MPICH's
 //! pipeline rendezvous, whose chunks ask for `FI_MATCH_COMPLETE` and
 //! `FI_DELIVERY_COMPLETE`; the ignored `mpich_pipeline_wildcard_defect`
@@ -77,7 +82,17 @@ fn suite(ranks: usize, am: bool, env: &[(&str, &str)]) {
 
 /// Runs `programs` as [`suite`] runs them all.
 fn run(programs: &[&str], ranks: usize, am: bool, env: &[(&str, &str)]) {
-    let mode = if am { "active messages" } else { "native" };
+    run_with(programs, ranks, am, env, true);
+}
+
+/// As [`run`], with the dmable heap preloaded or not (`--no-heap`).
+fn run_with(programs: &[&str], ranks: usize, am: bool, env: &[(&str, &str)], heap: bool) {
+    let mode = match (am, heap) {
+        (false, true) => "native",
+        (true, true) => "active messages",
+        (false, false) => "native, no heap",
+        (true, false) => "active messages, no heap",
+    };
     let mut failures = Vec::new();
     let mut timings = Vec::new();
     let mut total = Duration::ZERO;
@@ -87,6 +102,9 @@ fn run(programs: &[&str], ranks: usize, am: bool, env: &[(&str, &str)]) {
             .ranks(ranks)
             .am(am)
             .timeout(PROGRAM_TIMEOUT);
+        if !heap {
+            job = job.helper_option("--no-heap");
+        }
         for (key, value) in env {
             job = job.env(key, value);
         }
@@ -147,6 +165,58 @@ fn suite_4_ranks_native() {
 #[test]
 fn suite_4_ranks_am() {
     suite(4, true, &[]);
+}
+
+#[test]
+fn suite_2_ranks_native_no_heap() {
+    run_with(PROGRAMS, 2, false, &[], false);
+}
+
+#[test]
+fn suite_3_ranks_am_no_heap() {
+    run_with(PROGRAMS, 3, true, &[], false);
+}
+
+/// Each rank of a default job adopts the preloaded heap's region (the
+/// provider says so at info level) and moves large messages straight
+/// between user buffers; with `--no-heap` none does.
+#[test]
+fn the_heap_is_on_by_default() {
+    const ADOPTED: &str = "dmable region: the preloaded heap's";
+    for heap in [true, false] {
+        let mut job = Job::new(build("p2p"))
+            .env("FI_LOG_LEVEL", "debug")
+            .env("FI_LOG_PROV", "unimem");
+        if !heap {
+            job = job.helper_option("--no-heap");
+        }
+        let output = job.run();
+        assert!(
+            problems("p2p", 2, &output).is_empty(),
+            "{}",
+            output.report()
+        );
+        let count = |text: &str| {
+            output
+                .lines
+                .iter()
+                .filter(|l| l.text.contains(text))
+                .count()
+        };
+        let (adopted, direct, staged) = (
+            count(ADOPTED),
+            count("rendezvous receive direct"),
+            count("rendezvous receive staged"),
+        );
+        eprintln!("heap {heap}: {adopted} ranks adopted it; rendezvous receives: {direct} direct, {staged} staged");
+        if heap {
+            assert_eq!(adopted, 2, "{}", output.report());
+            assert!(direct > 0 && staged == 0, "{}", output.report());
+        } else {
+            assert_eq!(adopted, 0, "{}", output.report());
+            assert!(direct == 0 && staged > 0, "{}", output.report());
+        }
+    }
 }
 
 /// MPICH's pipeline rendezvous (`MPIR_CVAR_CH4_OFI_RNDV_PROTOCOL=pipeline`)

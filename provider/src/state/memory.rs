@@ -1,6 +1,9 @@
 //! The process's dmable region: one per process (a process is one Unimem
 //! node), made when the first endpoint needs it and kept until the
-//! provider's cleanup. Every domain's DMA engine works on it.
+//! provider's cleanup. Every domain's DMA engine works on it. With the
+//! dmable heap (`libunimem-heap.so`) preloaded, it is the heap's region,
+//! adopted (see `unimem_dma::heap_abi`): the heap made it, the provider
+//! allocates its buffers from it, and peers see one node with one memory.
 
 use std::sync::Arc;
 

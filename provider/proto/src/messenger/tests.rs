@@ -1677,6 +1677,7 @@ fn atomics_on_dmable_and_ordinary_memory() {
         let mut b = messenger();
         first_contact(&mut a, &mut b);
         let target_dma = b.dma.alloc(64).unwrap();
+        target_dma.write(0, &[0; 64]);
         let mut target_heap = vec![0u64; 8];
         let target = if target_dmable {
             target_dma.as_ptr() as usize

@@ -80,6 +80,15 @@ where
         }
         let xfer_len = msg_len.min(placement.capacity());
         let (fragments, direct) = self.xfer_shape(&placement.iov, xfer_len);
+        tracing::debug!(
+            len = xfer_len,
+            "rendezvous receive {}",
+            if direct {
+                "direct: into the dmable receive buffer"
+            } else {
+                "staged: through staging buffers"
+            }
+        );
         self.insert_rx_xfer(RxXfer {
             purpose: XferPurpose::Recv,
             peer,

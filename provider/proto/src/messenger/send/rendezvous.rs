@@ -73,6 +73,17 @@ where
             && self
                 .dma
                 .is_dmable((iov[0].0 + offset) as *const u8, len.max(1));
+        if grant.fragment == 0 {
+            tracing::debug!(
+                len = tx.len,
+                "rendezvous send {}",
+                if direct {
+                    "direct: from the dmable send buffer"
+                } else {
+                    "staged: through staging buffers"
+                }
+            );
+        }
         let (src, staging) = if direct {
             ((iov[0].0 + offset) as *const u8, None)
         } else {
