@@ -188,7 +188,8 @@ pub enum RmaRefusal {
     NoKey = 1,
     /// The key does not grant the access, or the range is outside it.
     Denied = 2,
-    /// The target is out of resources.
+    /// The target is out of resources (no longer sent: a read waits for
+    /// room at the target; still understood).
     Busy = 3,
 }
 

@@ -63,6 +63,7 @@ use crate::{Event, PostError, ProtoConfig, WireNode};
 use ids::Slab;
 use peers::Peer;
 use recv::rendezvous::RxXfer;
+use rma::target::DeferredRead;
 use rma::RmaOp;
 use send::rendezvous::Grant;
 use send::TxOp;
@@ -138,6 +139,8 @@ pub struct Messenger<M: Mailbox, D: DmaEngine> {
     // rma
     rma_ops: Slab<RmaOp>,
     rma_pending: VecDeque<usize>,
+    // rma::target
+    deferred_reads: VecDeque<DeferredRead>,
     // send::rendezvous
     tx_staging: BufferPool,
     deferred_fragments: VecDeque<Grant>,
@@ -205,6 +208,7 @@ where
             rx_xfers: Slab::new(),
             rma_ops: Slab::new(),
             rma_pending: VecDeque::new(),
+            deferred_reads: VecDeque::new(),
             outstanding_sends: 0,
             bounce_pool,
             tx_staging,
