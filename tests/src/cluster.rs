@@ -355,6 +355,8 @@ pub struct FabricPeer {
     stderr: Arc<Mutex<String>>,
     readers: Vec<JoinHandle<()>>,
     exited: bool,
+    /// Killed on purpose ([`Cluster::kill`]): no part of the finish.
+    killed: bool,
 }
 
 impl FabricPeer {
@@ -406,6 +408,7 @@ impl FabricPeer {
             stderr,
             readers: vec![stdout_reader, stderr_reader],
             exited: false,
+            killed: false,
         }
     }
 
@@ -658,7 +661,11 @@ impl Cluster {
     /// [`Self::finish`] for tests that provoke warnings: returns the
     /// children's stderr without looking at it.
     pub fn finish_with_warnings(mut self) -> Vec<String> {
-        let stderrs: Vec<String> = self.peers.drain(..).map(FabricPeer::finish).collect();
+        let stderrs: Vec<String> = self
+            .peers
+            .drain(..)
+            .map(|p| if p.killed { p.stderr() } else { p.finish() })
+            .collect();
         let left = list_objects(Some(JobId::from_name(&self.job)));
         assert!(
             left.is_empty(),
@@ -691,6 +698,15 @@ impl Cluster {
             assert!(Instant::now() < deadline, "{} does not stop", peer.name);
             std::thread::sleep(Duration::from_millis(1));
         }
+    }
+
+    /// Kills child `i` (SIGKILL), a crash, and reaps it. It takes no part
+    /// in [`Self::finish`] (which returns its stderr as it was); what it
+    /// left in `/dev/shm` is for the survivors to reclaim.
+    pub fn kill(&mut self, i: usize) {
+        let peer = &mut self.peers[i];
+        peer.kill();
+        peer.killed = true;
     }
 
     /// Resumes child `i` (SIGCONT).
