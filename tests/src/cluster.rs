@@ -61,6 +61,13 @@ pub enum Kind {
     Send,
     Recv,
     Error,
+    /// An RMA write of ours completed (`FI_RMA | FI_WRITE`).
+    Write,
+    /// An RMA read of ours completed (`FI_RMA | FI_READ`).
+    Read,
+    /// A peer's write with CQ data landed in our memory
+    /// (`FI_RMA | FI_REMOTE_WRITE | FI_REMOTE_CQ_DATA`).
+    Remote,
 }
 
 /// One CQ entry as `fabric-peer` reports it, one line of `key=value`s:
@@ -117,6 +124,9 @@ impl fmt::Display for Completion {
             Kind::Send => "send",
             Kind::Recv => "recv",
             Kind::Error => "error",
+            Kind::Write => "write",
+            Kind::Read => "read",
+            Kind::Remote => "remote",
         };
         write!(
             f,
@@ -154,6 +164,9 @@ impl FromStr for Completion {
             Some("send") => Kind::Send,
             Some("recv") => Kind::Recv,
             Some("error") => Kind::Error,
+            Some("write") => Kind::Write,
+            Some("read") => Kind::Read,
+            Some("remote") => Kind::Remote,
             _ => return Err(format!("not a completion: {line}")),
         };
         let mut c = Completion::new(kind, 0, 0);
@@ -342,6 +355,8 @@ pub struct FabricPeer {
     stderr: Arc<Mutex<String>>,
     readers: Vec<JoinHandle<()>>,
     exited: bool,
+    /// Killed on purpose ([`Cluster::kill`]): no part of the finish.
+    killed: bool,
 }
 
 impl FabricPeer {
@@ -393,6 +408,7 @@ impl FabricPeer {
             stderr,
             readers: vec![stdout_reader, stderr_reader],
             exited: false,
+            killed: false,
         }
     }
 
@@ -645,7 +661,11 @@ impl Cluster {
     /// [`Self::finish`] for tests that provoke warnings: returns the
     /// children's stderr without looking at it.
     pub fn finish_with_warnings(mut self) -> Vec<String> {
-        let stderrs: Vec<String> = self.peers.drain(..).map(FabricPeer::finish).collect();
+        let stderrs: Vec<String> = self
+            .peers
+            .drain(..)
+            .map(|p| if p.killed { p.stderr() } else { p.finish() })
+            .collect();
         let left = list_objects(Some(JobId::from_name(&self.job)));
         assert!(
             left.is_empty(),
@@ -680,6 +700,15 @@ impl Cluster {
         }
     }
 
+    /// Kills child `i` (SIGKILL), a crash, and reaps it. It takes no part
+    /// in [`Self::finish`] (which returns its stderr as it was); what it
+    /// left in `/dev/shm` is for the survivors to reclaim.
+    pub fn kill(&mut self, i: usize) {
+        let peer = &mut self.peers[i];
+        peer.kill();
+        peer.killed = true;
+    }
+
     /// Resumes child `i` (SIGCONT).
     pub fn resume(&self, i: usize) {
         self.peers[i].signal(libc::SIGCONT);
@@ -690,16 +719,49 @@ impl Cluster {
         self.all(&[(i, command.into())]).pop().expect("one reply")
     }
 
+    /// Sends one command to child `i` without waiting for its answer,
+    /// which [`Self::answers`] reads later (no other command may go to
+    /// child `i` in between).
+    pub fn begin(&mut self, i: usize, command: impl Into<String>) -> String {
+        let command = command.into();
+        if let Err(why) = self.peers[i].post(&command) {
+            self.fail(i, &why);
+        }
+        command
+    }
+
+    /// The next line child `i` prints (a data line of a command started
+    /// with [`Self::begin`]); a failure line, an exit or the deadline fails
+    /// the test.
+    pub fn next_line(&mut self, i: usize) -> String {
+        let deadline = Instant::now() + timeout();
+        loop {
+            match self.peers[i].next_line(Duration::from_millis(10)) {
+                Ok(Some(line)) if line.starts_with("fail") => self.fail(i, &line),
+                Ok(Some(line)) => return line,
+                Ok(None) if Instant::now() > deadline => {
+                    self.fail(i, "no line before the deadline")
+                }
+                Ok(None) => {}
+                Err(why) => self.fail(i, &why),
+            }
+        }
+    }
+
     /// Runs commands on several children at once (all are sent before any
     /// answer is read) and returns their answers, in order. A failure, an
     /// exit or the deadline anywhere fails the test with every child's
     /// stderr.
     pub fn all(&mut self, commands: &[(usize, String)]) -> Vec<Reply> {
         for (i, command) in commands {
-            if let Err(why) = self.peers[*i].post(command) {
-                self.fail(*i, &why);
-            }
+            self.begin(*i, command.as_str());
         }
+        self.answers(commands)
+    }
+
+    /// The answers to `commands`, already sent with [`Self::begin`] (at
+    /// most one per child), in order; failures as for [`Self::all`].
+    pub fn answers(&mut self, commands: &[(usize, String)]) -> Vec<Reply> {
         let mut partial: Vec<Vec<String>> = vec![Vec::new(); commands.len()];
         let mut replies: Vec<Option<Reply>> = commands.iter().map(|_| None).collect();
         let deadline = Instant::now() + timeout();

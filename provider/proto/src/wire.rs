@@ -250,7 +250,8 @@ pub enum RmaRefusal {
     NoKey = 1,
     /// The key does not grant the access, or the range is outside it.
     Denied = 2,
-    /// The target is out of resources.
+    /// The target is out of resources (no longer sent: a read waits for
+    /// room at the target; still understood).
     Busy = 3,
     /// The request is malformed or unsupported (an atomic operation the
     /// target does not have, an element not aligned to its size).

@@ -4,12 +4,13 @@
 //! core from `FI_PROVIDER_PATH`; everything else comes from the environment.
 //!
 //! At start it opens, through `fi_getinfo` (hints: `FI_MSG | FI_TAGGED |
-//! FI_SOURCE | FI_DIRECTED_RECV | FI_MULTI_RECV`, `FI_EP_RDM`, provider
-//! `unimem`), a fabric, a domain, an `FI_AV_TABLE` AV, a CQ of the tagged
-//! format and an endpoint bound to both, enables it and prints
+//! FI_SOURCE | FI_DIRECTED_RECV | FI_MULTI_RECV | FI_RMA`, `FI_EP_RDM`,
+//! provider `unimem`), a fabric, a domain, an `FI_AV_TABLE` AV, a CQ of the
+//! tagged format and an endpoint bound to both, enables it and prints
 //! `addr <fi_getname>`. `$FABRIC_PEER_TX_OP_FLAGS` (named as for `send`'s
 //! `flags`) asks for those `tx_attr.op_flags`, the endpoint's default send
-//! flags.
+//! flags. With `$FABRIC_PEER_CNTR=1` it also opens two counters, bound to
+//! the endpoint with `FI_WRITE` and `FI_READ` (see `cntr`).
 //!
 //! Then it runs one command per input line. A command answers with data
 //! lines (completions, as `unimem_tests::cluster::Completion`), then
@@ -28,15 +29,26 @@
 //! | `min-multi <n>` | `fi_setopt(FI_OPT_MIN_MULTI_RECV)`; `ok <fi_getopt's value>` |
 //! | `cancel <ctx>` | `fi_cancel`; `ok <rc>` |
 //! | `progress` | reads the CQ a few times |
-//! | `wait [sends=N] [recvs=N] [errors=N] [within=ms]` | prints that many queued completions of each kind, waiting for them (at most `ms`, default `$FABRIC_PEER_WAIT`); an error completion nobody waits for fails it |
+//! | `wait [sends=N] [recvs=N] [errors=N] [writes=N] [reads=N] [remote=N] [within=ms]` | prints that many queued completions of each kind, waiting for them (at most `ms`, default `$FABRIC_PEER_WAIT`); an error completion nobody waits for fails it |
 //! | `quiet <ms>` | progresses for `ms`; fails if anything completes |
-//! | `pending` | `ok sends=S recvs=R errors=E`: completions queued and not yet taken by `wait` |
+//! | `pending` | `ok sends=S recvs=R errors=E writes=W reads=R remote=C`: completions queued and not yet taken by `wait` |
 //! | `inject <dest> <len> <seed> [tag=T] [data=D]` | injects `len` bytes of pattern `seed`, retrying `-FI_EAGAIN` while progressing |
 //! | `try-send <dest> <len> [buf=N] [seed=S] [ctx=C] [tag=T] [data=D] [inject\|flags=a\|b]` | one raw send or inject call (no retry, no progress), from a buffer of `N` bytes (default `len`) of pattern `S` (default 7), freed right after an inject; with `flags`, `fi_sendmsg`/`fi_tsendmsg` as for `send`; `ok <rc>` |
 //! | `limits` | `ok inject=<inject_size> max=<max_msg_size>` of the endpoint's `fi_info` |
 //! | `getinfo [caps=a\|b] [ep=msg\|rdm\|dgram] [tx-flags=a\|b]` | `fi_getinfo` with those hints (`tx-flags`: `tx_attr.op_flags`, named as for `send`); `ok <rc>` |
 //! | `close-domain` | `fi_close` on the domain, which is still in use; `ok <rc>` |
 //! | `disabled-ep` | opens a second endpoint, posts on it before binding and bound but not enabled, closes it; `ok send=.. recv=.. ...` |
+//! | `mr <key> <len> [access=read\|write\|rw\|none] [seed=S]` | `fi_mr_reg` (remote access as `access`, default `rw`; `requested_key` `key`) of a fresh region of `len` bytes between guard bytes, filled with the pattern of `S` (default zeros); `ok <rc>`; the region stays until `unreg` or the end |
+//! | `unreg <key>` | `fi_close` of the region registered as `key`; `ok <rc>` |
+//! | `fill-mr <key> <seed\|zero>` | fills the region with the pattern of `seed` (or zeros) |
+//! | `check-mr <key> <offset> <len> <seed\|zero> [at=A]` | fails unless the region's `len` bytes at `offset` are bytes `A..A+len` (default `A` = 0) of the pattern of `seed` (or zeros) and its guard bytes are intact |
+//! | `mr-sum <key> [<offset> <len>]` | `ok sum=<checksum> guard=<0\|1>`: the checksum of the region's bytes (all, or `len` at `offset`), and whether its guard bytes are intact |
+//! | `watch <key> <offset> <len>` | from now on, a `remote` completion reports in `sum` the checksum that range of the region had when the completion was read (and in `guard` the region's guards) |
+//! | `write <dest> <key> <offset> <len> <seed> <ctx> [data=D] [inject] [msg[=a\|b]] [rma-iovs=N] [v] [try]` | an RMA write of `len` bytes of pattern `seed` to `offset` of the region `key` at `dest`: `fi_write` (`fi_writedata` with `data`), `fi_writev` (`v`, three buffers), `fi_writemsg` (`msg`, flags named as for `send`, the target range in `N` pieces, default 1), `fi_inject_write`/`fi_inject_writedata` (`inject`), retrying `-FI_EAGAIN` while progressing; with `try`, one call and `ok <rc>` |
+//! | `read <src> <key> <offset> <len> <ctx> [msg[=a\|b]] [rma-iovs=N] [v] [try]` | an RMA read (`fi_read`, `fi_readv`, `fi_readmsg`) into a fresh buffer between guard bytes; its completion reports the checksum of the bytes read and whether the guards (for an error: the whole buffer) are untouched |
+//! | `cntr` | `ok write=W write-err=E read=R read-err=F`: the counters (`$FABRIC_PEER_CNTR`) |
+//! | `cntr-wait [write=W] [read=R] [write-err=E] [read-err=F]` | reads the counters until each is at least the value given; `ok` with the values as `cntr` |
+//! | `sleep-no-progress <ms\|wake>` | prints `sleeping`, then makes no libfabric call for `ms` milliseconds, or until the input line `wake`; meanwhile it answers `mr-sum` lines (which make no libfabric call) with a data line `sum=.. guard=..` |
 //! | `traffic rank=R [to=a,b] [from=N] count=C lens=l,m [tagged] [window=W] [within=ms]` | sends `C` stamped messages to each `to` (retrying `-FI_EAGAIN` while progressing) while receiving `C` from each of `N` senders, checking contents and per-sender order; `ok sent=.. received=.. eagain=..` |
 //!
 //! Numbers are decimal or `0x` hexadecimal; `ctx` numbers name operations
@@ -51,8 +63,8 @@ use std::time::{Duration, Instant};
 use unimem_fi::base::ffi;
 use unimem_tests::cluster::{parse_num, Completion, Kind};
 use unimem_tests::fabric::{
-    self, rc, Api, Av, Cq, CqEntry, CqError, Domain, Ep, Fabric, Hints, Info, Match, Object,
-    FI_ADDR_NOTAVAIL, FI_ADDR_UNSPEC,
+    self, rc, Api, Av, Cntr, Cq, CqEntry, CqError, Domain, Ep, Fabric, Hints, Info, Match, Mr,
+    Object, RmaCall, RmaTarget, FI_ADDR_NOTAVAIL, FI_ADDR_UNSPEC,
 };
 use unimem_tests::payload;
 
@@ -73,9 +85,56 @@ fn env_secs(name: &str, default: u64) -> Duration {
     Duration::from_secs(secs)
 }
 
+/// A registered region: `len` bytes between two guards of `GUARD` bytes,
+/// in `mem`.
+struct Region {
+    key: u64,
+    mr: Mr,
+    mem: Vec<u8>,
+    len: usize,
+}
+
+impl Region {
+    fn bytes(&self) -> &[u8] {
+        &self.mem[GUARD..GUARD + self.len]
+    }
+
+    fn guards_intact(&self) -> bool {
+        let (before, rest) = self.mem.split_at(GUARD);
+        before
+            .iter()
+            .chain(&rest[self.len..])
+            .all(|&b| b == GUARD_BYTE)
+    }
+}
+
+/// The counters of `$FABRIC_PEER_CNTR`: completed writes and reads.
+struct Counters {
+    write: Cntr,
+    read: Cntr,
+}
+
+impl Counters {
+    /// `write`, `write-err`, `read`, `read-err`.
+    fn values(&self) -> [u64; 4] {
+        [
+            self.write.read(),
+            self.write.read_err(),
+            self.read.read(),
+            self.read.read_err(),
+        ]
+    }
+}
+
+const CNTR_NAMES: [&str; 4] = ["write", "write-err", "read", "read-err"];
+
 /// The libfabric objects of the process, in closing order.
 struct Objects {
     ep: Ep,
+    /// Registered regions (a key may appear twice should the provider
+    /// wrongly accept a duplicate).
+    mrs: Vec<Region>,
+    cntrs: Option<Counters>,
     cq: Cq,
     av: Av,
     /// `None` only while `close-domain` tries to close it.
@@ -100,13 +159,28 @@ impl Objects {
         let domain = fabric.domain(&info).map_err(|c| step("fi_domain", c))?;
         let av = domain.av().map_err(|c| step("fi_av_open", c))?;
         let cq = domain.cq().map_err(|c| step("fi_cq_open", c))?;
+        let cntrs = match std::env::var("FABRIC_PEER_CNTR").as_deref() {
+            Ok("1") => Some(Counters {
+                write: domain.cntr().map_err(|c| step("fi_cntr_open", c))?,
+                read: domain.cntr().map_err(|c| step("fi_cntr_open", c))?,
+            }),
+            _ => None,
+        };
         let ep = domain.endpoint(&info).map_err(|c| step("fi_endpoint", c))?;
         ep.bind(&av, 0).map_err(|c| step("fi_ep_bind(av)", c))?;
         ep.bind(&cq, ffi::FI_TRANSMIT | ffi::FI_RECV)
             .map_err(|c| step("fi_ep_bind(cq)", c))?;
+        if let Some(c) = &cntrs {
+            ep.bind(&c.write, ffi::FI_WRITE)
+                .map_err(|c| step("fi_ep_bind(cntr, FI_WRITE)", c))?;
+            ep.bind(&c.read, ffi::FI_READ)
+                .map_err(|c| step("fi_ep_bind(cntr, FI_READ)", c))?;
+        }
         ep.enable().map_err(|c| step("fi_enable", c))?;
         Ok(Objects {
             ep,
+            mrs: Vec::new(),
+            cntrs,
             cq,
             av,
             domain: Some(domain),
@@ -119,6 +193,8 @@ impl Objects {
     fn close(self) -> Result<(), String> {
         let Objects {
             ep,
+            mrs,
+            cntrs,
             cq,
             av,
             domain,
@@ -128,6 +204,15 @@ impl Objects {
         let closed =
             |what: &str, r: Result<(), i32>| r.map_err(|c| format!("fi_close({what}): {c}"));
         closed("ep", ep.close().map_err(|e| e.1))?;
+        for region in mrs {
+            // The memory outlives its region.
+            closed("mr", region.mr.close().map_err(|e| e.1))?;
+            drop(region.mem);
+        }
+        if let Some(c) = cntrs {
+            closed("write cntr", c.write.close().map_err(|e| e.1))?;
+            closed("read cntr", c.read.close().map_err(|e| e.1))?;
+        }
         closed("cq", cq.close().map_err(|e| e.1))?;
         closed("av", av.close().map_err(|e| e.1))?;
         if let Some(domain) = domain {
@@ -171,6 +256,13 @@ struct RecvBuf {
     multi: bool,
 }
 
+/// The buffer of an RMA read in flight: `len` bytes between two guards of
+/// `GUARD` bytes, all `GUARD_BYTE` when posted.
+struct ReadBuf {
+    mem: Vec<u8>,
+    len: usize,
+}
+
 /// What the `traffic` command hears from the CQ.
 enum TrafficEvent {
     Sent,
@@ -188,9 +280,22 @@ struct Peer {
     sends: VecDeque<Completion>,
     recvs: VecDeque<Completion>,
     errors: VecDeque<Completion>,
+    writes: VecDeque<Completion>,
+    reads: VecDeque<Completion>,
+    remote: VecDeque<Completion>,
+    /// The buffers of RMA writes in flight, by context.
+    write_bufs: SendBufs,
+    /// The buffers of RMA reads in flight, by context.
+    read_bufs: HashMap<u64, ReadBuf>,
+    /// `watch`: (key, offset, len) of the range a remote completion reports.
+    watch: Option<(u64, usize, usize)>,
     traffic: Vec<TrafficEvent>,
     wait_limit: Duration,
+    commands: Receiver<String>,
 }
+
+/// The completion queues of `wait`, in the order it prints them.
+const QUEUES: [&str; 6] = ["sends", "recvs", "errors", "writes", "reads", "remote"];
 
 /// A command line: positional words and `key=value` options.
 struct Args<'a> {
@@ -290,7 +395,28 @@ impl Peer {
 
     fn on_entry(&mut self, e: CqEntry) {
         let ctx = e.context as u64;
-        if e.flags & ffi::FI_SEND != 0 {
+        if e.flags & ffi::FI_REMOTE_WRITE != 0 {
+            let mut c = Completion::new(Kind::Remote, ctx, e.flags);
+            (c.len, c.data, c.src) = (e.len, e.data, e.src);
+            if let Some((key, off, len)) = self.watch {
+                match self.obj.mrs.iter().find(|r| r.key == key) {
+                    Some(r) if off + len <= r.len => {
+                        c.off = off;
+                        c.sum = payload::checksum(&r.bytes()[off..off + len]);
+                        c.guard = r.guards_intact();
+                    }
+                    _ => fatal(&format!("watch: no range {off}+{len} of region {key}")),
+                }
+            }
+            self.remote.push_back(c);
+        } else if e.flags & (ffi::FI_RMA | ffi::FI_WRITE) == ffi::FI_RMA | ffi::FI_WRITE {
+            self.write_bufs.done(ctx);
+            self.writes
+                .push_back(Completion::new(Kind::Write, ctx, e.flags));
+        } else if e.flags & (ffi::FI_RMA | ffi::FI_READ) == ffi::FI_RMA | ffi::FI_READ {
+            let c = self.read_done(Kind::Read, ctx, e.flags);
+            self.reads.push_back(c);
+        } else if e.flags & ffi::FI_SEND != 0 {
             self.send_bufs.done(ctx);
             if ctx & TRAFFIC_SEND != 0 {
                 self.traffic.push(TrafficEvent::Sent);
@@ -313,7 +439,13 @@ impl Peer {
             self.traffic.push(TrafficEvent::Failed(e));
             return;
         }
-        let mut c = if e.flags & ffi::FI_SEND != 0 {
+        let rma = e.flags & ffi::FI_RMA != 0;
+        let mut c = if rma && e.flags & ffi::FI_WRITE != 0 {
+            self.write_bufs.done(ctx);
+            Completion::new(Kind::Error, ctx, e.flags)
+        } else if rma && e.flags & ffi::FI_READ != 0 {
+            self.read_done(Kind::Error, ctx, e.flags)
+        } else if e.flags & ffi::FI_SEND != 0 {
             self.send_bufs.done(ctx);
             Completion::new(Kind::Error, ctx, e.flags)
         } else {
@@ -321,6 +453,25 @@ impl Peer {
         };
         (c.tag, c.data, c.err, c.olen) = (e.tag, e.data, e.err, e.olen);
         self.errors.push_back(c);
+    }
+
+    /// The end of the read posted as `ctx`: its length and the checksum of
+    /// what it read, and whether the guards are intact; for an error, whether
+    /// the whole buffer is (no byte may land). The buffer is freed.
+    fn read_done(&mut self, kind: Kind, ctx: u64, flags: u64) -> Completion {
+        let mut c = Completion::new(kind, ctx, flags);
+        let Some(rb) = self.read_bufs.remove(&ctx) else {
+            eprintln!("fabric-peer: completion for unknown read {ctx}");
+            c.guard = false;
+            return c;
+        };
+        c.len = rb.len;
+        let (before, rest) = rb.mem.split_at(GUARD);
+        let (data, after) = rest.split_at(rb.len);
+        c.sum = payload::checksum(data);
+        let untouched = |b: &[u8]| b.iter().all(|&x| x == GUARD_BYTE);
+        c.guard = untouched(before) && untouched(after) && (kind != Kind::Error || untouched(data));
+        c
     }
 
     /// A completion for data that landed in the buffer posted as `ctx`:
@@ -495,53 +646,73 @@ impl Peer {
 
     // --- Waiting ----------------------------------------------------------
 
+    /// The completion queues, in the order of [`QUEUES`].
+    fn queues(&mut self) -> [&mut VecDeque<Completion>; 6] {
+        [
+            &mut self.sends,
+            &mut self.recvs,
+            &mut self.errors,
+            &mut self.writes,
+            &mut self.reads,
+            &mut self.remote,
+        ]
+    }
+
+    fn queue_lens(&mut self) -> [usize; 6] {
+        self.queues().map(|q| q.len())
+    }
+
     fn wait(&mut self, a: &Args) -> CmdResult {
-        let want = |k| a.opt(k).map(|n| n.unwrap_or(0) as usize);
-        let (sends, recvs, errors) = (want("sends")?, want("recvs")?, want("errors")?);
+        let mut want = [0usize; 6];
+        for (n, name) in want.iter_mut().zip(QUEUES) {
+            *n = a.opt(name)?.unwrap_or(0) as usize;
+        }
+        let errors = want[2];
         let limit = a
             .opt("within")?
             .map_or(self.wait_limit, Duration::from_millis);
         let deadline = Instant::now() + limit;
-        while self.sends.len() < sends || self.recvs.len() < recvs || self.errors.len() < errors {
+        while self
+            .queue_lens()
+            .iter()
+            .zip(want)
+            .any(|(&have, w)| have < w)
+        {
             if errors == 0 {
                 if let Some(e) = self.errors.front() {
                     return Err(format!("unexpected error completion: {e}"));
                 }
             }
             if Instant::now() > deadline {
-                return Err(format!(
-                    "timed out with {} send, {} receive and {} error completions",
-                    self.sends.len(),
-                    self.recvs.len(),
-                    self.errors.len()
-                ));
+                let have: Vec<String> = QUEUES
+                    .iter()
+                    .zip(self.queue_lens())
+                    .map(|(name, n)| format!("{name}={n}"))
+                    .collect();
+                return Err(format!("timed out with {}", have.join(" ")));
             }
             if !self.poll() {
                 std::thread::yield_now();
             }
         }
-        for c in self.sends.drain(..sends) {
-            println!("{c}");
-        }
-        for c in self.recvs.drain(..recvs) {
-            println!("{c}");
-        }
-        for c in self.errors.drain(..errors) {
-            println!("{c}");
+        for (q, n) in self.queues().into_iter().zip(want) {
+            for c in q.drain(..n) {
+                println!("{c}");
+            }
         }
         Ok(String::new())
     }
 
     fn quiet(&mut self, a: &Args) -> CmdResult {
         let until = Instant::now() + Duration::from_millis(a.num(0)?);
-        let before = [self.sends.len(), self.recvs.len(), self.errors.len()];
+        let before = self.queue_lens();
         while Instant::now() < until {
             if !self.poll() {
                 std::thread::yield_now();
             }
         }
-        let queues = [&self.sends, &self.recvs, &self.errors];
-        let new: Vec<String> = queues
+        let new: Vec<String> = self
+            .queues()
             .iter()
             .zip(before)
             .flat_map(|(q, n)| q.iter().skip(n).map(ToString::to_string))
@@ -550,6 +721,292 @@ impl Peer {
             Ok(String::new())
         } else {
             Err(format!("unexpected completions: {new:?}"))
+        }
+    }
+
+    // --- RMA --------------------------------------------------------------
+
+    fn region(&self, key: u64) -> Result<&Region, String> {
+        self.obj
+            .mrs
+            .iter()
+            .find(|r| r.key == key)
+            .ok_or(format!("no region {key}"))
+    }
+
+    fn mr_sum(&self, a: &Args) -> CmdResult {
+        let region = self.region(a.num(0)?)?;
+        let (off, len) = match a.pos.len() {
+            1 => (0, region.len),
+            _ => (a.num(1)? as usize, a.num(2)? as usize),
+        };
+        let bytes = region
+            .bytes()
+            .get(off..off.saturating_add(len))
+            .ok_or(format!("{off}+{len} is beyond the region"))?;
+        Ok(format!(
+            "sum={:#x} guard={}",
+            payload::checksum(bytes),
+            u8::from(region.guards_intact())
+        ))
+    }
+
+    fn mr_reg(&mut self, a: &Args) -> CmdResult {
+        let (key, len) = (a.num(0)?, a.num(1)? as usize);
+        let access = match a.opts.get("access").copied().unwrap_or("rw") {
+            "read" => ffi::FI_REMOTE_READ,
+            "write" => ffi::FI_REMOTE_WRITE,
+            "rw" => ffi::FI_REMOTE_READ | ffi::FI_REMOTE_WRITE,
+            "none" => 0,
+            other => return Err(format!("unknown access {other}")),
+        };
+        let mut mem = vec![GUARD_BYTE; GUARD + len + GUARD];
+        match a.opt("seed")? {
+            Some(seed) => payload::fill(&mut mem[GUARD..GUARD + len], seed),
+            None => mem[GUARD..GUARD + len].fill(0),
+        }
+        let domain = self.obj.domain.as_ref().expect("domain open");
+        // SAFETY: the region's memory is kept with it in `mrs` and freed
+        // only after fi_close (unreg, or the end).
+        let mr = unsafe { domain.mr_reg(mem[GUARD..].as_mut_ptr(), len, access, key) };
+        match mr {
+            Ok(mr) => {
+                if mr.key() != key {
+                    return Err(format!("key {:#x}, asked for {key:#x}", mr.key()));
+                }
+                self.obj.mrs.push(Region { key, mr, mem, len });
+                Ok("0".into())
+            }
+            Err(code) => Ok(code.to_string()),
+        }
+    }
+
+    fn unreg(&mut self, a: &Args) -> CmdResult {
+        let key = a.num(0)?;
+        let i = self
+            .obj
+            .mrs
+            .iter()
+            .position(|r| r.key == key)
+            .ok_or(format!("no region {key}"))?;
+        let region = self.obj.mrs.remove(i);
+        match region.mr.close() {
+            Ok(()) => Ok("0".into()),
+            Err((mr, code)) => {
+                // Still open: the memory stays with it.
+                let Region { key, mem, len, .. } = region;
+                self.obj.mrs.insert(i, Region { key, mr, mem, len });
+                Ok(code.to_string())
+            }
+        }
+    }
+
+    fn fill_mr(&mut self, a: &Args) -> CmdResult {
+        let key = a.num(0)?;
+        let seed = seed_arg(a, 1)?;
+        let region = self
+            .obj
+            .mrs
+            .iter_mut()
+            .find(|r| r.key == key)
+            .ok_or(format!("no region {key}"))?;
+        let bytes = &mut region.mem[GUARD..GUARD + region.len];
+        match seed {
+            Some(seed) => payload::fill(bytes, seed),
+            None => bytes.fill(0),
+        }
+        Ok(String::new())
+    }
+
+    fn check_mr(&mut self, a: &Args) -> CmdResult {
+        let (key, off, len) = (a.num(0)?, a.num(1)? as usize, a.num(2)? as usize);
+        let seed = seed_arg(a, 3)?;
+        let at = a.opt("at")?.unwrap_or(0) as usize;
+        let region = self.region(key)?;
+        if !region.guards_intact() {
+            return Err(format!("region {key}: guard bytes overwritten"));
+        }
+        let end = off
+            .checked_add(len)
+            .filter(|&e| e <= region.len)
+            .ok_or(format!("{off}+{len} is beyond region {key}"))?;
+        let expected = match seed {
+            Some(seed) => payload::pattern(seed, at + len).split_off(at),
+            None => vec![0; len],
+        };
+        let got = &region.bytes()[off..end];
+        match got.iter().zip(&expected).position(|(g, e)| g != e) {
+            None => Ok(String::new()),
+            Some(i) => {
+                let differ = got.iter().zip(&expected).filter(|(g, e)| g != e).count();
+                Err(format!(
+                    "region {key}: byte {} is {:#04x}, expected {:#04x} ({differ} of {len} differ)",
+                    off + i,
+                    got[i],
+                    expected[i]
+                ))
+            }
+        }
+    }
+
+    /// The target of an RMA command: `<peer> <key> <offset>` from word `i`.
+    fn rma_target(a: &Args, i: usize) -> Result<RmaTarget, String> {
+        Ok(RmaTarget {
+            peer: a.num(i)?,
+            key: a.num(i + 1)?,
+            addr: a.num(i + 2)?,
+        })
+    }
+
+    /// The entry point an RMA command asks for (`v`, `msg[=flags]`,
+    /// `rma-iovs=N`).
+    fn rma_call(a: &Args) -> Result<RmaCall, String> {
+        let msg = match a.opts.get("msg") {
+            Some(names) => Some(send_flags(names)?),
+            None => a.flag("msg").then_some(0),
+        };
+        let rma_iovs = a.opt("rma-iovs")?.unwrap_or(1) as usize;
+        Ok(match msg {
+            Some(flags) => RmaCall::Msg { flags, rma_iovs },
+            None if a.flag("v") => RmaCall::Vector,
+            None => RmaCall::Plain,
+        })
+    }
+
+    fn rma_write(&mut self, a: &Args) -> CmdResult {
+        let t = Self::rma_target(a, 0)?;
+        let (len, seed, ctx) = (a.num(3)? as usize, a.num(4)?, a.num(5)?);
+        let data = a.opt("data")?;
+        let call = Self::rma_call(a)?;
+        let once = a.flag("try");
+        let buf = payload::pattern(seed, len);
+        let ptr = buf.as_ptr();
+        if a.flag("inject") {
+            // SAFETY: buf holds len bytes; an inject copies them before
+            // returning.
+            let inject = |ep: &Ep| unsafe { ep.inject_write(ptr, len, t, data) };
+            return if once {
+                Ok(inject(&self.obj.ep).to_string())
+            } else {
+                self.retry("inject write", inject).map(|()| String::new())
+            };
+        }
+        if data.is_some() && call == RmaCall::Vector {
+            return Err("fi_writev has no CQ data".into());
+        }
+        let bufs: Vec<(*const u8, usize)> = match call {
+            RmaCall::Plain => vec![(ptr, len)],
+            // SAFETY: the pieces lie inside buf.
+            _ => pieces(len)
+                .map(|(at, n)| (unsafe { ptr.add(at) }, n))
+                .collect(),
+        };
+        // The heap block does not move with the Vec: it stays valid while
+        // the map holds it, until the completion.
+        self.write_bufs.keep(ctx, buf);
+        // SAFETY: the buffers lie in the block kept in write_bufs until
+        // the completion.
+        let post = |ep: &Ep| unsafe { ep.write(&bufs, t, data, call, ctx as usize) };
+        if once {
+            let code = post(&self.obj.ep);
+            if code != 0 {
+                self.write_bufs.done(ctx);
+            }
+            return Ok(code.to_string());
+        }
+        let posted = self.retry("write", post);
+        if posted.is_err() {
+            self.write_bufs.done(ctx);
+        }
+        posted.map(|()| String::new())
+    }
+
+    fn rma_read(&mut self, a: &Args) -> CmdResult {
+        let t = Self::rma_target(a, 0)?;
+        let (len, ctx) = (a.num(3)? as usize, a.num(4)?);
+        let call = Self::rma_call(a)?;
+        let mut mem = vec![GUARD_BYTE; GUARD + len + GUARD];
+        // SAFETY: GUARD + len bytes follow the start of mem.
+        let ptr = unsafe { mem.as_mut_ptr().add(GUARD) };
+        let bufs: Vec<(*mut u8, usize)> = match call {
+            RmaCall::Plain => vec![(ptr, len)],
+            // SAFETY: the pieces lie inside the len bytes at ptr.
+            _ => pieces(len)
+                .map(|(at, n)| (unsafe { ptr.add(at) }, n))
+                .collect(),
+        };
+        if self.read_bufs.insert(ctx, ReadBuf { mem, len }).is_some() {
+            return Err(format!("read {ctx} is already posted"));
+        }
+        // SAFETY: the buffers lie in the block kept in read_bufs until the
+        // completion (the heap block does not move with the map).
+        let post = |ep: &Ep| unsafe { ep.read(&bufs, t, call, ctx as usize) };
+        if a.flag("try") {
+            let code = post(&self.obj.ep);
+            if code != 0 {
+                self.read_bufs.remove(&ctx);
+            }
+            return Ok(code.to_string());
+        }
+        let posted = self.retry("read", post);
+        if posted.is_err() {
+            self.read_bufs.remove(&ctx);
+        }
+        posted.map(|()| String::new())
+    }
+
+    /// `cntr` (no thresholds) and `cntr-wait`.
+    fn cntr_wait(&mut self, a: &Args) -> CmdResult {
+        let mut want = [0u64; 4];
+        for (w, name) in want.iter_mut().zip(CNTR_NAMES) {
+            *w = a.opt(name)?.unwrap_or(0);
+        }
+        let deadline = Instant::now() + self.wait_limit;
+        let show = |v: [u64; 4]| {
+            CNTR_NAMES
+                .iter()
+                .zip(v)
+                .map(|(name, n)| format!("{name}={n}"))
+                .collect::<Vec<_>>()
+                .join(" ")
+        };
+        loop {
+            let cntrs = self
+                .obj
+                .cntrs
+                .as_ref()
+                .ok_or("no counters (FABRIC_PEER_CNTR=1)")?;
+            // Reading a counter progresses the endpoint.
+            let values = cntrs.values();
+            if values.iter().zip(want).all(|(&v, w)| v >= w) {
+                return Ok(show(values));
+            }
+            if Instant::now() > deadline {
+                return Err(format!("timed out with {}", show(values)));
+            }
+            std::thread::yield_now();
+        }
+    }
+
+    fn sleep_no_progress(&mut self, a: &Args) -> CmdResult {
+        let until_wake = a.pos.first() == Some(&"wake");
+        let ms = if until_wake { 0 } else { a.num(0)? };
+        println!("sleeping");
+        if !until_wake {
+            std::thread::sleep(Duration::from_millis(ms));
+            return Ok(String::new());
+        }
+        loop {
+            let line = self
+                .commands
+                .recv_timeout(self.wait_limit)
+                .map_err(|e| format!("no 'wake': {e}"))?;
+            let mut words = line.split_whitespace();
+            match words.next() {
+                Some("wake") => return Ok(String::new()),
+                Some("mr-sum") => println!("{}", self.mr_sum(&Args::parse(words))?),
+                _ => return Err(format!("expected 'wake' or 'mr-sum', got '{line}'")),
+            }
         }
     }
 
@@ -671,6 +1128,21 @@ fn send_flag(name: &str) -> Result<u64, String> {
         "commit-complete" => ffi::FI_COMMIT_COMPLETE,
         other => return Err(format!("unknown send flag {other}")),
     })
+}
+
+/// A seed word: a number, or `zero` (`None`) for zeros.
+fn seed_arg(a: &Args, i: usize) -> Result<Option<u64>, String> {
+    match a.pos.get(i) {
+        Some(&"zero") => Ok(None),
+        _ => a.num(i).map(Some),
+    }
+}
+
+/// Three consecutive pieces (offset, length) covering `len` bytes, for the
+/// vector calls (some empty when `len` < 3).
+fn pieces(len: usize) -> impl Iterator<Item = (usize, usize)> {
+    let cuts = [0, len / 3, 2 * len / 3, len];
+    (0..3).map(move |i| (cuts[i], cuts[i + 1] - cuts[i]))
 }
 
 fn cap_bit(name: &str) -> Result<u64, String> {
@@ -948,12 +1420,26 @@ impl Peer {
             }
             "wait" => self.wait(&a),
             "quiet" => self.quiet(&a),
-            "pending" => Ok(format!(
-                "sends={} recvs={} errors={}",
-                self.sends.len(),
-                self.recvs.len(),
-                self.errors.len()
-            )),
+            "pending" => Ok(QUEUES
+                .iter()
+                .zip(self.queue_lens())
+                .map(|(name, n)| format!("{name}={n}"))
+                .collect::<Vec<_>>()
+                .join(" ")),
+            "mr" => self.mr_reg(&a),
+            "unreg" => self.unreg(&a),
+            "fill-mr" => self.fill_mr(&a),
+            "check-mr" => self.check_mr(&a),
+            "mr-sum" => self.mr_sum(&a),
+            "watch" => {
+                self.watch = Some((a.num(0)?, a.num(1)? as usize, a.num(2)? as usize));
+                Ok(String::new())
+            }
+            "write" => self.rma_write(&a),
+            "read" => self.rma_read(&a),
+            "cntr" => self.cntr_wait(&Args::parse(std::iter::empty())),
+            "cntr-wait" => self.cntr_wait(&a),
+            "sleep-no-progress" => self.sleep_no_progress(&a),
             "try-send" => self.try_send(&a),
             "limits" => Ok(format!(
                 "inject={} max={}",
@@ -1010,12 +1496,18 @@ fn main() {
         sends: VecDeque::new(),
         recvs: VecDeque::new(),
         errors: VecDeque::new(),
+        writes: VecDeque::new(),
+        reads: VecDeque::new(),
+        remote: VecDeque::new(),
+        write_bufs: SendBufs::default(),
+        read_bufs: HashMap::new(),
+        watch: None,
         traffic: Vec::new(),
         wait_limit: env_secs("FABRIC_PEER_WAIT", 30),
+        commands: stdin_lines(),
     };
-    let commands = stdin_lines();
     loop {
-        let line = match commands.try_recv() {
+        let line = match peer.commands.try_recv() {
             Ok(line) => line,
             Err(TryRecvError::Disconnected) => break,
             Err(TryRecvError::Empty) => {
@@ -1023,7 +1515,7 @@ fn main() {
                 if peer.poll() {
                     continue;
                 }
-                match commands.recv_timeout(Duration::from_millis(1)) {
+                match peer.commands.recv_timeout(Duration::from_millis(1)) {
                     Ok(line) => line,
                     Err(RecvTimeoutError::Timeout) => continue,
                     Err(RecvTimeoutError::Disconnected) => break,
@@ -1041,12 +1533,14 @@ fn main() {
         recv_bufs,
         released,
         send_bufs,
+        write_bufs,
+        read_bufs,
         ..
     } = peer;
     // Close first: the provider may still hold the buffers.
     if let Err(why) = obj.close() {
         fatal(&why);
     }
-    drop((recv_bufs, released, send_bufs));
+    drop((recv_bufs, released, send_bufs, write_bufs, read_bufs));
     println!("closed");
 }

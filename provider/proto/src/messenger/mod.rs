@@ -64,6 +64,7 @@ use crate::{Event, PostError, ProtoConfig, WireNode};
 use ids::Slab;
 use peers::Peer;
 use recv::rendezvous::RxXfer;
+use rma::target::DeferredRead;
 use rma::RmaOp;
 use send::rendezvous::Grant;
 use send::TxOp;
@@ -141,6 +142,8 @@ pub struct Messenger<M: Mailbox, D: DmaEngine> {
     rma_pending: VecDeque<usize>,
     // rma::atomic
     atomic_rx: HashMap<(PeerIdx, u16), rma::atomic::PendingAtomic>,
+    // rma::target
+    deferred_reads: VecDeque<DeferredRead>,
     // send::rendezvous
     tx_staging: BufferPool,
     deferred_fragments: VecDeque<Grant>,
@@ -239,6 +242,7 @@ where
             rma_ops: Slab::new(),
             rma_pending: VecDeque::new(),
             atomic_rx: HashMap::new(),
+            deferred_reads: VecDeque::new(),
             outstanding_sends: 0,
             bounce_pool,
             tx_staging,

@@ -35,6 +35,7 @@ where
             && self.deferred_grants.is_empty()
             && self.deferred_fragments.is_empty()
             && !self.rma_waiting()
+            && self.deferred_reads.is_empty()
             && !self.mbx.has_message()
         {
             self.check_peers();
@@ -148,6 +149,7 @@ where
             }
         }
         self.retry_rma();
+        self.serve_deferred_reads();
     }
 
     /// Hands one arrived mailbox message to its handler.

@@ -2304,3 +2304,64 @@ fn accesses_to_a_counting_key_are_reported_to_the_target() {
         );
     }
 }
+
+/// A read of a target whose transmit queue is full (its answer needs a
+/// place there) waits for one, instead of failing, and is served in full
+/// once the target's sends leave.
+#[test]
+fn rma_read_waits_for_room_in_the_targets_transmit_queue() {
+    let mut a = messenger();
+    let mut b = messenger_with(
+        64,
+        ProtoConfig {
+            tx_size: 2,
+            ..config()
+        },
+    );
+    first_contact(&mut a, &mut b);
+    first_contact(&mut b, &mut a);
+    let mut target = pattern(3 * FRAGMENT + 5, 9);
+    let key = fresh_key();
+    let _h = expose(
+        key,
+        target.as_mut_ptr() as usize,
+        target.len(),
+        Access::REMOTE_READ,
+    );
+    // b's queue is full: two rendezvous sends a has no receive for yet.
+    let big = pattern(2 * FRAGMENT, 1);
+    send(&mut b, a.addr(), &big, None, 1).unwrap();
+    send(&mut b, a.addr(), &big, None, 2).unwrap();
+    let mut back = vec![0u8; target.len()];
+    rma(
+        &mut a,
+        RmaKind::Read,
+        rma_req(b.addr(), back.as_mut_ptr(), back.len(), key, 0),
+    );
+    for _ in 0..200 {
+        a.progress();
+        b.progress();
+    }
+    assert!(a.next_event().is_none(), "the read waits, it does not fail");
+    let mut bufs = [vec![0u8; 2 * FRAGMENT], vec![0u8; 2 * FRAGMENT]];
+    for (i, buf) in bufs.iter_mut().enumerate() {
+        post(&mut a, false, recv_spec(buf, 10 + i, None, 0, 0));
+    }
+    let events = collect(&mut [&mut a, &mut b], 0, 3);
+    let read = events
+        .iter()
+        .find(|e| matches!(e, Event::Rma { .. } | Event::RmaError { .. }))
+        .expect("the read ended");
+    assert_eq!(
+        *read,
+        Event::Rma {
+            context: 0x77,
+            kind: RmaKind::Read,
+            completion: true
+        }
+    );
+    assert!(back == target, "read intact");
+    assert!(bufs.iter().all(|b| *b == big));
+    collect(&mut [&mut a, &mut b], 1, 2);
+    assert!(!a.busy() && !b.busy());
+}

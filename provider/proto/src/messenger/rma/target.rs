@@ -7,10 +7,14 @@
 //! `RmaNack` and moves no byte. A write is then a rendezvous receive into
 //! the range (its purpose `RmaWrite`: it ends without a receive
 //! completion); a read a rendezvous send of the range (class
-//! `ReadResponse`: it ends without a send completion).
+//! `ReadResponse`: it ends without a send completion). A read's answer
+//! takes a place in our transmit queue (its send id): while the queue is
+//! full, reads wait in `deferred_reads`, in arrival order, and progress
+//! serves them as places free up (checked again then: the region may be
+//! gone).
 //!
-//! Touches `tx_ops`, `rx_xfers` and the events, through the rendezvous'
-//! own methods.
+//! Owns: `deferred_reads`. Touches `tx_ops`, `rx_xfers` and the events,
+//! through the rendezvous' own methods.
 
 use std::collections::HashMap;
 use std::hash::Hash;
@@ -24,6 +28,15 @@ use super::super::{Messenger, PeerIdx};
 use crate::matching::{IovList, Placement};
 use crate::wire::{MatchInfo, RmaRefusal, Wire};
 use crate::{Event, WireNode};
+
+/// A peer's read waiting for a place in our transmit queue.
+pub(crate) struct DeferredRead {
+    peer: PeerIdx,
+    key: u64,
+    addr: u64,
+    len: u32,
+    recv_id: u16,
+}
 
 impl<M, D> Messenger<M, D>
 where
@@ -123,26 +136,69 @@ where
         len: u32,
         recv_id: u16,
     ) {
-        let checked = self.check_own_range(key, addr, len, Access::REMOTE_READ);
-        // Our answers take send ids, which are bounded by tx_size.
-        let checked = checked.and_then(|notify| {
-            (self.outstanding_sends < self.cfg.tx_size)
-                .then_some(notify)
-                .ok_or(RmaRefusal::Busy)
-        });
-        let notify = match checked {
-            Ok(notify) => notify,
-            Err(error) => {
-                tracing::debug!(key, addr, len, "RMA read refused: {error:?}");
-                let nack = Wire::RmaNack {
-                    id: recv_id,
-                    read: true,
-                    error,
-                };
-                self.queue_control(peer, nack.encode());
+        let read = DeferredRead {
+            peer,
+            key,
+            addr,
+            len,
+            recv_id,
+        };
+        // Our answers take send ids, which are bounded by tx_size: with
+        // the queue full (or reads already waiting), it waits its turn.
+        if self.outstanding_sends >= self.cfg.tx_size || !self.deferred_reads.is_empty() {
+            if self.check_read(&read).is_none() {
                 return;
             }
+            self.deferred_reads.push_back(read);
+            return;
+        }
+        self.serve_read(read);
+    }
+
+    /// Serves the reads that waited for a place in our transmit queue.
+    pub(crate) fn serve_deferred_reads(&mut self) {
+        while self.outstanding_sends < self.cfg.tx_size {
+            let Some(read) = self.deferred_reads.pop_front() else {
+                return;
+            };
+            // A dead reader's transfer is gone: nothing to answer.
+            if !self.peers[read.peer].dead {
+                self.serve_read(read);
+            }
+        }
+    }
+
+    /// Checks `read` against our key table: whether the key counts
+    /// accesses, or None for a refused one, answered with an `RmaNack`.
+    fn check_read(&mut self, read: &DeferredRead) -> Option<bool> {
+        let checked = self.check_own_range(read.key, read.addr, read.len, Access::REMOTE_READ);
+        let error = match checked {
+            Ok(notify) => return Some(notify),
+            Err(error) => error,
         };
+        tracing::debug!(read.key, read.addr, read.len, "RMA read refused: {error:?}");
+        let nack = Wire::RmaNack {
+            id: read.recv_id,
+            read: true,
+            error,
+        };
+        self.queue_control(read.peer, nack.encode());
+        None
+    }
+
+    /// Answers `read` (a place in the transmit queue is free), or refuses
+    /// it.
+    fn serve_read(&mut self, read: DeferredRead) {
+        let Some(notify) = self.check_read(&read) else {
+            return;
+        };
+        let DeferredRead {
+            peer,
+            key,
+            addr,
+            len,
+            recv_id,
+        } = read;
         self.outstanding_sends += 1;
         let op = self.tx_ops.insert(TxOp {
             class: TxClass::ReadResponse {
