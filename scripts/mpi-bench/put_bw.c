@@ -1,0 +1,8 @@
+/*
+ * put_bw: see rma_common.c.
+ *
+ *   put_bw [-m [MIN:]MAX] [-i ITERS] [-x WARMUP] [-t SECONDS] [-W WINDOW] [-f]
+ */
+#include "common.c"
+#define RMA_OP PUT_BW
+#include "rma_common.c"
