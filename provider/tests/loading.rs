@@ -184,7 +184,7 @@ fn fi_info_lists_the_rdm_endpoint() {
         "av_type: FI_AV_UNSPEC",
         "msg_order: [ FI_ORDER_SAS, FI_ORDER_ATOMIC_RAR, FI_ORDER_ATOMIC_RAW, FI_ORDER_ATOMIC_WAR, FI_ORDER_ATOMIC_WAW ]",
         "mem_tag_format: 0xaaaaaaaaaaaaaaaa",
-        "max_msg_size: 1073741824",
+        "max_msg_size: 18446744073709551615",
         "inject_size: 16384",
         "cq_data_size: 8",
         "name: unimem",

@@ -295,11 +295,26 @@ impl Drop for ProviderDir {
 // ---------------------------------------------------------------------------
 // One child
 
+/// Seconds set by [`set_answer_timeout`]; 0: the default.
+static ANSWER_TIMEOUT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+/// Raises the deadline of every read from a child of this process's
+/// clusters (tests of operations that take long by nature, such as
+/// messages of several GiB).
+pub fn set_answer_timeout(timeout: Duration) {
+    ANSWER_TIMEOUT.store(
+        timeout.as_secs().max(1),
+        std::sync::atomic::Ordering::Relaxed,
+    );
+}
+
 fn timeout() -> Duration {
+    let set = ANSWER_TIMEOUT.load(std::sync::atomic::Ordering::Relaxed);
     let secs = std::env::var("UNIMEM_FABRIC_TIMEOUT")
         .ok()
         .and_then(|s| s.parse().ok())
-        .unwrap_or(40);
+        .unwrap_or(40)
+        .max(set);
     Duration::from_secs(secs)
 }
 

@@ -51,9 +51,20 @@ pub fn checksum(bytes: &[u8]) -> u64 {
 }
 
 /// The checksum of `len` bytes of the pattern of `seed`: what a receiver
-/// must report for a message sent from that pattern.
+/// must report for a message sent from that pattern. Computed word by word,
+/// without the pattern in memory (messages of several GiB).
 pub fn pattern_checksum(seed: u64, len: usize) -> u64 {
-    checksum(&pattern(seed, len))
+    const PRIME: u64 = 0x0100_0000_01b3;
+    let mut h = 0xcbf2_9ce4_8422_2325u64 ^ len as u64;
+    let words = len / 8;
+    for i in 0..words as u64 {
+        h = (h ^ word(seed, i)).wrapping_mul(PRIME).rotate_left(23);
+    }
+    let last = word(seed, words as u64).to_le_bytes();
+    for &b in &last[..len % 8] {
+        h = (h ^ u64::from(b)).wrapping_mul(PRIME);
+    }
+    h ^ (h >> 32)
 }
 
 /// Smallest stamped message: sequence number and sender.
@@ -118,5 +129,16 @@ mod tests {
         assert_eq!(unstamp(&short), Some((3, 99)));
         buf[30] ^= 1;
         assert_eq!(unstamp(&buf), None);
+    }
+
+    #[test]
+    fn streaming_checksum_matches() {
+        for len in [0, 1, 7, 8, 9, 1000, 4099] {
+            assert_eq!(
+                pattern_checksum(5, len),
+                checksum(&pattern(5, len)),
+                "{len}"
+            );
+        }
     }
 }

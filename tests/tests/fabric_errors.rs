@@ -67,6 +67,9 @@ fn send_to_an_address_not_in_the_av() {
 #[test]
 fn messages_over_the_limits_are_refused_before_reading() {
     let mut c = cluster("too-big");
+    // By default every length goes (64-bit lengths on the wire); the
+    // tunable bounds it.
+    c.env("FI_UNIMEM_MAX_MSG_SIZE", "1g");
     c.spawn(2).connect_all();
     let limits = c.cmd(0, "limits");
     assert_eq!(

@@ -275,3 +275,22 @@ fn mpich_pipeline_wildcard_defect() {
 fn mpich_active_message_defects() {
     suite(3, true, &[("MPI_SUITE_AM_FULL", "1")]);
 }
+
+/// MPI-4's large-count calls beyond 2^31 bytes (`tests/mpi/large.c`:
+/// contiguous and strided), on 2 ranks in native mode: unimem carries
+/// 64-bit lengths (max_msg_size is SIZE_MAX). It needs some 9 GiB and a
+/// minute, so it runs once, not on every rank count.
+#[test]
+fn large_count_messages_beyond_two_gib() {
+    let output = Job::new(build("large"))
+        .env("MPI_SUITE_WATCHDOG", "300")
+        .timeout(Duration::from_secs(600))
+        .run();
+    let found = problems("large", 2, &output);
+    assert!(
+        found.is_empty(),
+        "{}\n{}",
+        found.join("; "),
+        output.report()
+    );
+}

@@ -69,7 +69,8 @@ pub struct ProtoConfig {
     /// peer count, as do those in flight. Beyond it, and only then, a post
     /// is refused (-FI_EAGAIN): a post never waits for the peer.
     pub tx_size: usize,
-    /// Largest message.
+    /// Largest message (and RMA operation). The wire carries 64-bit
+    /// lengths: the default is every length there is.
     pub max_msg_size: usize,
     /// Mailbox messages handled per progress call at most.
     pub poll_budget: usize,
@@ -87,7 +88,7 @@ impl Default for ProtoConfig {
             rendezvous_window: 4,
             staging_buffers: 8,
             tx_size: 1024,
-            max_msg_size: 1 << 30,
+            max_msg_size: usize::MAX,
             poll_budget: 256,
             peer_check: Some(Duration::from_millis(100)),
         }

@@ -17,12 +17,13 @@
 //! | Grant    | pad u8, send id u16, fragment u32, address u64, len u32, recv id u16 |
 //! | FragDone | pad u8, send id u16, fragment u32, recv id u16                  |
 //! | Fin      | pad u8, send id u16                                             |
+//! | LenHigh  | (a `Fin` op, flag `LEN_HIGH`) pad u8, id u16, high u32 (flag `READ`: the id is a recv id) |
 //! | Credit   | credits u8                                                      |
 //! | RmaWrite | key u64, address u64, len u32, send id u16                      |
 //! | RmaRead  | key u64, address u64, len u32, recv id u16                      |
 //! | ReadReady| send id u16, recv id u16                                        |
 //! | RmaNack  | id u16, error u8 (flag `READ`: the id is a recv id)             |
-//! | RemoteData | data u64, len u32                                             |
+//! | RemoteData | data u64, len u64                                             |
 //! | RemoteNotice | key u64 (flag `NOTICE`; `NOTICE_READ`, `NOTICE_WRITE`: what was done) |
 //! | AtomicReq  | key u64, address u64, op u8, datatype u8, count u8, id u16 (flag `FETCH`) |
 //! | AtomicData | id u16, len u8, bytes [u8; len <= 20] (flag `CHUNK`)       |
@@ -41,6 +42,11 @@
 //! so it needs no address: the mailbox keeps each sender's messages in order.
 //! A rendezvous message moves in *fragments*, one DMA each: a Grant says
 //! where fragment `n` goes, a FragDone that it is there.
+//!
+//! Lengths are 64-bit; a message that starts a transfer (`Rts`, `RmaWrite`,
+//! `RmaRead`) has room for the low 32 bits only, so a transfer of 4 GiB or
+//! more is preceded, in the same queue, by a `LenHigh` naming it (by send
+//! id, or recv id for a read) with the high 32 bits.
 //!
 //! RMA to a target range that is not dmable needs the target's help, and
 //! reuses the rendezvous: an `RmaWrite` stands for a request to send that
@@ -161,6 +167,10 @@ pub enum Wire {
     },
     /// Receiver to sender: the large message is delivered.
     Fin { send_id: u16 },
+    /// The high 32 bits of the length of the transfer that follows: the
+    /// send `id`'s `Rts` or `RmaWrite`, or (with `read`) the read `id`'s
+    /// `RmaRead`.
+    LenHigh { id: u16, read: bool, high: u32 },
     /// Eager slots handed back.
     Credit { credits: u8 },
     /// Initiator to target: write `len` bytes at `addr` of `key` (a range
@@ -190,7 +200,7 @@ pub enum Wire {
     },
     /// Initiator to target: a write with CQ data `data` of `len` bytes is
     /// complete.
-    RemoteData { data: u64, len: u32 },
+    RemoteData { data: u64, len: u64 },
     /// Initiator to target: a one-sided access to the target's `key` that
     /// counts remote accesses is complete (it read and/or wrote).
     RemoteNotice { key: u64, read: bool, write: bool },
@@ -270,8 +280,10 @@ impl RmaRefusal {
     }
 }
 
-/// Flag of an `RmaNack` whose id is a recv id.
+/// Flag of an `RmaNack` (and a `LenHigh`) whose id is a recv id.
 const READ: u8 = 0x10;
+/// Flag of a `Fin` op that is a `LenHigh`.
+const LEN_HIGH: u8 = 0x20;
 /// Flag of an `AtomicReq` that wants the old values back.
 const FETCH: u8 = 0x40;
 /// Flag of the chunk forms of the atomic messages.
@@ -460,6 +472,11 @@ impl Wire {
                 w = Writer::new(op::FIN, None);
                 w.put(&[0]).put(&send_id.to_le_bytes());
             }
+            Wire::LenHigh { id, read, high } => {
+                w = Writer::new(op::FIN, None);
+                w.buf[0] |= LEN_HIGH | if *read { READ } else { 0 };
+                w.put(&[0]).put(&id.to_le_bytes()).put(&high.to_le_bytes());
+            }
             Wire::Credit { credits } => {
                 w = Writer::new(op::CREDIT, None);
                 w.put(&[*credits]);
@@ -626,6 +643,14 @@ impl Wire {
                     recv_id: r.u16(),
                 }
             }
+            op::FIN if flags & LEN_HIGH != 0 => {
+                r.u8();
+                Wire::LenHigh {
+                    id: r.u16(),
+                    read: flags & READ != 0,
+                    high: r.u32(),
+                }
+            }
             op::FIN => {
                 r.u8();
                 Wire::Fin { send_id: r.u16() }
@@ -659,7 +684,7 @@ impl Wire {
             },
             op::REMOTE_DATA => Wire::RemoteData {
                 data: r.u64(),
-                len: r.u32(),
+                len: r.u64(),
             },
             op::ATOMIC | op::ATOMIC_ANSWER if flags & CHUNK != 0 => {
                 let id = r.u16();
@@ -752,6 +777,16 @@ mod tests {
                 recv_id: 5,
             },
             Wire::Fin { send_id: 42 },
+            Wire::LenHigh {
+                id: 7,
+                read: false,
+                high: 1,
+            },
+            Wire::LenHigh {
+                id: 0xffff,
+                read: true,
+                high: u32::MAX,
+            },
             Wire::Credit { credits: 255 },
             Wire::RmaWrite {
                 key: u64::MAX,
@@ -781,7 +816,7 @@ mod tests {
             },
             Wire::RemoteData {
                 data: u64::MAX - 1,
-                len: 65536,
+                len: 5 << 30,
             },
             Wire::RemoteNotice {
                 key: 77,

@@ -159,6 +159,7 @@ tunables! {
     eager_size: usize = Kind::Size { min: 0, max: 64 * MIB }, "16k", "largest message sent eagerly (DMA into pre-allocated receiver buffers); bigger ones use rendezvous; also the inject size";
     eager_credits: usize = Kind::Int { min: 0, max: 255 }, "16", "eager receive buffers a receiver pre-allocates per peer (flow-control credits); 0: none, eager messages come by rendezvous";
     bounce_buffers: usize = Kind::Int { min: 1, max: 1 << 16 }, "64", "eager_size bounce buffers per endpoint: an eager send copies its data into one when it leaves (it has a credit) and frees it when its DMA is done";
+    max_msg_size: usize = Kind::Size { min: 0, max: u64::MAX }, "0", "largest message and RMA operation (ep_attr->max_msg_size); 0: every length (the wire carries 64-bit lengths)";
     segment_size: usize = Kind::Size { min: 4 * KIB, max: GIB }, "256k", "rendezvous fragment: what one DMA of a rendezvous transfer moves";
     rendezvous_window: usize = Kind::Int { min: 1, max: 1 << 16 }, "4", "rendezvous fragments a receiver grants ahead per transfer";
     staging_segments: usize = Kind::Int { min: 1, max: 1 << 16 }, "8", "staging buffers (of segment_size bytes) per endpoint on each side, for rendezvous with ordinary memory";
@@ -171,6 +172,17 @@ tunables! {
     spin_yield: usize = Kind::Int { min: 0, max: 1 << 30 }, "64", "busy-poll iterations before yielding the CPU in blocking waits, and in polling reads as idle_yield says";
     idle_yield: &'static str = Kind::Enum(&["auto", "always", "never"]), "auto", "whether fi_cq_read that found nothing spin_yield times in a row yields the CPU: auto (when this host runs more unimem processes than CPUs), always, never";
     peer_check_ms: usize = Kind::Int { min: 0, max: 3_600_000 }, "100", "how often (ms) progress checks that known peers are alive; operations with a dead peer fail (0: never)";
+}
+
+impl Config {
+    /// The largest message and RMA operation: `max_msg_size`, 0 meaning
+    /// every length.
+    pub fn message_limit(&self) -> usize {
+        match self.max_msg_size {
+            0 => usize::MAX,
+            limit => limit,
+        }
+    }
 }
 
 impl Tunable {

@@ -50,6 +50,7 @@ fn proto_config(cfg: &Config) -> ProtoConfig {
         rendezvous_window: cfg.rendezvous_window,
         staging_buffers: cfg.staging_segments,
         tx_size: cfg.tx_size,
+        max_msg_size: cfg.message_limit(),
         peer_check: (cfg.peer_check_ms > 0)
             .then(|| std::time::Duration::from_millis(cfg.peer_check_ms as u64)),
         ..ProtoConfig::default()

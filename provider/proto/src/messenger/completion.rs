@@ -54,7 +54,7 @@ where
             }
             TxClass::Write { data } => {
                 if let Some(data) = data {
-                    let len = tx.len as u32;
+                    let len = tx.len as u64;
                     self.queue_control(tx.peer, Wire::RemoteData { data, len }.encode());
                 }
                 self.events.push_back(Event::Rma {

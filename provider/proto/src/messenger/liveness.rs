@@ -45,6 +45,8 @@ where
                 | DataItem::Eager { op }
                 | DataItem::Rts { op }
                 | DataItem::RmaWrite { op, .. } => self.fail_send(op),
+                // Its Rts or RmaWrite, just behind it, fails the send.
+                DataItem::LenHigh { .. } => {}
             }
         }
         for op in self.tx_ops.ids_where(|o| o.peer == peer) {
@@ -59,6 +61,7 @@ where
         }
         self.fail_rma_with(peer);
         self.forget_atomics_of(peer);
+        self.long_lengths.retain(|&(p, _, _), _| p != peer);
         self.fail_receives_from(peer);
         if let Some(node) = self.peers[peer].node {
             // For every messenger of the domain: the cache is shared.

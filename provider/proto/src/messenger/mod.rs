@@ -144,6 +144,11 @@ pub struct Messenger<M: Mailbox, D: DmaEngine> {
     atomic_rx: HashMap<(PeerIdx, u16), rma::atomic::PendingAtomic>,
     // rma::target
     deferred_reads: VecDeque<DeferredRead>,
+    // recv (lengths)
+    /// High 32 bits of the lengths of transfers of 4 GiB or more announced
+    /// by a `LenHigh`, by peer, kind (read or not) and id, until the
+    /// message that starts the transfer comes.
+    long_lengths: HashMap<(PeerIdx, bool, u16), u32>,
     // send::rendezvous
     tx_staging: BufferPool,
     deferred_fragments: VecDeque<Grant>,
@@ -243,6 +248,7 @@ where
             rma_pending: VecDeque::new(),
             atomic_rx: HashMap::new(),
             deferred_reads: VecDeque::new(),
+            long_lengths: HashMap::new(),
             outstanding_sends: 0,
             bounce_pool,
             tx_staging,
@@ -335,6 +341,24 @@ where
             Some(addr) => tracing::warn!(%addr, count, "dropped invalid peer message(s): {what}"),
             None => tracing::warn!(count, "dropped invalid peer message(s): {what}"),
         }
+    }
+
+    /// A peer announces the high 32 bits of the length of its next
+    /// transfer `id`.
+    pub(crate) fn on_len_high(&mut self, peer: PeerIdx, id: u16, read: bool, high: u32) {
+        // Each announcement is followed at once by its transfer's start:
+        // a peer cannot have many pending, unless it lies.
+        if self.long_lengths.len() >= 1024 {
+            self.drop_invalid(peer, "length announcement without its transfer");
+            return;
+        }
+        self.long_lengths.insert((peer, read, id), high);
+    }
+
+    /// The full length of a transfer whose start carried `low`.
+    pub(crate) fn full_length(&mut self, peer: PeerIdx, read: bool, id: u16, low: u32) -> usize {
+        let high = self.long_lengths.remove(&(peer, read, id)).unwrap_or(0);
+        ((u64::from(high) << 32) | u64::from(low)) as usize
     }
 
     /// How many peers were found dead so far.

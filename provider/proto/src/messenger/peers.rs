@@ -30,6 +30,11 @@ pub(crate) enum DataItem {
     Rts {
         op: usize,
     },
+    /// The high bits of the length of send `op`, 4 GiB or more, just before
+    /// its `Rts` or `RmaWrite`.
+    LenHigh {
+        op: usize,
+    },
     /// An RMA write the target must grant: `addr` is the target's own
     /// address, `key` what it checks it against.
     RmaWrite {

@@ -186,7 +186,8 @@ where
                 credits,
             } => {
                 self.add_credits(peer, credits);
-                self.on_rts(peer, src, info, send_id, len as usize);
+                let len = self.full_length(peer, false, send_id, len);
+                self.on_rts(peer, src, info, send_id, len);
             }
             Wire::Grant {
                 send_id,
@@ -210,19 +211,26 @@ where
                 recv_id,
             } => self.on_fragment_done(peer, send_id, recv_id as usize, fragment),
             Wire::Fin { send_id } => self.on_fin(peer, send_id as usize),
+            Wire::LenHigh { id, read, high } => self.on_len_high(peer, id, read, high),
             Wire::Credit { credits } => self.add_credits(peer, credits),
             Wire::RmaWrite {
                 key,
                 addr,
                 len,
                 send_id,
-            } => self.on_rma_write(peer, src, key, addr, len, send_id),
+            } => {
+                let len = self.full_length(peer, false, send_id, len) as u64;
+                self.on_rma_write(peer, src, key, addr, len, send_id)
+            }
             Wire::RmaRead {
                 key,
                 addr,
                 len,
                 recv_id,
-            } => self.on_rma_read(peer, key, addr, len, recv_id),
+            } => {
+                let len = self.full_length(peer, true, recv_id, len) as u64;
+                self.on_rma_read(peer, key, addr, len, recv_id)
+            }
             Wire::ReadReady { send_id, recv_id } => self.on_read_ready(peer, send_id, recv_id),
             Wire::RmaNack { id, read, error } => self.on_rma_nack(peer, id, read, error),
             Wire::RemoteData { data, len } => self.on_remote_data(data, len),

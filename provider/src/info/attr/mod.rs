@@ -42,7 +42,8 @@
 //!   FI_COMMIT_COMPLETE, which is about persistent memory: we have none.
 //! - inject_size = eager_size: an inject is an eager send completed at copy
 //!   time (the eager path copies into a dmable bounce buffer anyway).
-//! - max_msg_size 1 GiB (rendezvous is pipelined; fits a 32-bit length).
+//! - max_msg_size: every length (the wire carries 64-bit lengths; the
+//!   tunable of that name can bound it).
 
 mod check;
 mod convert;

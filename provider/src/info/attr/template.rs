@@ -61,7 +61,6 @@ pub const MSG_ORDER: u64 = FI_ORDER_SAS
     | FI_ORDER_ATOMIC_RAW
     | FI_ORDER_ATOMIC_WAR
     | FI_ORDER_ATOMIC_WAW;
-pub const MAX_MSG_SIZE: usize = 1 << 30;
 pub const IOV_LIMIT: usize = 8;
 /// Remote CQ data is a full 64-bit word.
 pub const CQ_DATA_SIZE: usize = 8;
@@ -154,7 +153,7 @@ pub fn template(cfg: &Config) -> Info {
             ep_type: FI_EP_RDM,
             protocol: FI_PROTO_UNSPEC,
             protocol_version: PROTOCOL_VERSION,
-            max_msg_size: MAX_MSG_SIZE,
+            max_msg_size: cfg.message_limit(),
             msg_prefix_size: 0,
             // Atomics up to their largest size are ordered (the
             // FI_ORDER_ATOMIC_* bits of msg_order); RMA reads and writes

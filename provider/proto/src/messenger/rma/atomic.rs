@@ -452,9 +452,7 @@ where
         };
         let size = args.datatype.size();
         let len = args.count * size;
-        let checked = u32::try_from(len)
-            .map_err(|_| RmaRefusal::Invalid)
-            .and_then(|len| self.check_own_range(pending.key, pending.addr, len, args.needs()));
+        let checked = self.check_own_range(pending.key, pending.addr, len as u64, args.needs());
         let notify = match checked {
             Ok(notify) => notify,
             Err(refusal) => {

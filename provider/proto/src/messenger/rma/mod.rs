@@ -116,7 +116,7 @@ where
     pub unsafe fn rma(&mut self, kind: RmaKind, req: RmaReq<M::Addr>) -> Result<(), PostError> {
         let len = total_len(&req.iov);
         let inject = req.inject && kind == RmaKind::Write;
-        if len > self.cfg.max_msg_size || len > u32::MAX as usize {
+        if len > self.cfg.max_msg_size {
             return Err(PostError::TooLong);
         }
         if inject && len > self.cfg.eager_size {
@@ -288,6 +288,11 @@ where
                     ack: false,
                     kind: TxKind::Rendezvous(payload),
                 });
+                if rma.len > u32::MAX as usize {
+                    self.peers[peer]
+                        .data
+                        .push_back(DataItem::LenHigh { op: send });
+                }
                 self.peers[peer].data.push_back(DataItem::RmaWrite {
                     op: send,
                     key: rma.key,
@@ -320,6 +325,14 @@ where
                     staged: HashMap::new(),
                     outstanding: Vec::new(),
                 });
+                if rma.len > u32::MAX as usize {
+                    let high = Wire::LenHigh {
+                        id: recv_id as u16,
+                        read: true,
+                        high: (rma.len as u64 >> 32) as u32,
+                    };
+                    self.queue_control(peer, high.encode());
+                }
                 let read = Wire::RmaRead {
                     key: rma.key,
                     addr: target,
@@ -486,7 +499,7 @@ where
                 if let Some(data) = rma.data {
                     let done = Wire::RemoteData {
                         data,
-                        len: rma.len as u32,
+                        len: rma.len as u64,
                     };
                     self.queue_control(rma.peer, done.encode());
                 }

@@ -34,7 +34,7 @@ pub(crate) struct DeferredRead {
     peer: PeerIdx,
     key: u64,
     addr: u64,
-    len: u32,
+    len: u64,
     recv_id: u16,
 }
 
@@ -51,7 +51,7 @@ where
         &mut self,
         key: u64,
         addr: u64,
-        len: u32,
+        len: u64,
         need: Access,
     ) -> Result<bool, RmaRefusal> {
         let node = self.dma.local_node();
@@ -64,7 +64,7 @@ where
                 _ => RmaRefusal::Denied,
             })?;
         // The initiator sends our own address, whatever the key's mode.
-        let end = addr.checked_add(u64::from(len)).ok_or(RmaRefusal::Denied)?;
+        let end = addr.checked_add(len).ok_or(RmaRefusal::Denied)?;
         let range_end = exposure
             .addr
             .checked_add(exposure.len)
@@ -82,7 +82,7 @@ where
         src: M::Addr,
         key: u64,
         addr: u64,
-        len: u32,
+        len: u64,
         send_id: u16,
     ) {
         let notify = match self.check_own_range(key, addr, len, Access::REMOTE_WRITE) {
@@ -133,7 +133,7 @@ where
         peer: PeerIdx,
         key: u64,
         addr: u64,
-        len: u32,
+        len: u64,
         recv_id: u16,
     ) {
         let read = DeferredRead {
@@ -291,7 +291,7 @@ where
     }
 
     /// A peer's write with CQ data is complete in our memory.
-    pub(crate) fn on_remote_data(&mut self, data: u64, len: u32) {
+    pub(crate) fn on_remote_data(&mut self, data: u64, len: u64) {
         self.events.push_back(Event::RemoteWrite {
             data,
             len: len as usize,

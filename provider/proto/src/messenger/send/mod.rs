@@ -176,6 +176,9 @@ where
             kind,
         });
         self.outstanding_sends += 1;
+        if rendezvous && len > u32::MAX as usize {
+            self.peers[peer].data.push_back(DataItem::LenHigh { op });
+        }
         self.peers[peer].data.push_back(if rendezvous {
             DataItem::Rts { op }
         } else {
@@ -229,6 +232,7 @@ where
                 && !self.peers[peer].data.iter().any(|item| match *item {
                     DataItem::Eager { op: queued }
                     | DataItem::Rts { op: queued }
+                    | DataItem::LenHigh { op: queued }
                     | DataItem::RmaWrite { op: queued, .. } => queued == op,
                     DataItem::Inline { .. } => false,
                 })
@@ -286,6 +290,15 @@ where
                     // its bounce buffer went back when its DMA completed)
                     // until the target's `Fin`, or fails with the peer.
                     (message.encode(), (!ack).then_some(op), credits)
+                }
+                DataItem::LenHigh { op } => {
+                    let len = self.tx_ops.get(op).expect("queued op exists").len;
+                    let message = Wire::LenHigh {
+                        id: op as u16,
+                        read: false,
+                        high: (len as u64 >> 32) as u32,
+                    };
+                    (message.encode(), None, 0)
                 }
                 DataItem::RmaWrite { op, key, addr } => {
                     let len = self.tx_ops.get(op).expect("queued op exists").len;
