@@ -1,11 +1,18 @@
-//! MPI correctness suite: real MPICH jobs over the unimem provider.
+//! MPI correctness suite: real MPI jobs over the unimem provider, under
+//! MPICH, Open MPI and Intel MPI.
 //!
 //! Every test runs all the suite programs (`tests/mpi/<name>.c`, see the
-//! comment at the top of each) on 2, 3 or 4 ranks, in MPICH's native
-//! (tagged) mode or its active-message mode, through `scripts/mpirun-unimem`
-//! (see `unimem_tests::mpi`). For each program it checks the exit status,
-//! the program's `mpi-suite <name>: PASS (<N> ranks)` line, that MPICH's
-//! debug summary names unimem, and that the job left nothing in
+//! comment at the top of each) on 2, 3 or 4 ranks, each built with the
+//! MPI's own `mpicc`, through `scripts/mpirun-unimem --prove` (see
+//! `unimem_tests::mpi`): MPICH in its native (tagged) mode or its
+//! active-message mode; Open MPI with ob1 over the ofi BTL and with cm over
+//! the ofi MTL (MPI windows by osc/rdma over the ofi BTL in both); Intel
+//! MPI over libfabric 2.5.1 and over Debian's 1.17. For each program it
+//! checks the exit status, the program's `mpi-suite <name>: PASS (<N>
+//! ranks)` line, that unimem carried the job (every rank's endpoints sent
+//! and received, and did RMA in `rma`, by the lines the provider logs at
+//! close; MPICH's debug summary names unimem; Intel MPI's names unimem and
+//! the libfabric it was meant to load), and that the job left nothing in
 //! `/dev/shm`. A failing program does not stop the others: the test
 //! reports every failure, with the program's output, at the end.
 //!
@@ -19,6 +26,7 @@
 //! the programs keep clear of them and say so in a `note:` line (see
 //! `avoid_am_bugs` in `tests/mpi/suite.h`). The ignored test
 //! `mpich_active_message_defects` runs the programs without that care.
+//! Open MPI and Intel MPI run them without it (`MPI_SUITE_AM_FULL=1`).
 //!
 //! The `pipeline_rendezvous_*` tests run some of the programs with MPICH's
 //! pipeline rendezvous, whose chunks ask for `FI_MATCH_COMPLETE` and
@@ -28,7 +36,7 @@
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use unimem_tests::mpi::{self, unimem_carried, Job, Output};
+use unimem_tests::mpi::{self, unimem_carried, Job, Mpi, Output};
 
 /// The suite programs, in the order they run.
 const PROGRAMS: &[&str] = &[
@@ -46,13 +54,13 @@ const PROGRAMS: &[&str] = &[
 /// Longest run of one program (its watchdog fires after 60 s in a phase).
 const PROGRAM_TIMEOUT: Duration = Duration::from_secs(150);
 
-fn build(name: &str) -> PathBuf {
+fn build(mpi: Mpi, name: &str) -> PathBuf {
     let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("mpi-suite");
-    mpi::build(&mpi::source(name), &dir, &["-std=c99", "-pthread"])
+    mpi.build(&mpi::source(name), &dir, &["-std=c99", "-pthread"])
 }
 
 /// What is wrong with one program's run, if anything.
-fn problems(name: &str, ranks: usize, output: &Output) -> Vec<String> {
+fn problems(mpi: Mpi, am: bool, name: &str, ranks: usize, output: &Output) -> Vec<String> {
     let mut found = Vec::new();
     if !output.success() {
         found.push("it failed".to_string());
@@ -61,8 +69,28 @@ fn problems(name: &str, ranks: usize, output: &Output) -> Vec<String> {
     if !output.has_stdout_line(&pass) {
         found.push(format!("no '{pass}' line"));
     }
-    if !unimem_carried(output) {
+    // RMA through unimem in `rma`, except in MPICH's active-message mode
+    // (no FI_RMA asked for: windows ride on messages)
+    if let Err(why) = output.proof(ranks, name == "rma" && !am) {
+        found.push(format!("unimem did not carry it: {why}"));
+    }
+    let libfabric = match mpi {
+        Mpi::Impi => Some("2.5.1"),
+        Mpi::ImpiSystem => Some("1.17.0"),
+        _ => None,
+    };
+    if mpi == Mpi::Mpich && !unimem_carried(output) {
         found.push("MPICH's debug summary does not name unimem".to_string());
+    }
+    if let Some(version) = libfabric {
+        for line in [
+            "MPI startup(): libfabric provider: unimem".to_string(),
+            format!("MPI startup(): libfabric version: {version}"),
+        ] {
+            if !output.contains(&line) {
+                found.push(format!("Intel MPI does not say '{line}'"));
+            }
+        }
     }
     let left = output.leftover_objects();
     if !left.is_empty() {
@@ -75,15 +103,31 @@ fn suite(ranks: usize, am: bool, env: &[(&str, &str)]) {
     run(PROGRAMS, ranks, am, env);
 }
 
-/// Runs `programs` as [`suite`] runs them all.
+/// Runs `programs` under MPICH as [`suite`] runs them all.
 fn run(programs: &[&str], ranks: usize, am: bool, env: &[(&str, &str)]) {
-    let mode = if am { "active messages" } else { "native" };
+    run_with(Mpi::Mpich, programs, ranks, am, env);
+}
+
+/// The whole suite under another MPI than MPICH, without the workarounds
+/// for MPICH's defects (`MPI_SUITE_AM_FULL=1`).
+fn suite_of(mpi: Mpi, ranks: usize) {
+    run_with(mpi, PROGRAMS, ranks, false, &[("MPI_SUITE_AM_FULL", "1")]);
+}
+
+fn run_with(mpi: Mpi, programs: &[&str], ranks: usize, am: bool, env: &[(&str, &str)]) {
+    let mode = match (mpi, am) {
+        (Mpi::Mpich, true) => "MPICH, active messages".to_string(),
+        (Mpi::Mpich, false) => "MPICH, native".to_string(),
+        (other, _) => other.name().to_string(),
+    };
     let mut failures = Vec::new();
     let mut timings = Vec::new();
     let mut total = Duration::ZERO;
     for name in programs {
-        let program = build(name);
+        let program = build(mpi, name);
         let mut job = Job::new(&program)
+            .mpi(mpi)
+            .prove(true)
             .ranks(ranks)
             .am(am)
             .timeout(PROGRAM_TIMEOUT);
@@ -96,7 +140,7 @@ fn run(programs: &[&str], ranks: usize, am: bool, env: &[(&str, &str)]) {
         for note in output.stdout.lines().filter(|l| l.contains(": note: ")) {
             eprintln!("{note}");
         }
-        let found = problems(name, ranks, &output);
+        let found = problems(mpi, am, name, ranks, &output);
         if !found.is_empty() {
             failures.push(format!(
                 "== {name} on {ranks} ranks, {mode}: {}\n{}",
@@ -117,6 +161,36 @@ fn run(programs: &[&str], ranks: usize, am: bool, env: &[(&str, &str)]) {
         programs.len(),
         failures.join("\n\n")
     );
+}
+
+#[test]
+fn openmpi_2_ranks() {
+    suite_of(Mpi::OpenMpi, 2);
+}
+
+#[test]
+fn openmpi_4_ranks() {
+    suite_of(Mpi::OpenMpi, 4);
+}
+
+#[test]
+fn openmpi_mtl_2_ranks() {
+    suite_of(Mpi::OpenMpiMtl, 2);
+}
+
+#[test]
+fn impi_2_ranks() {
+    suite_of(Mpi::Impi, 2);
+}
+
+#[test]
+fn impi_4_ranks() {
+    suite_of(Mpi::Impi, 4);
+}
+
+#[test]
+fn impi_system_2_ranks() {
+    suite_of(Mpi::ImpiSystem, 2);
 }
 
 #[test]
