@@ -137,17 +137,23 @@ impl Call {
     }
 }
 
-/// The bytes `elems` names, elements of `size` bytes.
+/// The bytes `elems` names, elements of `size` bytes. With `ignored` (the
+/// operand of `FI_ATOMIC_READ`, which fi_atomic(3) lets be NULL) only the
+/// element count matters: NULL buffers are accepted.
 ///
 /// # Safety
 /// An ioc array must hold its count of entries.
-unsafe fn bytes_of(elems: Elems, size: usize) -> Result<(IovList, usize), &'static str> {
+unsafe fn bytes_of(
+    elems: Elems,
+    size: usize,
+    ignored: bool,
+) -> Result<(IovList, usize), &'static str> {
     let bytes = |count: usize| count.checked_mul(size).ok_or("element count overflows");
     Ok(match elems {
         Elems::None => (IovList::Many(Vec::new()), 0),
         Elems::One(buf, count) => {
             let len = bytes(count)?;
-            if buf.is_null() && len > 0 {
+            if buf.is_null() && len > 0 && !ignored {
                 return Err("NULL buffer");
             }
             (IovList::One((buf as usize, len)), count)
@@ -165,7 +171,7 @@ unsafe fn bytes_of(elems: Elems, size: usize) -> Result<(IovList, usize), &'stat
             let mut count = 0usize;
             for entry in slice {
                 let len = bytes(entry.count)?;
-                if entry.addr.is_null() && len > 0 {
+                if entry.addr.is_null() && len > 0 && !ignored {
                     return Err("NULL buffer");
                 }
                 iov.push((entry.addr as usize, len));
@@ -208,9 +214,9 @@ fn post_atomic(ep: &EpInner, op_name: &str, call: &Call) -> isize {
     // SAFETY: ioc arrays hold their counts (libfabric's contract).
     let parts = unsafe {
         (
-            bytes_of(call.operand, size),
-            bytes_of(call.compare, size),
-            bytes_of(call.result, size),
+            bytes_of(call.operand, size, op == AtomicOp::Read),
+            bytes_of(call.compare, size, false),
+            bytes_of(call.result, size, false),
         )
     };
     let ((operand, count), (compare, compares), (result, results)) = match parts {
