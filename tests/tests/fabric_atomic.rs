@@ -981,3 +981,36 @@ fn four_processes_and_the_target_fetch_add_one_counter_in_ordinary_memory() {
 fn four_processes_and_the_target_fetch_add_one_counter_in_dmable_memory() {
     four_initiators_and_the_target("atomic-tickets-dmable", Memory::Dmable);
 }
+
+/// fi_atomic(3): "For FI_ATOMIC_READ operations, the source buffer operand
+/// (e.g. fi_fetch_atomic buf parameter) is ignored and may be NULL."
+#[test]
+fn an_atomic_read_takes_a_null_operand() {
+    let mut c = cluster("atomic-read-null", Memory::Ordinary);
+    c.spawn(2).connect_all();
+    let mut r = Region::new(&mut c, 1, 0xd0, 31, "rw");
+    let values: Vec<u64> = (0..8).map(|i| mix(i) & U32.mask()).collect();
+    r.set(&mut c, 64, U32, &values);
+    for (i, form) in ["", " v", " msg"].iter().enumerate() {
+        let d = done(&c.cmd(
+            0,
+            format!("atomic 1 0xd0 64 fetch u32 read 8 null-ops ctx={i}{form}"),
+        ));
+        assert_eq!(
+            (d.rc, d.err),
+            (0, 0),
+            "fetch read with a NULL operand{form}: {d:?}"
+        );
+        assert_eq!(d.old, values, "{form}");
+        assert!(d.guard, "{form}: {d:?}");
+    }
+    // Any other operation needs its operand.
+    let d = done(&c.cmd(0, "atomic 1 0xd0 64 fetch u32 sum 1 null-ops try"));
+    assert_eq!(
+        d.rc,
+        -i64::from(ffi::FI_EINVAL),
+        "fetch sum with a NULL operand"
+    );
+    r.check(&mut c, "after the reads");
+    c.finish_with_warnings();
+}
