@@ -75,6 +75,7 @@ struct Call {
     context: *mut c_void,
     /// The flags of a `msg` call; None: the endpoint's default op_flags.
     flags: Option<u64>,
+    /// `fi_inject_atomic`: no completion.
     inject: bool,
 }
 
@@ -120,9 +121,10 @@ impl Call {
         }
         // SAFETY: rma_iov holds one entry (checked, and the caller).
         let range = unsafe { &*m.rma_iov };
+        // FI_INJECT needs nothing more (operands are copied when posted)
+        // and keeps the completion (fi_atomic(3)), unlike fi_inject_atomic.
         Ok(Call {
             flags: Some(flags),
-            inject: flags & ffi::FI_INJECT != 0,
             ..Call::new(
                 call,
                 Elems::Ioc(m.msg_iov, m.iov_count),
