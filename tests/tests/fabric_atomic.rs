@@ -1014,3 +1014,41 @@ fn an_atomic_read_takes_a_null_operand() {
     r.check(&mut c, "after the reads");
     c.finish_with_warnings();
 }
+
+/// `FI_INJECT` in the flags of `fi_atomicmsg` and kin only returns the
+/// operand buffers at once (fi_atomic(3)); without
+/// `FI_SELECTIVE_COMPLETION` the operation still completes on the CQ
+/// (only `fi_inject_atomic` has none), and a fetch's old values arrive
+/// with it.
+#[test]
+fn atomicmsg_with_fi_inject_still_completes() {
+    let mut c = cluster("atomic-msg-inject", Memory::Ordinary);
+    c.spawn(2).connect_all();
+    let mut r = Region::new(&mut c, 1, 0xe0, 41, "rw");
+    r.set(&mut c, 0, U64, &[10, 20, 30]);
+    for (i, (family, op, old, new)) in [
+        (Family::Write, "sum", None, 11),
+        (Family::Fetch, "sum", Some(20), 21),
+        (Family::Compare, "cswap", Some(30), 1),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let command = format!(
+            "atomic 1 0xe0 {} {} u64 {op} 1 ops=1 cmp=30 ctx={} msg=inject",
+            8 * i,
+            family.word(),
+            i + 1
+        );
+        let d = done(&c.cmd(0, command));
+        assert_eq!((d.rc, d.err), (0, 0), "{family:?} with FI_INJECT: {d:?}");
+        assert_eq!(d.flags & family.flags(), family.flags(), "{d:?}");
+        if let Some(old) = old {
+            assert_eq!(d.old, [old], "{family:?} with FI_INJECT: old value");
+        }
+        assert_eq!(r.get(&mut c, 8 * i, U64, 1), [new], "{family:?}");
+        r.store(8 * i, U64, &[new]);
+    }
+    r.check(&mut c, "after the atomics");
+    c.finish();
+}

@@ -1463,3 +1463,24 @@ fn remote_counters_count_writes_reads_and_atomics_in_ordinary_memory() {
 fn remote_counters_count_writes_reads_and_atomics_in_dmable_memory() {
     remote_counters("rma-event-dmable", true);
 }
+
+/// `FI_INJECT` in the flags of `fi_writemsg` only returns the buffer at
+/// once (fi_rma(3)); without `FI_SELECTIVE_COMPLETION` the write still
+/// completes on the CQ (only `fi_inject_write` has no completion).
+#[test]
+fn writemsg_with_fi_inject_still_completes() {
+    let mut c = cluster("rma-msg-inject");
+    c.spawn(2).connect_all();
+    let mut r = Region::new(&mut c, 1, 0x1, 2 * EAGER, 1, "rw");
+    for (i, len) in [1, 100, EAGER].into_iter().enumerate() {
+        let ctx = 10 + i as u64;
+        c.cmd(0, format!("write 1 1 0 {len} {ctx} {ctx} msg=inject"));
+        let w = c.cmd(0, "wait writes=1").completions().remove(0);
+        assert_eq!((w.kind, w.ctx), (Kind::Write, ctx), "{len} bytes: {w}");
+        r.written(0, len, ctx);
+    }
+    let cntr = c.cmd(0, "cntr-wait write=3");
+    assert_eq!(cntr.field("write"), 3, "{}", cntr.ok);
+    r.check(&mut c, "after the writes");
+    c.finish();
+}
