@@ -551,6 +551,25 @@ impl Drop for FabricPeer {
     }
 }
 
+/// What an endpoint carried by RMA and atomics, from the line it logs at
+/// `fi_close` (`FI_LOG_LEVEL=info`): `(one-sided, through the target,
+/// atomics)`. Fails if `stderr` has no such line, or more than one.
+pub fn carried(stderr: &str) -> (u64, u64, u64) {
+    let lines: Vec<&str> = stderr
+        .lines()
+        .filter(|l| l.contains(" closed: ") && l.contains("RMA and atomics:"))
+        .collect();
+    assert_eq!(lines.len(), 1, "one endpoint close line in:\n{stderr}");
+    let tail = lines[0].split("RMA and atomics:").nth(1).expect("split");
+    let nums: Vec<u64> = tail
+        .split(|ch: char| !ch.is_ascii_digit())
+        .filter(|w| !w.is_empty())
+        .map(|w| w.parse().expect("digits"))
+        .collect();
+    assert_eq!(nums.len(), 3, "close line: {}", lines[0]);
+    (nums[0], nums[1], nums[2])
+}
+
 /// A warning line of the provider in libfabric's log.
 pub fn is_provider_warning(line: &str) -> bool {
     line.contains("<warn>") && line.contains(":unimem:")

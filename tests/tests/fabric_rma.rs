@@ -9,15 +9,17 @@
 //! `FI_MR_VIRT_ADDR`).
 //!
 //! The target regions here are ordinary (not dmable) memory, so RMA runs
-//! the target-assisted path (the target's progress moves the bytes). The
-//! one-sided path to dmable memory is unit-tested in
-//! `provider/proto/src/messenger/tests.rs`; its multi-process test waits for
-//! the dmable heap (see `one_sided_rma_completes_while_the_target_sleeps`).
+//! the target-assisted path (the target's progress moves the bytes),
+//! except in the tests that preload the dmable heap (`dmable_cluster`):
+//! there a large region is dmable and RMA is one-sided (see
+//! `one_sided_rma_completes_while_the_target_sleeps`).
 
 use unimem_fi::base::ffi;
-use unimem_tests::cluster::{Cluster, Completion, Kind, Msg, Order, Reply, EAGER, SEGMENT};
+use unimem_tests::cluster::{
+    carried, Cluster, Completion, Kind, Msg, Order, Reply, EAGER, SEGMENT,
+};
 use unimem_tests::fabric::rc;
-use unimem_tests::payload;
+use unimem_tests::{heap, payload};
 
 fn cluster(test: &str) -> Cluster {
     let mut c = Cluster::new(env!("CARGO_BIN_EXE_fabric-peer"), test);
@@ -837,21 +839,41 @@ fn write_to_a_target_that_does_not_progress_waits_for_it() {
     c.finish();
 }
 
-/// The one-sided path to dmable memory, with no action of the target.
+/// Every process preloads the dmable heap (`LD_PRELOAD`): a region of
+/// `REGION` bytes (far above the heap's threshold) is dmable.
+fn dmable_cluster(test: &str) -> Cluster {
+    let mut c = cluster(test);
+    c.env(
+        "LD_PRELOAD",
+        heap::library().to_str().expect("UTF-8 heap path"),
+    );
+    // The endpoints' close lines: which path each operation took.
+    c.env("FI_LOG_LEVEL", "info");
+    c
+}
+
+/// The little-endian u64 at `off` of the model.
+fn model_u64(r: &Region, off: usize) -> u64 {
+    u64::from_le_bytes(r.bytes[off..off + 8].try_into().expect("8 bytes"))
+}
+
+/// Runs `command` (answered with a data line while it sleeps) at the
+/// sleeping target and returns that line.
+fn ask_asleep(c: &mut Cluster, target: usize, command: &str) -> String {
+    c.begin(target, command);
+    c.next_line(target)
+}
+
+/// The one-sided path to dmable memory, with no action of the target:
+/// writes and reads of every size and atomics complete at the initiator
+/// while the target makes no libfabric call at all.
 #[test]
-#[ignore = "needs the dmable heap (LD_PRELOAD allocator, on another branch): \
-            a region in ordinary memory goes through the target's progress; \
-            covered meanwhile by provider/proto/src/messenger/tests.rs"]
 fn one_sided_rma_completes_while_the_target_sleeps() {
-    // TODO(dmable heap): run the target with the dmable allocator
-    // preloaded (c.env("LD_PRELOAD", ...)) so that its `mr` region is
-    // dmable, then: the target runs `sleep-no-progress wake`; writes and
-    // reads of every size complete at the initiator while it sleeps, and
-    // after `wake` the region holds the data (check-mr / mr-sum).
-    let mut c = cluster("rma-one-sided");
+    let mut c = dmable_cluster("rma-one-sided");
     c.spawn(2).connect_all();
     let mut r = Region::new(&mut c, 1, 0x1, REGION, 1, "rw");
     let mut counts = Counts::default();
+    // First contact, while both progress.
     write(
         &mut c,
         0,
@@ -863,15 +885,123 @@ fn one_sided_rma_completes_while_the_target_sleeps() {
         2,
         1,
     );
+    let mut ops = 1;
     let sleep = c.begin(1, "sleep-no-progress wake");
     assert_eq!(c.next_line(1), "sleeping");
-    c.cmd(0, format!("write 1 1 0 {} 3 2", 3 * SEGMENT));
-    c.cmd(0, "read 1 1 0 100 3");
-    c.cmd(0, "wait writes=1 reads=1");
+    // Writes of every protocol size (and beyond the segment), by every
+    // call, each complete while the target sleeps, bytes in place at once.
+    let sizes = [
+        1,
+        22,
+        EAGER + 1,
+        SEGMENT,
+        3 * SEGMENT + 5,
+        3 * 1024 * 1024 + 7,
+    ];
+    let mut seed = 10;
+    for (i, call) in WRITE_CALLS.into_iter().enumerate() {
+        for &len in &sizes {
+            if call.inject() && len > EAGER {
+                continue;
+            }
+            seed += 1;
+            let off = (i * 4099 + len) % (REGION - len - 4096);
+            let what = format!("{call:?} of {len} bytes at {off}, target asleep");
+            c.cmd(
+                0,
+                format!("write 1 1 {off} {len} {seed} {seed}{}", call.opts(seed)),
+            );
+            counts.writes += 1;
+            ops += 1;
+            if call.inject() {
+                c.cmd(0, format!("cntr-wait write={}", counts.writes));
+            } else {
+                let w = c.cmd(0, "wait writes=1").completions().remove(0);
+                assert_eq!((w.kind, w.ctx), (Kind::Write, seed), "{what}: {w}");
+            }
+            r.written(off, len, seed);
+            r.check_asleep(&mut c, &what);
+        }
+    }
+    // Reads of every size and call.
+    for (i, call) in READ_CALLS.into_iter().enumerate() {
+        for &len in &sizes {
+            let off = (i * 7919 + 3 * len) % (REGION - len - 4096);
+            let ctx = 100 + ops;
+            c.cmd(0, format!("read 1 1 {off} {len} {ctx}{}", call.opts()));
+            ops += 1;
+            let e = c.cmd(0, "wait reads=1").completions().remove(0);
+            let what = format!("{call:?} of {len} bytes at {off}, target asleep");
+            assert_eq!(
+                (e.kind, e.ctx, e.len),
+                (Kind::Read, ctx, len),
+                "{what}: {e}"
+            );
+            assert!(e.guard, "{what}: {e}");
+            assert_eq!(e.sum, r.sum(off, len), "{what}: data read");
+        }
+    }
+    // Atomics, in the last 1001 bytes (no write above touched them).
+    const AT: usize = REGION - 1000 - 1;
+    const AT8: usize = AT + 7 - (AT + 7) % 8;
+    let old = model_u64(&r, AT8);
+    let d = c.cmd(
+        0,
+        format!("atomic 1 1 {AT8} fetch u64 sum 1 ops=5 ctx=7001"),
+    );
+    assert!(d.ok.contains(&format!("err=0 old={old} ")), "{}", d.ok);
+    r.bytes[AT8..AT8 + 8].copy_from_slice(&old.wrapping_add(5).to_le_bytes());
+    let cur = model_u64(&r, AT8 + 8);
+    let d = c.cmd(
+        0,
+        format!(
+            "atomic 1 1 {} compare u64 cswap 1 ops=0x1234 cmp={cur} ctx=7002 v",
+            AT8 + 8
+        ),
+    );
+    assert!(d.ok.contains(&format!("err=0 old={cur} ")), "{}", d.ok);
+    r.bytes[AT8 + 8..AT8 + 16].copy_from_slice(&0x1234u64.to_le_bytes());
+    c.cmd(
+        0,
+        format!(
+            "atomic 1 1 {} write u8 bxor 64 ops=0xff ctx=7003 msg",
+            AT8 + 16
+        ),
+    );
+    for b in &mut r.bytes[AT8 + 16..AT8 + 80] {
+        *b ^= 0xff;
+    }
+    counts.writes += 2;
+    c.cmd(
+        0,
+        format!("atomic 1 1 {} write u64 write 1 ops=77 inject", AT8 + 80),
+    );
+    c.cmd(0, format!("cntr-wait write={}", counts.writes));
+    r.bytes[AT8 + 80..AT8 + 88].copy_from_slice(&77u64.to_le_bytes());
+    ops += 4;
+    let got = ask_asleep(&mut c, 1, &format!("get 1 {AT8} u64 2"));
+    assert_eq!(
+        got,
+        format!("{},4660", old.wrapping_add(5)),
+        "atomics, target asleep"
+    );
+    r.check_asleep(&mut c, "after the atomics, target asleep");
+    c.cmd(0, "quiet 100");
+    // Awake: all of it is there, and the writes with data report now.
     c.begin(1, "wake");
     c.answers(&[(1, sleep)]);
-    c.cmd(1, format!("check-mr 1 0 {} 3", 3 * SEGMENT));
-    c.finish();
+    r.check(&mut c, "after waking");
+    let with_data = WRITE_CALLS
+        .iter()
+        .filter(|w| w.data())
+        .map(|w| sizes.iter().filter(|&&l| !w.inject() || l <= EAGER).count())
+        .sum::<usize>();
+    let remote = c.cmd(1, format!("wait remote={with_data}")).completions();
+    assert_eq!(remote.len(), with_data);
+    c.cmd(1, "quiet 100");
+    let logs = c.finish();
+    // The path: every operation of p0 one-sided, none through the target.
+    assert_eq!(carried(&logs[0]), (ops, 0, 4), "p0's operations");
 }
 
 #[test]
@@ -1180,4 +1310,177 @@ fn a_reader_that_dies_while_its_reads_wait_at_the_target_is_forgotten() {
     );
     c.cmd(1, "quiet 100");
     c.finish_with_warnings();
+}
+
+/// FI_RMA_EVENT: the target's counters of remote accesses (bound to the
+/// endpoint with `FI_REMOTE_WRITE` and `FI_REMOTE_READ`, and to regions
+/// with `fi_mr_bind`) count every write, read and atomic that reached its
+/// memory, once, and nothing that failed. One-sided accesses (dmable
+/// memory) are reported by a notice the initiator sends once done: the
+/// target sees them when it progresses.
+fn remote_counters(test: &str, dmable: bool) {
+    let mut c = if dmable {
+        dmable_cluster(test)
+    } else {
+        let mut c = cluster(test);
+        c.env("FI_LOG_LEVEL", "info");
+        c
+    };
+    c.env("FABRIC_PEER_RMA_EVENT", "1");
+    c.spawn(2).connect_all();
+    // Region A counts writes (mr0), region B reads (mr1).
+    Region::new(&mut c, 1, 0xa, REGION, 1, "rw");
+    Region::new(&mut c, 1, 0xb, REGION, 2, "rw");
+    c.cmd(1, "mr-cntr 0xa write");
+    c.cmd(1, "mr-cntr 0xb read");
+    assert_eq!(
+        c.cmd(1, "rcntr").ok,
+        "remote-write=0 remote-read=0 mr0=0 mr1=0"
+    );
+    let mut counts = Counts::default();
+    // Writes of every protocol (inline, eager, rendezvous) and an inject.
+    let writes = [
+        (0xa, 10, ""),
+        (0xa, EAGER + 1, " v"),
+        (0xa, SEGMENT + 1, " msg"),
+        (0xa, 7, " inject"),
+        (0xb, 22, " data=9"),
+        (0xb, 3 * SEGMENT, ""),
+    ];
+    for (i, &(key, len, opts)) in writes.iter().enumerate() {
+        c.cmd(0, format!("write 1 {key} {} {len} {i} {i}{opts}", 100 * i));
+    }
+    // Reads of every size.
+    let reads = [
+        (0xa, 10),
+        (0xa, 2 * SEGMENT),
+        (0xb, 1),
+        (0xb, EAGER),
+        (0xb, SEGMENT + 7),
+    ];
+    for (i, &(key, len)) in reads.iter().enumerate() {
+        c.cmd(0, format!("read 1 {key} {} {len} {}", 1000 * i, 10 + i));
+    }
+    c.cmd(0, "wait writes=5 reads=5");
+    counts.writes += 6;
+    c.cmd(0, format!("cntr-wait write={}", counts.writes));
+    // Atomics: (command, to A, writes, reads).
+    const AT: usize = 4 * 1024 * 1024;
+    let atomics = [
+        (
+            format!("1 0xa {AT} write u64 sum 1 ops=1"),
+            true,
+            true,
+            false,
+        ),
+        (
+            format!("1 0xa {} write u32 bor 16 ops=1 v", AT + 8),
+            true,
+            true,
+            false,
+        ),
+        (
+            format!("1 0xa {} fetch u64 sum 1 ops=1", AT + 72),
+            true,
+            true,
+            true,
+        ),
+        (
+            format!("1 0xa {} compare u64 cswap 1 ops=1 cmp=0 msg", AT + 80),
+            true,
+            true,
+            true,
+        ),
+        (
+            format!("1 0xb {AT} fetch u64 sum 2 ops=1 v"),
+            false,
+            true,
+            true,
+        ),
+        (
+            format!("1 0xb {} fetch u64 read 1", AT + 16),
+            false,
+            false,
+            true,
+        ),
+    ];
+    // So far: 6 writes (4 to A), 5 reads (3 of B).
+    let (mut ep_w, mut ep_r, mut mr_a, mut mr_b) = (6u64, 5u64, 4u64, 3u64);
+    for (i, (cmd, to_a, w, rd)) in atomics.iter().enumerate() {
+        let d = c.cmd(0, format!("atomic {cmd} ctx={}", 50 + i));
+        assert!(d.ok.contains(" err=0 "), "{cmd}: {}", d.ok);
+        ep_w += u64::from(*w);
+        ep_r += u64::from(*rd);
+        if *to_a {
+            mr_a += u64::from(*w);
+        } else {
+            mr_b += u64::from(*rd);
+        }
+    }
+    // Failures count nothing: a key nobody has, beyond the region, a
+    // misaligned atomic.
+    c.cmd(0, "write 1 0x99 0 8 1 60");
+    c.cmd(0, format!("read 1 0xb {} 100 61", REGION - 10));
+    c.cmd(0, "wait errors=2");
+    let d = c.cmd(0, "atomic 1 0xa 3 fetch u64 sum 1 ctx=62");
+    assert!(
+        d.ok.contains(&format!(" err={} ", ffi::FI_EINVAL)),
+        "{}",
+        d.ok
+    );
+    // The target progresses: every access is counted, once (and the
+    // write with data reports).
+    c.cmd(1, "wait remote=1");
+    let expect = format!("remote-write={ep_w} remote-read={ep_r} mr0={mr_a} mr1={mr_b}");
+    let got = c.cmd(
+        1,
+        format!("rcntr-wait remote-write={ep_w} remote-read={ep_r} mr0={mr_a} mr1={mr_b}"),
+    );
+    c.cmd(1, "quiet 200");
+    assert_eq!(c.cmd(1, "rcntr").ok, expect, "(first reached: {})", got.ok);
+    // The initiator counts no remote access.
+    assert_eq!(
+        c.cmd(0, "rcntr").ok,
+        "remote-write=0 remote-read=0",
+        "the initiator"
+    );
+    let logs = c.finish_with_warnings();
+    let n = (writes.len() + reads.len() + atomics.len()) as u64;
+    let expected = if dmable {
+        (n, 0, atomics.len() as u64)
+    } else {
+        (0, n, atomics.len() as u64)
+    };
+    assert_eq!(carried(&logs[0]), expected, "p0's path");
+}
+
+#[test]
+fn remote_counters_count_writes_reads_and_atomics_in_ordinary_memory() {
+    remote_counters("rma-event", false);
+}
+
+#[test]
+fn remote_counters_count_writes_reads_and_atomics_in_dmable_memory() {
+    remote_counters("rma-event-dmable", true);
+}
+
+/// `FI_INJECT` in the flags of `fi_writemsg` only returns the buffer at
+/// once (fi_rma(3)); without `FI_SELECTIVE_COMPLETION` the write still
+/// completes on the CQ (only `fi_inject_write` has no completion).
+#[test]
+fn writemsg_with_fi_inject_still_completes() {
+    let mut c = cluster("rma-msg-inject");
+    c.spawn(2).connect_all();
+    let mut r = Region::new(&mut c, 1, 0x1, 2 * EAGER, 1, "rw");
+    for (i, len) in [1, 100, EAGER].into_iter().enumerate() {
+        let ctx = 10 + i as u64;
+        c.cmd(0, format!("write 1 1 0 {len} {ctx} {ctx} msg=inject"));
+        let w = c.cmd(0, "wait writes=1").completions().remove(0);
+        assert_eq!((w.kind, w.ctx), (Kind::Write, ctx), "{len} bytes: {w}");
+        r.written(0, len, ctx);
+    }
+    let cntr = c.cmd(0, "cntr-wait write=3");
+    assert_eq!(cntr.field("write"), 3, "{}", cntr.ok);
+    r.check(&mut c, "after the writes");
+    c.finish();
 }

@@ -75,6 +75,7 @@ struct Call {
     context: *mut c_void,
     /// The flags of a `msg` call; None: the endpoint's default op_flags.
     flags: Option<u64>,
+    /// `fi_inject_atomic`: no completion.
     inject: bool,
 }
 
@@ -120,9 +121,10 @@ impl Call {
         }
         // SAFETY: rma_iov holds one entry (checked, and the caller).
         let range = unsafe { &*m.rma_iov };
+        // FI_INJECT needs nothing more (operands are copied when posted)
+        // and keeps the completion (fi_atomic(3)), unlike fi_inject_atomic.
         Ok(Call {
             flags: Some(flags),
-            inject: flags & ffi::FI_INJECT != 0,
             ..Call::new(
                 call,
                 Elems::Ioc(m.msg_iov, m.iov_count),
@@ -137,17 +139,23 @@ impl Call {
     }
 }
 
-/// The bytes `elems` names, elements of `size` bytes.
+/// The bytes `elems` names, elements of `size` bytes. With `ignored` (the
+/// operand of `FI_ATOMIC_READ`, which fi_atomic(3) lets be NULL) only the
+/// element count matters: NULL buffers are accepted.
 ///
 /// # Safety
 /// An ioc array must hold its count of entries.
-unsafe fn bytes_of(elems: Elems, size: usize) -> Result<(IovList, usize), &'static str> {
+unsafe fn bytes_of(
+    elems: Elems,
+    size: usize,
+    ignored: bool,
+) -> Result<(IovList, usize), &'static str> {
     let bytes = |count: usize| count.checked_mul(size).ok_or("element count overflows");
     Ok(match elems {
         Elems::None => (IovList::Many(Vec::new()), 0),
         Elems::One(buf, count) => {
             let len = bytes(count)?;
-            if buf.is_null() && len > 0 {
+            if buf.is_null() && len > 0 && !ignored {
                 return Err("NULL buffer");
             }
             (IovList::One((buf as usize, len)), count)
@@ -165,7 +173,7 @@ unsafe fn bytes_of(elems: Elems, size: usize) -> Result<(IovList, usize), &'stat
             let mut count = 0usize;
             for entry in slice {
                 let len = bytes(entry.count)?;
-                if entry.addr.is_null() && len > 0 {
+                if entry.addr.is_null() && len > 0 && !ignored {
                     return Err("NULL buffer");
                 }
                 iov.push((entry.addr as usize, len));
@@ -208,9 +216,9 @@ fn post_atomic(ep: &EpInner, op_name: &str, call: &Call) -> isize {
     // SAFETY: ioc arrays hold their counts (libfabric's contract).
     let parts = unsafe {
         (
-            bytes_of(call.operand, size),
-            bytes_of(call.compare, size),
-            bytes_of(call.result, size),
+            bytes_of(call.operand, size, op == AtomicOp::Read),
+            bytes_of(call.compare, size, false),
+            bytes_of(call.result, size, false),
         )
     };
     let ((operand, count), (compare, compares), (result, results)) = match parts {

@@ -73,7 +73,13 @@ struct RmaCall {
     data: Option<u64>,
     /// The flags of a `msg` call; None: the endpoint's default op_flags.
     flags: Option<u64>,
+    /// The buffer is the caller's again on return (an inject call, or
+    /// `FI_INJECT`): the protocol copies it.
     inject: bool,
+    /// `fi_inject_write` or `fi_inject_writedata`: no completion. (With
+    /// `FI_INJECT` in the flags of `fi_writemsg` the write still completes,
+    /// fi_rma(3).)
+    inject_call: bool,
 }
 
 impl RmaCall {
@@ -97,6 +103,7 @@ impl RmaCall {
             data: None,
             flags: None,
             inject: false,
+            inject_call: false,
         }
     }
 
@@ -172,8 +179,8 @@ fn post_rma(ep: &EpInner, op: &str, iov: IovList, call: &RmaCall) -> isize {
         tracing::warn!("{op}: fi_addr {:#x} is not in the endpoint's AV", call.peer);
         return ret::EINVAL as isize;
     };
-    // An inject (call or flag) has no completion.
-    let completion = !inject && (!b.tx_selective || flags & ffi::FI_COMPLETION != 0);
+    // An inject call has no completion (FI_INJECT alone keeps it).
+    let completion = !call.inject_call && (!b.tx_selective || flags & ffi::FI_COMPLETION != 0);
     let req = RmaReq {
         dest,
         iov,
@@ -360,6 +367,7 @@ unsafe extern "C" fn rma_inject(
     let call = RmaCall {
         flags: Some(0),
         inject: true,
+        inject_call: true,
         ..RmaCall::new(
             RmaKind::Write,
             Bufs::One(buf, len),
@@ -413,6 +421,7 @@ unsafe extern "C" fn rma_injectdata(
         data: Some(data),
         flags: Some(0),
         inject: true,
+        inject_call: true,
         ..RmaCall::new(
             RmaKind::Write,
             Bufs::One(buf, len),

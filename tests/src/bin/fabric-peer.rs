@@ -4,13 +4,16 @@
 //! core from `FI_PROVIDER_PATH`; everything else comes from the environment.
 //!
 //! At start it opens, through `fi_getinfo` (hints: `FI_MSG | FI_TAGGED |
-//! FI_SOURCE | FI_DIRECTED_RECV | FI_MULTI_RECV | FI_RMA`, `FI_EP_RDM`,
+//! FI_SOURCE | FI_DIRECTED_RECV | FI_MULTI_RECV | FI_RMA | FI_ATOMIC`, and
+//! `FI_RMA_EVENT` with `$FABRIC_PEER_RMA_EVENT=1`; `FI_EP_RDM`,
 //! provider `unimem`), a fabric, a domain, an `FI_AV_TABLE` AV, a CQ of the
 //! tagged format and an endpoint bound to both, enables it and prints
 //! `addr <fi_getname>`. `$FABRIC_PEER_TX_OP_FLAGS` (named as for `send`'s
 //! `flags`) asks for those `tx_attr.op_flags`, the endpoint's default send
 //! flags. With `$FABRIC_PEER_CNTR=1` it also opens two counters, bound to
-//! the endpoint with `FI_WRITE` and `FI_READ` (see `cntr`).
+//! the endpoint with `FI_WRITE` and `FI_READ` (see `cntr`); with
+//! `$FABRIC_PEER_RMA_EVENT=1`, two more bound with `FI_REMOTE_WRITE` and
+//! `FI_REMOTE_READ` (see `rcntr`).
 //!
 //! Then it runs one command per input line. A command answers with data
 //! lines (completions, as `unimem_tests::cluster::Completion`), then
@@ -48,7 +51,16 @@
 //! | `read <src> <key> <offset> <len> <ctx> [msg[=a\|b]] [rma-iovs=N] [v] [try]` | an RMA read (`fi_read`, `fi_readv`, `fi_readmsg`) into a fresh buffer between guard bytes; its completion reports the checksum of the bytes read and whether the guards (for an error: the whole buffer) are untouched |
 //! | `cntr` | `ok write=W write-err=E read=R read-err=F`: the counters (`$FABRIC_PEER_CNTR`) |
 //! | `cntr-wait [write=W] [read=R] [write-err=E] [read-err=F]` | reads the counters until each is at least the value given; `ok` with the values as `cntr` |
-//! | `sleep-no-progress <ms\|wake>` | prints `sleeping`, then makes no libfabric call for `ms` milliseconds, or until the input line `wake`; meanwhile it answers `mr-sum` lines (which make no libfabric call) with a data line `sum=.. guard=..` |
+//! | `sleep-no-progress <ms\|wake>` | prints `sleeping`, then makes no libfabric call for `ms` milliseconds, or until the input line `wake`; meanwhile it answers `mr-sum` and `get` lines (which make no libfabric call) with a data line (their `ok` text) |
+//! | `atomic <dest> <key> <offset> <write\|fetch\|compare> <dt> <op> <count> [ops=a,b,..] [cmp=a,b,..] [ctx=C] [v\|msg[=a\|b]\|inject] [rma-iovs=N] [null-ops] [try] [nowait]` | an atomic of `count` elements of datatype `dt` (`i8`..`u64`, `float`, `double`, `fcomplex`, `dcomplex`, `ldouble`, `ldcomplex`, or a number) and operation `op` (`min`, `max`, `sum`, `prod`, `lor`, `land`, `bor`, `band`, `lxor`, `bxor`, `read`, `write`, `cswap`, `cswap-ne`, `cswap-le`, `cswap-lt`, `cswap-ge`, `cswap-gt`, `mswap`, or a number) at `offset` of region `key` at `dest`: `fi_atomic`/`fi_fetch_atomic`/`fi_compare_atomic`, their `v` and `msg` forms (flags named as for `send`; the target range in `N` entries, default 1), or `fi_inject_atomic`; operand and compare elements are the bits given (one value: every element), with `null-ops` the operand buffers are NULL (for `FI_ATOMIC_READ`, which ignores them); the result buffer starts as guard bytes. Retries `-FI_EAGAIN` while progressing (`try`: one call); then (not for an inject, nor with `nowait`) waits for its completion: `ok rc=R flags=F err=E old=a,b,.. guard=G` (`err` 0 for success; `guard`: nothing written past the result, for an error nothing at all) |
+//! | `atomic-wait <ctx>` | waits for the completion of atomic `ctx` (an inject's error: `0`), answered as `atomic` |
+//! | `valid <dt> <op>` | `ok write=rc/count fetch=rc/count compare=rc/count qwrite=rc/count/size qfetch=.. qcompare=..`: the three `*valid` queries and `fi_query_atomic` with flags 0, `FI_FETCH_ATOMIC`, `FI_COMPARE_ATOMIC` |
+//! | `get <key> <offset> <dt> <count>` | `ok a,b,..`: the elements of the region (little-endian bits, decimal) |
+//! | `set <key> <offset> <dt> <a,b,..>` | stores those elements in the region (plain stores) |
+//! | `fetch-add-loop <dest> <key> <offset> <n> [window=W] [local]` | `n` `fi_fetch_atomic(FI_UINT64, FI_SUM)` of 1 on the element, `W` (default 4) in flight at once; with `local`, `n` CPU fetch-adds on the process's own region instead (reading the CQ after each, for the peers); `ok tickets=a,b,..`: the old values, in completion order |
+//! | `mr-cntr <key> <read\|write\|rw>` | opens a counter and binds it to region `key` (`fi_mr_bind`) with `FI_REMOTE_READ`/`FI_REMOTE_WRITE` |
+//! | `rcntr` | `ok remote-write=W remote-read=R mr0=M ..`: the remote counters (`$FABRIC_PEER_RMA_EVENT`) and those of `mr-cntr`, in order |
+//! | `rcntr-wait [remote-write=W] [remote-read=R] [mr0=M ..]` | reads them until each is at least the value given; `ok` as `rcntr` |
 //! | `traffic rank=R [to=a,b] [from=N] count=C lens=l,m [tagged] [window=W] [within=ms]` | sends `C` stamped messages to each `to` (retrying `-FI_EAGAIN` while progressing) while receiving `C` from each of `N` senders, checking contents and per-sender order; `ok sent=.. received=.. eagain=..` |
 //!
 //! Numbers are decimal or `0x` hexadecimal; `ctx` numbers name operations
@@ -57,14 +69,16 @@
 //! `$FABRIC_PEER_WAIT` seconds (default 30).
 
 use std::collections::{HashMap, HashSet, VecDeque};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc::{self, Receiver, RecvTimeoutError, TryRecvError};
 use std::time::{Duration, Instant};
 
 use unimem_fi::base::ffi;
 use unimem_tests::cluster::{parse_num, Completion, Kind};
 use unimem_tests::fabric::{
-    self, rc, Api, Av, Cntr, Cq, CqEntry, CqError, Domain, Ep, Fabric, Hints, Info, Match, Mr,
-    Object, RmaCall, RmaTarget, FI_ADDR_NOTAVAIL, FI_ADDR_UNSPEC,
+    self, rc, Api, AtomicBufs, AtomicFamily, AtomicForm, AtomicTarget, Av, Cntr, Cq, CqEntry,
+    CqError, Domain, Ep, Fabric, Hints, Info, Match, Mr, Object, RmaCall, RmaTarget,
+    FI_ADDR_NOTAVAIL, FI_ADDR_UNSPEC,
 };
 use unimem_tests::payload;
 
@@ -135,6 +149,11 @@ struct Objects {
     /// wrongly accept a duplicate).
     mrs: Vec<Region>,
     cntrs: Option<Counters>,
+    /// `$FABRIC_PEER_RMA_EVENT`: counters bound with `FI_REMOTE_WRITE` and
+    /// `FI_REMOTE_READ` (in `write` and `read`).
+    remote_cntrs: Option<Counters>,
+    /// Counters of `mr-cntr` (closed after the regions they are bound to).
+    mr_cntrs: Vec<Cntr>,
     cq: Cq,
     av: Av,
     /// `None` only while `close-domain` tries to close it.
@@ -147,10 +166,14 @@ impl Objects {
     fn open(api: &'static Api) -> Result<Objects, String> {
         let step =
             |what: &str, code: i32| format!("{what}: {code} ({})", api.strerror(code as isize));
-        let hints = Hints {
+        let rma_event = std::env::var("FABRIC_PEER_RMA_EVENT").as_deref() == Ok("1");
+        let mut hints = Hints {
             tx_op_flags: send_flags(&std::env::var("FABRIC_PEER_TX_OP_FLAGS").unwrap_or_default())?,
             ..Hints::default()
         };
+        if rma_event {
+            hints.caps |= ffi::FI_RMA_EVENT;
+        }
         let info = Info::get(api, &hints).map_err(|c| step("fi_getinfo", c))?;
         if info.prov_name() != "unimem" {
             return Err(format!("fi_getinfo gave provider {}", info.prov_name()));
@@ -166,6 +189,13 @@ impl Objects {
             }),
             _ => None,
         };
+        let remote_cntrs = match rma_event {
+            true => Some(Counters {
+                write: domain.cntr().map_err(|c| step("fi_cntr_open", c))?,
+                read: domain.cntr().map_err(|c| step("fi_cntr_open", c))?,
+            }),
+            false => None,
+        };
         let ep = domain.endpoint(&info).map_err(|c| step("fi_endpoint", c))?;
         ep.bind(&av, 0).map_err(|c| step("fi_ep_bind(av)", c))?;
         ep.bind(&cq, ffi::FI_TRANSMIT | ffi::FI_RECV)
@@ -176,11 +206,19 @@ impl Objects {
             ep.bind(&c.read, ffi::FI_READ)
                 .map_err(|c| step("fi_ep_bind(cntr, FI_READ)", c))?;
         }
+        if let Some(c) = &remote_cntrs {
+            ep.bind(&c.write, ffi::FI_REMOTE_WRITE)
+                .map_err(|c| step("fi_ep_bind(cntr, FI_REMOTE_WRITE)", c))?;
+            ep.bind(&c.read, ffi::FI_REMOTE_READ)
+                .map_err(|c| step("fi_ep_bind(cntr, FI_REMOTE_READ)", c))?;
+        }
         ep.enable().map_err(|c| step("fi_enable", c))?;
         Ok(Objects {
             ep,
             mrs: Vec::new(),
             cntrs,
+            remote_cntrs,
+            mr_cntrs: Vec::new(),
             cq,
             av,
             domain: Some(domain),
@@ -195,6 +233,8 @@ impl Objects {
             ep,
             mrs,
             cntrs,
+            remote_cntrs,
+            mr_cntrs,
             cq,
             av,
             domain,
@@ -209,7 +249,10 @@ impl Objects {
             closed("mr", region.mr.close().map_err(|e| e.1))?;
             drop(region.mem);
         }
-        if let Some(c) = cntrs {
+        for c in mr_cntrs {
+            closed("mr cntr", c.close().map_err(|e| e.1))?;
+        }
+        for c in [cntrs, remote_cntrs].into_iter().flatten() {
             closed("write cntr", c.write.close().map_err(|e| e.1))?;
             closed("read cntr", c.read.close().map_err(|e| e.1))?;
         }
@@ -263,6 +306,15 @@ struct ReadBuf {
     len: usize,
 }
 
+/// The buffers of an atomic in flight: the result (`len` bytes, then
+/// `GUARD` guard bytes, all `GUARD_BYTE` when posted) and the operands.
+struct AtomicBuf {
+    result: Vec<u8>,
+    len: usize,
+    size: usize,
+    _operands: (Vec<u8>, Vec<u8>),
+}
+
 /// What the `traffic` command hears from the CQ.
 enum TrafficEvent {
     Sent,
@@ -289,6 +341,11 @@ struct Peer {
     read_bufs: HashMap<u64, ReadBuf>,
     /// `watch`: (key, offset, len) of the range a remote completion reports.
     watch: Option<(u64, usize, usize)>,
+    /// Atomic completions not yet taken, by context: (flags, err), err 0
+    /// for success.
+    atomic_done: HashMap<u64, VecDeque<(u64, i32)>>,
+    /// The buffers of atomics in flight, by context.
+    atomic_bufs: HashMap<u64, AtomicBuf>,
     traffic: Vec<TrafficEvent>,
     wait_limit: Duration,
     commands: Receiver<String>,
@@ -395,7 +452,12 @@ impl Peer {
 
     fn on_entry(&mut self, e: CqEntry) {
         let ctx = e.context as u64;
-        if e.flags & ffi::FI_REMOTE_WRITE != 0 {
+        if e.flags & ffi::FI_ATOMIC != 0 {
+            self.atomic_done
+                .entry(ctx)
+                .or_default()
+                .push_back((e.flags, 0));
+        } else if e.flags & ffi::FI_REMOTE_WRITE != 0 {
             let mut c = Completion::new(Kind::Remote, ctx, e.flags);
             (c.len, c.data, c.src) = (e.len, e.data, e.src);
             if let Some((key, off, len)) = self.watch {
@@ -437,6 +499,13 @@ impl Peer {
         let ctx = e.context as u64;
         if ctx & (TRAFFIC_SEND | TRAFFIC_RECV) != 0 {
             self.traffic.push(TrafficEvent::Failed(e));
+            return;
+        }
+        if e.flags & ffi::FI_ATOMIC != 0 {
+            self.atomic_done
+                .entry(ctx)
+                .or_default()
+                .push_back((e.flags, e.err));
             return;
         }
         let rma = e.flags & ffi::FI_RMA != 0;
@@ -1005,7 +1074,8 @@ impl Peer {
             match words.next() {
                 Some("wake") => return Ok(String::new()),
                 Some("mr-sum") => println!("{}", self.mr_sum(&Args::parse(words))?),
-                _ => return Err(format!("expected 'wake' or 'mr-sum', got '{line}'")),
+                Some("get") => println!("{}", self.get(&Args::parse(words))?),
+                _ => return Err(format!("expected 'wake', 'mr-sum' or 'get', got '{line}'")),
             }
         }
     }
@@ -1103,6 +1173,434 @@ impl Peer {
             return Err(format!("lens= must list sizes >= {}", payload::STAMP_LEN));
         }
         spec.run(self)
+    }
+}
+
+// --- Atomics ----------------------------------------------------------------
+
+/// A datatype word: `enum fi_datatype` and the element size in bytes.
+fn datatype_arg(word: &str) -> Result<(u32, usize), String> {
+    const NAMES: [(&str, usize); 14] = [
+        ("i8", 1),
+        ("u8", 1),
+        ("i16", 2),
+        ("u16", 2),
+        ("i32", 4),
+        ("u32", 4),
+        ("i64", 8),
+        ("u64", 8),
+        ("float", 4),
+        ("double", 8),
+        ("fcomplex", 8),
+        ("dcomplex", 16),
+        ("ldouble", 16),
+        ("ldcomplex", 32),
+    ];
+    let index = match NAMES.iter().position(|&(n, _)| n == word) {
+        Some(i) => i,
+        None => parse_num(word).ok_or(format!("unknown datatype {word}"))? as usize,
+    };
+    // Beyond the names: a datatype nobody knows, 8 bytes for the buffers.
+    let size = NAMES.get(index).map_or(8, |&(_, size)| size);
+    Ok((index as u32, size))
+}
+
+/// An operation word: `enum fi_op`.
+fn op_arg(word: &str) -> Result<u32, String> {
+    const NAMES: [&str; 19] = [
+        "min", "max", "sum", "prod", "lor", "land", "bor", "band", "lxor", "bxor", "read", "write",
+        "cswap", "cswap-ne", "cswap-le", "cswap-lt", "cswap-ge", "cswap-gt", "mswap",
+    ];
+    match NAMES.iter().position(|&n| n == word) {
+        Some(i) => Ok(i as u32),
+        None => parse_num(word)
+            .map(|n| n as u32)
+            .ok_or(format!("unknown operation {word}")),
+    }
+}
+
+fn family_arg(word: &str) -> Result<AtomicFamily, String> {
+    Ok(match word {
+        "write" => AtomicFamily::Write,
+        "fetch" => AtomicFamily::Fetch,
+        "compare" => AtomicFamily::Compare,
+        other => return Err(format!("unknown atomic family {other}")),
+    })
+}
+
+/// `count` elements of `size` bytes from the values of list `key` (one
+/// value: all of them; none: zeros); elements wider than 8 bytes get the
+/// value in their low 8 bytes.
+fn elements(a: &Args, key: &str, count: usize, size: usize) -> Result<Vec<u8>, String> {
+    let values = a.list(key)?;
+    let mut bytes = vec![0u8; count * size];
+    for i in 0..count {
+        let v = match values.len() {
+            0 => 0,
+            1 => values[0],
+            n if i < n => values[i],
+            n => return Err(format!("{key}= has {n} values for {count} elements")),
+        };
+        let w = size.min(8);
+        bytes[i * size..i * size + w].copy_from_slice(&v.to_le_bytes()[..w]);
+    }
+    Ok(bytes)
+}
+
+/// The low 8 bytes of each `size`-byte element of `bytes`, as decimal
+/// numbers separated by commas.
+fn show_elements(bytes: &[u8], size: usize) -> String {
+    bytes
+        .chunks(size)
+        .map(|e| {
+            let mut word = [0u8; 8];
+            let w = e.len().min(8);
+            word[..w].copy_from_slice(&e[..w]);
+            u64::from_le_bytes(word).to_string()
+        })
+        .collect::<Vec<_>>()
+        .join(",")
+}
+
+/// Context bit of the `fetch-add-loop` command's atomics.
+const LOOP_ATOMIC: u64 = 1 << 60;
+
+impl Peer {
+    fn atomic(&mut self, a: &Args) -> CmdResult {
+        let (peer, key, addr) = (a.num(0)?, a.num(1)?, a.num(2)?);
+        let family = family_arg(a.pos.get(3).ok_or("family missing")?)?;
+        let (datatype, size) = datatype_arg(a.pos.get(4).ok_or("datatype missing")?)?;
+        let op = op_arg(a.pos.get(5).ok_or("operation missing")?)?;
+        let count = a.num(6)? as usize;
+        let ctx = a.opt("ctx")?.unwrap_or(1);
+        let form = if a.flag("inject") {
+            AtomicForm::Inject
+        } else if let Some(names) = a.opts.get("msg") {
+            AtomicForm::Msg {
+                flags: send_flags(names)?,
+                rma_iovs: a.opt("rma-iovs")?.unwrap_or(1) as usize,
+            }
+        } else if a.flag("msg") {
+            AtomicForm::Msg {
+                flags: 0,
+                rma_iovs: a.opt("rma-iovs")?.unwrap_or(1) as usize,
+            }
+        } else if a.flag("v") {
+            AtomicForm::Vector
+        } else {
+            AtomicForm::Plain
+        };
+        let operands = elements(a, "ops", count, size)?;
+        let compares = elements(a, "cmp", count, size)?;
+        let len = count * size;
+        let mut result = vec![GUARD_BYTE; len + GUARD];
+        let t = AtomicTarget {
+            peer,
+            addr,
+            key,
+            datatype,
+            op,
+        };
+        let b = AtomicBufs {
+            operand: if a.flag("null-ops") {
+                std::ptr::null()
+            } else {
+                operands.as_ptr()
+            },
+            compare: compares.as_ptr(),
+            result: result.as_mut_ptr(),
+            count,
+            size,
+        };
+        let inject = form == AtomicForm::Inject;
+        if !inject {
+            // The heap blocks do not move with the Vecs: they stay valid
+            // while the map holds them, until the completion.
+            let kept = AtomicBuf {
+                result,
+                len,
+                size,
+                _operands: (operands, compares),
+            };
+            if self.atomic_bufs.insert(ctx, kept).is_some() {
+                return Err(format!("atomic {ctx} is already posted"));
+            }
+        }
+        // SAFETY: operands, compares and the result buffer hold count
+        // elements; the first two live until the end of this function (the
+        // provider copies them) and all three, in atomic_bufs, until the
+        // completion (an inject has none; its operands live in this frame).
+        let post = |ep: &Ep| unsafe { ep.atomic(family, form, b, t, ctx as usize) };
+        let code = if a.flag("try") {
+            post(&self.obj.ep)
+        } else {
+            match self.retry("atomic", post) {
+                Ok(()) => 0,
+                Err(why) => {
+                    self.atomic_bufs.remove(&ctx);
+                    return Err(why);
+                }
+            }
+        };
+        if code != 0 {
+            self.atomic_bufs.remove(&ctx);
+            return Ok(format!("rc={code}"));
+        }
+        if inject || a.flag("nowait") {
+            return Ok("rc=0".into());
+        }
+        self.atomic_wait(ctx)
+    }
+
+    /// Waits for the completion of atomic `ctx` (see `atomic`).
+    fn atomic_wait(&mut self, ctx: u64) -> CmdResult {
+        let deadline = Instant::now() + self.wait_limit;
+        let (flags, err) = loop {
+            if let Some(done) = self.atomic_done.get_mut(&ctx).and_then(VecDeque::pop_front) {
+                break done;
+            }
+            if Instant::now() > deadline {
+                return Err(format!("atomic {ctx}: no completion"));
+            }
+            if !self.poll() {
+                std::thread::yield_now();
+            }
+        };
+        let (old, guard) = match self.atomic_bufs.remove(&ctx) {
+            Some(ab) => {
+                let (data, after) = ab.result.split_at(ab.len);
+                let untouched = |b: &[u8]| b.iter().all(|&x| x == GUARD_BYTE);
+                let guard = untouched(after) && (err == 0 || untouched(data));
+                (show_elements(data, ab.size), guard)
+            }
+            None => (String::new(), true),
+        };
+        Ok(format!(
+            "rc=0 flags={flags:#x} err={err} old={old} guard={}",
+            u8::from(guard)
+        ))
+    }
+
+    fn valid(&mut self, a: &Args) -> CmdResult {
+        let (datatype, _) = datatype_arg(a.pos.first().ok_or("datatype missing")?)?;
+        let op = op_arg(a.pos.get(1).ok_or("operation missing")?)?;
+        let mut out = Vec::new();
+        for (name, family) in [
+            ("write", AtomicFamily::Write),
+            ("fetch", AtomicFamily::Fetch),
+            ("compare", AtomicFamily::Compare),
+        ] {
+            let (rc, count) = self.obj.ep.atomic_valid(family, datatype, op);
+            out.push(format!("{name}={rc}/{count}"));
+        }
+        let domain = self.obj.domain.as_ref().expect("domain open");
+        for (name, flags) in [
+            ("qwrite", 0),
+            ("qfetch", ffi::FI_FETCH_ATOMIC),
+            ("qcompare", ffi::FI_COMPARE_ATOMIC),
+        ] {
+            let (rc, count, size) = domain.query_atomic(datatype, op, flags);
+            out.push(format!("{name}={rc}/{count}/{size}"));
+        }
+        Ok(out.join(" "))
+    }
+
+    /// The `count` elements of `size` bytes at `off` of region `key`.
+    fn elements_of(
+        &self,
+        key: u64,
+        off: usize,
+        count: usize,
+        size: usize,
+    ) -> Result<&[u8], String> {
+        self.region(key)?
+            .bytes()
+            .get(off..off.saturating_add(count * size))
+            .ok_or(format!("{count} elements at {off} are beyond region {key}"))
+    }
+
+    fn get(&self, a: &Args) -> CmdResult {
+        let (key, off) = (a.num(0)?, a.num(1)? as usize);
+        let (_, size) = datatype_arg(a.pos.get(2).ok_or("datatype missing")?)?;
+        let count = a.num(3)? as usize;
+        Ok(show_elements(
+            self.elements_of(key, off, count, size)?,
+            size,
+        ))
+    }
+
+    fn set(&mut self, a: &Args) -> CmdResult {
+        let (key, off) = (a.num(0)?, a.num(1)? as usize);
+        let (_, size) = datatype_arg(a.pos.get(2).ok_or("datatype missing")?)?;
+        let values: Vec<u64> = a
+            .pos
+            .get(3)
+            .ok_or("values missing")?
+            .split(',')
+            .map(|v| parse_num(v).ok_or(format!("bad value {v}")))
+            .collect::<Result<_, _>>()?;
+        let region = self
+            .obj
+            .mrs
+            .iter_mut()
+            .find(|r| r.key == key)
+            .ok_or(format!("no region {key}"))?;
+        let len = region.len;
+        let bytes = region.mem[GUARD..GUARD + len]
+            .get_mut(off..off.saturating_add(values.len() * size))
+            .ok_or(format!(
+                "{} elements at {off} are beyond region {key}",
+                values.len()
+            ))?;
+        for (e, v) in bytes.chunks_mut(size).zip(values) {
+            let w = size.min(8);
+            e[..w].copy_from_slice(&v.to_le_bytes()[..w]);
+        }
+        Ok(String::new())
+    }
+
+    /// `fetch-add-loop`: tickets from one counter.
+    fn fetch_add_loop(&mut self, a: &Args) -> CmdResult {
+        let (peer, key, addr, n) = (a.num(0)?, a.num(1)?, a.num(2)?, a.num(3)?);
+        let mut tickets = Vec::with_capacity(n as usize);
+        if a.flag("local") {
+            let bytes = self.elements_of(key, addr as usize, 1, 8)?;
+            let ptr = bytes.as_ptr();
+            if !(ptr as usize).is_multiple_of(8) {
+                return Err(format!(
+                    "offset {addr} of region {key} is not 8-byte aligned"
+                ));
+            }
+            // SAFETY: 8 aligned bytes of a live region, which every access
+            // (ours, peers' DMA and the provider's) updates atomically.
+            let counter = unsafe { &*ptr.cast::<AtomicU64>() };
+            for _ in 0..n {
+                tickets.push(counter.fetch_add(1, Ordering::SeqCst));
+                // Peers' atomics to ordinary memory need our progress.
+                self.poll();
+            }
+        } else {
+            let window = a.opt("window")?.unwrap_or(4).clamp(1, 64) as usize;
+            let one = 1u64.to_le_bytes();
+            // One result word per slot; the Vec is never resized.
+            let mut results = vec![0u64; window];
+            let base = results.as_mut_ptr();
+            let t = AtomicTarget {
+                peer,
+                addr,
+                key,
+                datatype: ffi::FI_UINT64,
+                op: ffi::FI_SUM,
+            };
+            let post = |this: &mut Peer, slot: usize| {
+                let b = AtomicBufs {
+                    operand: one.as_ptr(),
+                    compare: std::ptr::null(),
+                    result: base.wrapping_add(slot).cast(),
+                    count: 1,
+                    size: 8,
+                };
+                let ctx = (LOOP_ATOMIC | slot as u64) as usize;
+                // SAFETY: the operand lives through the call; the result
+                // word of the slot lives until the command ends, after
+                // every completion, and a slot is reposted only after its
+                // completion.
+                this.retry("fetch-add", |ep| unsafe {
+                    ep.atomic(AtomicFamily::Fetch, AtomicForm::Plain, b, t, ctx)
+                })
+            };
+            let mut posted = 0u64;
+            for slot in 0..window.min(n as usize) {
+                post(self, slot)?;
+                posted += 1;
+            }
+            let deadline = Instant::now() + self.wait_limit;
+            while (tickets.len() as u64) < n {
+                let busy = self.poll();
+                for slot in 0..window {
+                    let ctx = LOOP_ATOMIC | slot as u64;
+                    let Some((flags, err)) =
+                        self.atomic_done.get_mut(&ctx).and_then(VecDeque::pop_front)
+                    else {
+                        continue;
+                    };
+                    if err != 0 {
+                        return Err(format!("fetch-add error {err} (flags {flags:#x})"));
+                    }
+                    // SAFETY: the slot's word, written by the provider
+                    // before the completion we just read.
+                    tickets.push(unsafe { std::ptr::read_volatile(base.add(slot)) });
+                    if posted < n {
+                        post(self, slot)?;
+                        posted += 1;
+                    }
+                }
+                if Instant::now() > deadline {
+                    return Err(format!("timed out after {} of {n} tickets", tickets.len()));
+                }
+                if !busy {
+                    std::thread::yield_now();
+                }
+            }
+            // Every slot completed: the provider is done with the words.
+            drop(results);
+        }
+        let list: Vec<String> = tickets.iter().map(u64::to_string).collect();
+        Ok(format!("tickets={}", list.join(",")))
+    }
+
+    fn mr_cntr(&mut self, a: &Args) -> CmdResult {
+        let key = a.num(0)?;
+        let flags = match a.pos.get(1).copied() {
+            Some("read") => ffi::FI_REMOTE_READ,
+            Some("write") => ffi::FI_REMOTE_WRITE,
+            Some("rw") => ffi::FI_REMOTE_READ | ffi::FI_REMOTE_WRITE,
+            other => return Err(format!("unknown counter flags {other:?}")),
+        };
+        let domain = self.obj.domain.as_ref().expect("domain open");
+        let cntr = domain.cntr().map_err(|c| format!("fi_cntr_open: {c}"))?;
+        self.region(key)?
+            .mr
+            .bind(&cntr, flags)
+            .map_err(|c| format!("fi_mr_bind: {c}"))?;
+        self.obj.mr_cntrs.push(cntr);
+        Ok(String::new())
+    }
+
+    /// `rcntr` (no thresholds) and `rcntr-wait`.
+    fn rcntr_wait(&mut self, a: &Args) -> CmdResult {
+        let deadline = Instant::now() + self.wait_limit;
+        loop {
+            let c = self
+                .obj
+                .remote_cntrs
+                .as_ref()
+                .ok_or("no remote counters (FABRIC_PEER_RMA_EVENT=1)")?;
+            // Reading a counter progresses the endpoint.
+            let mut values = vec![
+                ("remote-write".to_string(), c.write.read()),
+                ("remote-read".to_string(), c.read.read()),
+            ];
+            for (i, m) in self.obj.mr_cntrs.iter().enumerate() {
+                values.push((format!("mr{i}"), m.read()));
+            }
+            let show = values
+                .iter()
+                .map(|(name, n)| format!("{name}={n}"))
+                .collect::<Vec<_>>()
+                .join(" ");
+            let mut reached = true;
+            for (name, n) in &values {
+                reached &= a.opt(name)?.is_none_or(|want| *n >= want);
+            }
+            if reached {
+                return Ok(show);
+            }
+            if Instant::now() > deadline {
+                return Err(format!("timed out with {show}"));
+            }
+            std::thread::yield_now();
+        }
     }
 }
 
@@ -1440,6 +1938,15 @@ impl Peer {
             "cntr" => self.cntr_wait(&Args::parse(std::iter::empty())),
             "cntr-wait" => self.cntr_wait(&a),
             "sleep-no-progress" => self.sleep_no_progress(&a),
+            "atomic" => self.atomic(&a),
+            "atomic-wait" => self.atomic_wait(a.num(0)?),
+            "valid" => self.valid(&a),
+            "get" => self.get(&a),
+            "set" => self.set(&a),
+            "fetch-add-loop" => self.fetch_add_loop(&a),
+            "mr-cntr" => self.mr_cntr(&a),
+            "rcntr" => self.rcntr_wait(&Args::parse(std::iter::empty())),
+            "rcntr-wait" => self.rcntr_wait(&a),
             "try-send" => self.try_send(&a),
             "limits" => Ok(format!(
                 "inject={} max={}",
@@ -1502,6 +2009,8 @@ fn main() {
         write_bufs: SendBufs::default(),
         read_bufs: HashMap::new(),
         watch: None,
+        atomic_done: HashMap::new(),
+        atomic_bufs: HashMap::new(),
         traffic: Vec::new(),
         wait_limit: env_secs("FABRIC_PEER_WAIT", 30),
         commands: stdin_lines(),
@@ -1535,12 +2044,20 @@ fn main() {
         send_bufs,
         write_bufs,
         read_bufs,
+        atomic_bufs,
         ..
     } = peer;
     // Close first: the provider may still hold the buffers.
     if let Err(why) = obj.close() {
         fatal(&why);
     }
-    drop((recv_bufs, released, send_bufs, write_bufs, read_bufs));
+    drop((
+        recv_bufs,
+        released,
+        send_bufs,
+        write_bufs,
+        read_bufs,
+        atomic_bufs,
+    ));
     println!("closed");
 }

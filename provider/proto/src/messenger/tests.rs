@@ -1596,8 +1596,10 @@ fn rma_write_with_data_and_inject() {
         assert!(got == &data[..]);
 
         let mut small = pattern(EAGER, 6);
+        // fi_inject_write: copied, no completion.
         let req = RmaReq {
             inject: true,
+            completion: false,
             ..rma_req(b.addr(), small.as_ptr(), EAGER, key, target as u64 + 1)
         };
         rma(&mut a, RmaKind::Write, req);

@@ -50,9 +50,11 @@ pub struct RmaReq<A> {
     pub addr: u64,
     pub key: u64,
     pub context: usize,
+    /// Whether the write or read reports a completion (`fi_inject_write`
+    /// does not; `FI_INJECT` in the flags of `fi_writemsg` does).
     pub completion: bool,
-    /// `fi_inject_write`: the data is copied within the call, and the
-    /// write reports no completion.
+    /// `fi_inject_write` or `FI_INJECT`: the data is copied within the
+    /// call (the buffer is the caller's again on return).
     pub inject: bool,
     /// CQ data for the target (`fi_writedata`), delivered once the write
     /// is complete.
@@ -142,7 +144,7 @@ where
             peer,
             kind,
             context: req.context,
-            completion: req.completion && !inject,
+            completion: req.completion,
             local,
             _copy: copy,
             key: req.key,
