@@ -32,14 +32,20 @@ static void contiguous(void)
 {
     MPI_Count n = (MPI_Count)INT32_MAX + 100;
     unsigned char *buf = xmalloc((size_t)n);
-    if (rank == 0) {
+    if (rank == 0)
         for (size_t i = 0; i < (size_t)n; i++)
             buf[i] = byte_at(i, 1);
+    else if (rank == 1)
+        memset(buf, 0, (size_t)n);
+    MPI_Barrier(MPI_COMM_WORLD);
+    if (rank == 0) {
         MPI_Send_c(buf, n, MPI_CHAR, 1, 1, MPI_COMM_WORLD);
     } else if (rank == 1) {
-        memset(buf, 0, (size_t)n);
         MPI_Status st;
+        double t0 = MPI_Wtime();
         MPI_Recv_c(buf, n, MPI_CHAR, 0, 1, MPI_COMM_WORLD, &st);
+        printf("mpi-suite large: note: contiguous %lld bytes received in %.3f s (%.2f GB/s)\n",
+               (long long)n, MPI_Wtime() - t0, (double)n / (MPI_Wtime() - t0) / 1e9);
         MPI_Count got;
         MPI_Get_count_c(&st, MPI_CHAR, &got);
         CHECK(got == n, "contiguous: received %lld bytes, expected %lld", (long long)got, (long long)n);
@@ -62,15 +68,21 @@ static void strided(void)
     MPI_Count n = ((MPI_Count)1 << 29) + 25; /* ints: 2^31 + 100 bytes of data */
     size_t ints = 2 * (size_t)n;
     int *buf = xmalloc(ints * sizeof(int));
-    if (rank == 0) {
+    if (rank == 0)
         for (size_t i = 0; i < ints; i++)
             buf[i] = (int)(mix64(i) & 0x7fffffff);
-        MPI_Send_c(buf, n, resized, 1, 2, MPI_COMM_WORLD);
-    } else if (rank == 1) {
+    else if (rank == 1)
         for (size_t i = 0; i < ints; i++)
             buf[i] = -1;
+    MPI_Barrier(MPI_COMM_WORLD);
+    if (rank == 0) {
+        MPI_Send_c(buf, n, resized, 1, 2, MPI_COMM_WORLD);
+    } else if (rank == 1) {
         MPI_Status st;
+        double t0 = MPI_Wtime();
         MPI_Recv_c(buf, n, resized, 0, 2, MPI_COMM_WORLD, &st);
+        printf("mpi-suite large: note: strided %lld bytes received in %.3f s (%.2f GB/s)\n",
+               (long long)n * 4, MPI_Wtime() - t0, (double)n * 4 / (MPI_Wtime() - t0) / 1e9);
         MPI_Count got;
         MPI_Get_count_c(&st, resized, &got);
         CHECK(got == n, "strided: received %lld elements, expected %lld", (long long)got, (long long)n);

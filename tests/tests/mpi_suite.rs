@@ -35,8 +35,9 @@
 //!
 //! The `pipeline_rendezvous_*` tests run some of the programs with MPICH's
 //! pipeline rendezvous, whose chunks ask for `FI_MATCH_COMPLETE` and
-//! `FI_DELIVERY_COMPLETE`; the ignored `mpich_pipeline_wildcard_defect`
-//! shows why `probe` is not among them.
+//! `FI_DELIVERY_COMPLETE`, and `read_and_write_rendezvous_*` with its read
+//! and write rendezvous, which ride on FI_RMA; the ignored
+//! `mpich_pipeline_wildcard_defect` shows why `probe` is not among them.
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -333,6 +334,32 @@ fn pipeline_rendezvous_2_ranks() {
 fn pipeline_rendezvous_4_ranks() {
     run(PIPELINE_PROGRAMS, 4, false, PIPELINE);
     run(PIPELINE_PROGRAMS, 4, false, PIPELINE_SMALL_CHUNKS);
+}
+
+/// MPICH's read and write rendezvous (`MPIR_CVAR_CH4_OFI_RNDV_PROTOCOL=read`,
+/// `=write`) above a 16 KiB eager threshold: the receiver reads the
+/// message from the sender's registered buffer (fi_read), or the sender
+/// writes it into the receiver's (fi_write). Both need FI_RMA, which
+/// unimem has now; `probe` meets the same MPICH defect as the pipeline
+/// (an `MPI_ANY_SOURCE` receive of such a message never completes, over
+/// shm and tcp too).
+fn rendezvous(protocol: &'static str) -> [(&'static str, &'static str); 2] {
+    [
+        ("MPIR_CVAR_CH4_OFI_EAGER_THRESHOLD", "16384"),
+        ("MPIR_CVAR_CH4_OFI_RNDV_PROTOCOL", protocol),
+    ]
+}
+
+#[test]
+fn read_and_write_rendezvous_2_ranks() {
+    run(PIPELINE_PROGRAMS, 2, false, &rendezvous("read"));
+    run(PIPELINE_PROGRAMS, 2, false, &rendezvous("write"));
+}
+
+#[test]
+fn read_and_write_rendezvous_4_ranks() {
+    run(PIPELINE_PROGRAMS, 4, false, &rendezvous("read"));
+    run(PIPELINE_PROGRAMS, 4, false, &rendezvous("write"));
 }
 
 /// `probe` with the pipeline rendezvous hangs in its first phase: MPICH

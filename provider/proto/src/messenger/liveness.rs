@@ -27,10 +27,23 @@ where
     D: DmaEngine,
     D::Node: WireNode,
 {
-    /// The peer is gone: everything in flight with it fails.
+    /// The peer is gone: everything in flight with it fails. What it sent
+    /// before it went is taken in first: a peer that acknowledges our send
+    /// and closes at once (MPI at its end) has its FIN in our mailbox, and
+    /// that send must complete, not fail.
     pub(crate) fn fail_peer(&mut self, peer: PeerIdx) {
         if self.peers[peer].dead && self.peers[peer].route.is_none() {
             return;
+        }
+        if !self.draining {
+            self.draining = true;
+            while let Some((src, message)) = self.mbx.poll() {
+                self.dispatch(src, &message);
+            }
+            self.draining = false;
+            if self.peers[peer].dead && self.peers[peer].route.is_none() {
+                return;
+            }
         }
         let events_before = self.events.len();
         self.peers_lost += 1;

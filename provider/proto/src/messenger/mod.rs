@@ -163,6 +163,9 @@ pub struct Messenger<M: Mailbox, D: DmaEngine> {
     next_peer_check: Instant,
     /// Peers found dead so far (the provider reclaims what they left).
     peers_lost: usize,
+    /// Taking in the mailbox before failing a dead peer (so that failing
+    /// another one meanwhile does not start over).
+    draining: bool,
     /// What went which way, for the log.
     stats: Stats,
     /// Peer messages dropped as not fitting what the peer may send, and
@@ -261,6 +264,7 @@ where
             calls_since_clock: 0,
             next_peer_check: Instant::now(),
             peers_lost: 0,
+            draining: false,
             stats: Stats::default(),
             dropped: DroppedMessages::default(),
             cfg,

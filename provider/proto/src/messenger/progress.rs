@@ -55,6 +55,27 @@ where
         self.check_peers();
     }
 
+    /// Before the endpoint goes: sends what peers still wait for from us
+    /// (FINs and acknowledgements of messages we received, fragment
+    /// reports, credits), progressing for at most `patience`. A receive can
+    /// complete inside the call that posted it, its acknowledgement queued
+    /// for the next progress; an application that then closes (MPI at its
+    /// end) would leave the sender waiting for it until it finds us dead.
+    pub fn linger(&mut self, patience: std::time::Duration) {
+        let deadline = std::time::Instant::now() + patience;
+        let owed = |this: &Self| {
+            this.peers
+                .iter()
+                .any(|p| !p.dead && p.route.is_some() && !p.control.is_empty())
+        };
+        while owed(self) && std::time::Instant::now() < deadline {
+            self.progress();
+            if owed(self) {
+                std::thread::yield_now();
+            }
+        }
+    }
+
     pub(crate) fn flush_active(&mut self) {
         let mut active = std::mem::take(&mut self.active_spare);
         std::mem::swap(&mut active, &mut self.active);
@@ -153,7 +174,7 @@ where
     }
 
     /// Hands one arrived mailbox message to its handler.
-    fn dispatch(&mut self, src: M::Addr, message: &Message) {
+    pub(crate) fn dispatch(&mut self, src: M::Addr, message: &Message) {
         let Some(wire) = Wire::decode(message) else {
             tracing::warn!(%src, "malformed message dropped");
             return;

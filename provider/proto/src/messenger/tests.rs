@@ -2367,3 +2367,48 @@ fn rma_read_waits_for_room_in_the_targets_transmit_queue() {
     collect(&mut [&mut a, &mut b], 1, 2);
     assert!(!a.busy() && !b.busy());
 }
+
+/// A receiver that acknowledges a send and closes at once: its FIN is in
+/// the sender's mailbox when the sender finds it gone (here: its next send
+/// to it meets a closed mailbox). The acknowledged send completes; only
+/// what came after fails.
+#[test]
+fn a_peer_that_acknowledges_and_closes_completes_the_send() {
+    let mut a = messenger();
+    let mut b = messenger();
+    first_contact(&mut a, &mut b);
+    let data = pattern(500, 4);
+    let mut buf = vec![0u8; 500];
+    post(&mut b, false, recv_spec(&mut buf, 1, None, 0, 0));
+    let req = SendReq {
+        context: 0xac,
+        delivery_complete: true,
+        ..send_req(b.addr(), data.as_ptr(), data.len())
+    };
+    // SAFETY: `data` outlives the send.
+    unsafe { a.send(req) }.unwrap();
+    // b takes the message (and acknowledges it) without a progressing.
+    collect(&mut [&mut b], 0, 1);
+    let b_addr = b.addr();
+    drop(b);
+    // a's next send finds b's mailbox closed.
+    let later = pattern(100, 5);
+    let _ = send(&mut a, b_addr, &later, None, 0xbd);
+    let mut events = Vec::new();
+    let deadline = Instant::now() + HANG_GUARD;
+    while events.len() < 2 {
+        assert!(Instant::now() < deadline, "only {events:?}");
+        a.progress();
+        while let Some(e) = a.next_event() {
+            events.push(e);
+        }
+    }
+    assert!(
+        events.contains(&Event::Send {
+            context: 0xac,
+            tagged: false,
+            completion: true
+        }),
+        "the acknowledged send completes: {events:?}"
+    );
+}
