@@ -169,6 +169,23 @@ impl ShmDmaEngine {
         if len > 0 && !self.region.contains(local, len) {
             return Err(DmaError::LocalNotDmable);
         }
+        let remote = self.mapped(reg, remote_addr, remote_end)?;
+        // SAFETY: `[remote, remote + len)` lies inside the registration's
+        // mapping (`mapped`) and `[local, local + len)` inside our dmable
+        // region; the two never overlap, being different mappings, even of
+        // the same node.
+        unsafe {
+            match direction {
+                Direction::Put => std::ptr::copy_nonoverlapping(local as *const u8, remote, len),
+                Direction::Get => std::ptr::copy_nonoverlapping(remote, local as *mut u8, len),
+            }
+        }
+        Ok(self.complete_after(len))
+    }
+
+    /// Where `[remote_addr, remote_end)` of registration `reg` is mapped
+    /// here, if the range lies inside the registration.
+    fn mapped(&self, reg: RegId, remote_addr: u64, remote_end: u64) -> Result<*mut u8, DmaError> {
         let registration = self
             .registrations
             .get(&reg.0)
@@ -177,18 +194,9 @@ impl ShmDmaEngine {
             return Err(DmaError::OutOfBounds);
         }
         let offset = (remote_addr - registration.mapping_start) as usize;
-        // SAFETY: `offset + len` lies inside the mapping (checked against the
-        // registered range, which the mapping covers) and `[local, local +
-        // len)` inside our dmable region; the two never overlap, being
-        // different mappings, even of the same node.
-        unsafe {
-            let remote = registration.mapping.base().add(offset);
-            match direction {
-                Direction::Put => std::ptr::copy_nonoverlapping(local as *const u8, remote, len),
-                Direction::Get => std::ptr::copy_nonoverlapping(remote, local as *mut u8, len),
-            }
-        }
-        Ok(self.complete_after(len))
+        // SAFETY: the registered range lies inside the mapping, which starts
+        // at mapping_start: `offset` is inside it.
+        Ok(unsafe { registration.mapping.base().add(offset) })
     }
 
     /// Queues the completion of a transfer of `len` bytes at its modeled time.
@@ -298,21 +306,10 @@ impl DmaEngine for ShmDmaEngine {
         let remote_end = remote_addr
             .checked_add(len as u64)
             .ok_or(DmaError::LengthOverflow)?;
-        let registration = self
-            .registrations
-            .get(&reg.0)
-            .ok_or(DmaError::NotRegistered)?;
-        if remote_addr < registration.start || remote_end > registration.end {
-            return Err(DmaError::OutOfBounds);
-        }
-        let offset = (remote_addr - registration.mapping_start) as usize;
-        // SAFETY: `offset + len` lies inside the mapping (checked against
-        // the registered range, which it covers); update_elements checks
-        // the alignment.
-        unsafe {
-            let at = registration.mapping.base().add(offset);
-            crate::atomic::update_elements(at, width, count, update, old)?;
-        }
+        let at = self.mapped(reg, remote_addr, remote_end)?;
+        // SAFETY: `[at, at + len)` lies inside the registration's mapping
+        // (`mapped`); update_elements checks the alignment.
+        unsafe { crate::atomic::update_elements(at, width, count, update, old)? };
         Ok(self.complete_after(len))
     }
 
