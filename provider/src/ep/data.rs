@@ -101,13 +101,28 @@ pub(super) fn map_post_error(e: PostError, op: &str) -> isize {
     code as isize
 }
 
-/// The buffers a call names.
+/// The buffers a call names (sends, receives and RMA alike).
 #[derive(Clone, Copy)]
-enum Bufs {
+pub(super) enum Bufs {
     /// `buf, len`.
     One(*const c_void, usize),
     /// `iov, count` (the `v` and `msg` calls).
     Iov(*const ffi::iovec, usize),
+}
+
+impl Bufs {
+    /// The buffers as (address, length) pairs, or the code to return.
+    ///
+    /// # Safety
+    /// An iov array must hold its count of iovecs (libfabric's contract).
+    #[inline(always)]
+    pub(super) unsafe fn read(self, ep: &EpInner, op: &str) -> Result<IovList, isize> {
+        match self {
+            Bufs::One(buf, len) => Ok(IovList::One((buf as usize, len))),
+            // SAFETY: iov holds count iovecs (caller).
+            Bufs::Iov(iov, count) => unsafe { iovs(ep, op, iov, count) },
+        }
+    }
 }
 
 /// What a data call asks for, in its own terms (before its endpoint is
@@ -341,7 +356,7 @@ fn post_recv(ep: &EpInner, op: &str, iov: IovList, req: &Request) -> isize {
 ///
 /// # Safety
 /// `iov` must be NULL (with `count` 0) or point to `count` iovecs.
-pub(super) unsafe fn iovs(
+unsafe fn iovs(
     ep: &EpInner,
     op: &str,
     iov: *const ffi::iovec,
@@ -417,15 +432,11 @@ unsafe fn post(
         let Some(req) = req else {
             return ret::EINVAL as isize;
         };
-        let iov = match req.bufs {
-            Bufs::One(buf, len) => IovList::One((buf as usize, len)),
-            // SAFETY: iov holds count iovecs (caller).
-            Bufs::Iov(iov, count) => match unsafe { iovs(ep, op, iov, count) } {
-                Ok(iov) => iov,
-                Err(code) => return code,
-            },
-        };
-        post(ep, op, iov, req)
+        // SAFETY: an iov array holds its count (caller).
+        match unsafe { req.bufs.read(ep, op) } {
+            Ok(iov) => post(ep, op, iov, req),
+            Err(code) => code,
+        }
     })
 }
 

@@ -15,7 +15,7 @@ use std::os::raw::{c_int, c_void};
 use std::ptr;
 use std::sync::atomic::Ordering;
 
-use super::data::{iovs, map_post_error};
+use super::data::{map_post_error, Bufs};
 use super::inner::{Ep, EpInner};
 use crate::base::ffi::{self, ret};
 use crate::base::guard::ffi_guard_or;
@@ -50,13 +50,6 @@ const RMA_FLAGS: u64 = ffi::FI_COMPLETION
 /// Send-side op_flags that mean nothing to RMA (MPI sets them as the
 /// endpoint's defaults for its sends): left out of the check.
 const SEND_ONLY_FLAGS: u64 = ffi::FI_MATCH_COMPLETE | ffi::FI_MSG | ffi::FI_TAGGED | ffi::FI_SEND;
-
-/// The local buffers a call names.
-#[derive(Clone, Copy)]
-enum Bufs {
-    One(*const c_void, usize),
-    Iov(*const ffi::iovec, usize),
-}
 
 /// What an RMA call asks for.
 #[derive(Clone, Copy)]
@@ -227,15 +220,11 @@ unsafe fn rma(
                 return ret::EINVAL as isize;
             }
         };
-        let iov = match call.bufs {
-            Bufs::One(buf, len) => IovList::One((buf as usize, len)),
-            // SAFETY: iov holds count iovecs (caller).
-            Bufs::Iov(iov, count) => match unsafe { iovs(ep, op, iov, count) } {
-                Ok(iov) => iov,
-                Err(code) => return code,
-            },
-        };
-        post_rma(ep, op, iov, &call)
+        // SAFETY: an iov array holds its count (caller).
+        match unsafe { call.bufs.read(ep, op) } {
+            Ok(iov) => post_rma(ep, op, iov, &call),
+            Err(code) => code,
+        }
     })
 }
 
