@@ -81,14 +81,21 @@ impl Exposure {
     /// address or an offset, as the key says), if it lies inside the range
     /// and the key grants `need`.
     pub fn translate(&self, at: u64, len: u64, need: Access) -> Result<u64, DmaError> {
-        if !self.access.contains(need) {
-            return Err(DmaError::AccessDenied);
-        }
         let start = if self.access.contains(Access::VIRTUAL_ADDRESS) {
             at
         } else {
             self.addr.checked_add(at).ok_or(DmaError::OutOfBounds)?
         };
+        self.check(start, len, need)?;
+        Ok(start)
+    }
+
+    /// Whether the owner's `[start, start + len)` lies inside the range and
+    /// the key grants `need` (the owner names its bytes by address).
+    pub fn check(&self, start: u64, len: u64, need: Access) -> Result<(), DmaError> {
+        if !self.access.contains(need) {
+            return Err(DmaError::AccessDenied);
+        }
         let end = start.checked_add(len).ok_or(DmaError::OutOfBounds)?;
         let range_end = self
             .addr
@@ -97,7 +104,7 @@ impl Exposure {
         if start < self.addr || end > range_end {
             return Err(DmaError::OutOfBounds);
         }
-        Ok(start)
+        Ok(())
     }
 }
 

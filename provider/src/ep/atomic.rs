@@ -13,7 +13,7 @@ use std::mem::size_of;
 use std::os::raw::{c_int, c_void};
 use std::ptr;
 
-use super::data::map_post_error;
+use super::data::{map_post_error, SEND_ONLY_FLAGS};
 use super::inner::{Ep, EpInner};
 use crate::base::ffi::{self, ret};
 use crate::base::guard::ffi_guard_or;
@@ -48,9 +48,6 @@ const ATOMIC_FLAGS: u64 = ffi::FI_COMPLETION
     | ffi::FI_ATOMIC
     | ffi::FI_READ
     | ffi::FI_WRITE;
-
-/// Send-only op_flags MPI sets as the endpoint's defaults: not checked.
-const SEND_ONLY_FLAGS: u64 = ffi::FI_MATCH_COMPLETE | ffi::FI_MSG | ffi::FI_TAGGED | ffi::FI_SEND;
 
 /// Local buffers of a call, in elements.
 #[derive(Clone, Copy)]

@@ -78,6 +78,10 @@ const SEND_FLAGS: u64 = ffi::FI_COMPLETION
     | ffi::FI_MSG
     | ffi::FI_TAGGED
     | ffi::FI_SEND;
+/// Send-side op_flags that mean nothing to RMA and atomics (MPI sets them
+/// as the endpoint's defaults for its sends): left out of their checks.
+pub(super) const SEND_ONLY_FLAGS: u64 =
+    ffi::FI_MATCH_COMPLETE | ffi::FI_MSG | ffi::FI_TAGGED | ffi::FI_SEND;
 const RECV_FLAGS: u64 = ffi::FI_COMPLETION
     | ffi::FI_MULTI_RECV
     | ffi::FI_PEEK

@@ -15,7 +15,7 @@ use std::os::raw::{c_int, c_void};
 use std::ptr;
 use std::sync::atomic::Ordering;
 
-use super::data::{map_post_error, Bufs};
+use super::data::{map_post_error, Bufs, SEND_ONLY_FLAGS};
 use super::inner::{Ep, EpInner};
 use crate::base::ffi::{self, ret};
 use crate::base::guard::ffi_guard_or;
@@ -46,10 +46,6 @@ const RMA_FLAGS: u64 = ffi::FI_COMPLETION
     | ffi::FI_RMA
     | ffi::FI_READ
     | ffi::FI_WRITE;
-
-/// Send-side op_flags that mean nothing to RMA (MPI sets them as the
-/// endpoint's defaults for its sends): left out of the check.
-const SEND_ONLY_FLAGS: u64 = ffi::FI_MATCH_COMPLETE | ffi::FI_MSG | ffi::FI_TAGGED | ffi::FI_SEND;
 
 /// What an RMA call asks for.
 #[derive(Clone, Copy)]

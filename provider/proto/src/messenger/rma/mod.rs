@@ -349,6 +349,15 @@ where
     /// Submits the DMAs of one-sided `op` as far as staging buffers allow;
     /// false if some wait for one.
     fn submit_pieces(&mut self, op: usize) -> bool {
+        // A dmable local buffer moves in one DMA; any other, a staging
+        // buffer at a time. (Asked once: the question takes the domain's
+        // DMA lock.)
+        let whole = self.rma_ops.get(op).is_some_and(|rma| {
+            rma.local.len() == 1
+                && self
+                    .dma
+                    .is_dmable(rma.local[0].0 as *const u8, rma.len.max(1))
+        });
         loop {
             let Some(rma) = self.rma_ops.get(op) else {
                 return true;
@@ -363,12 +372,6 @@ where
             let Some(node) = self.peers[peer].node else {
                 return true;
             };
-            // A dmable local buffer moves in one DMA; any other, a staging
-            // buffer at a time.
-            let whole = rma.local.len() == 1
-                && self
-                    .dma
-                    .is_dmable(rma.local[0].0 as *const u8, rma.len.max(1));
             let (local, len, staging) = if whole {
                 (rma.local[0].0 + next, rma.len - next, None)
             } else {

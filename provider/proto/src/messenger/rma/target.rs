@@ -64,14 +64,9 @@ where
                 _ => RmaRefusal::Denied,
             })?;
         // The initiator sends our own address, whatever the key's mode.
-        let end = addr.checked_add(len).ok_or(RmaRefusal::Denied)?;
-        let range_end = exposure
-            .addr
-            .checked_add(exposure.len)
-            .ok_or(RmaRefusal::Denied)?;
-        if !exposure.access.contains(need) || addr < exposure.addr || end > range_end {
-            return Err(RmaRefusal::Denied);
-        }
+        exposure
+            .check(addr, len, need)
+            .map_err(|_| RmaRefusal::Denied)?;
         Ok(exposure.access.contains(Access::NOTIFY))
     }
 
