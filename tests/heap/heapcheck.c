@@ -136,9 +136,13 @@ static void *work(void *arg) {
             if (!check(slot[i], len[i], (unsigned)(w->index * 131 + i))) return "corrupt";
             if (len[i] >= threshold && !dmable(slot[i], len[i])) return "large block not dmable";
             if (round % 3 == 0) {
-                size_t grown = len[i] * 2 + 1;
+                /* Grow, or shrink a block past 4 MiB: the working set stays
+                 * far inside the heap's bound (exhaustion has its own test),
+                 * and realloc both grows and shrinks blocks. */
+                size_t grown = len[i] > (4u << 20) ? len[i] / 3 : len[i] * 2 + 1;
                 unsigned char *p = realloc(slot[i], grown);
-                if (!p || !check(p, len[i], (unsigned)(w->index * 131 + i))) return "realloc";
+                if (!p || !check(p, grown < len[i] ? grown : len[i], (unsigned)(w->index * 131 + i)))
+                    return "realloc";
                 fill(p, grown, (unsigned)(w->index * 131 + i));
                 slot[i] = p, len[i] = grown;
             } else {
