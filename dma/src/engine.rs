@@ -7,14 +7,14 @@
 //! dmable memory and that mapping, done when it is submitted; its completion
 //! is reported by `poll` once the timing model says it is done.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::VecDeque;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 use unimem_mailbox::node::monotonic_ns;
 use unimem_mailbox::profile::spin_until;
 use unimem_mailbox::shm::{SharedObject, SharedRange, HEADER_SIZE};
-use unimem_mailbox::{NodeId, Profile, TimingModel};
+use unimem_mailbox::{IdMap, NodeId, Profile, TimingModel};
 
 use crate::error::DmaError;
 use crate::keys::{self, Exposure};
@@ -51,8 +51,8 @@ enum Direction {
 pub struct ShmDmaEngine {
     region: Arc<DmaRegion>,
     timing: TimingModel,
-    nodes: HashMap<NodeId, RemoteNode>,
-    registrations: HashMap<u64, Registration>,
+    nodes: IdMap<NodeId, RemoteNode>,
+    registrations: IdMap<u64, Registration>,
     next_reg: u64,
     next_id: u64,
     /// When the modeled engine finishes its last queued transfer.
@@ -66,8 +66,8 @@ impl ShmDmaEngine {
         ShmDmaEngine {
             region,
             timing: profile.timing(),
-            nodes: HashMap::new(),
-            registrations: HashMap::new(),
+            nodes: IdMap::default(),
+            registrations: IdMap::default(),
             next_reg: 1,
             next_id: 1,
             busy_until: 0,

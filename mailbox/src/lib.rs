@@ -11,6 +11,7 @@
 //! and the timing profiles ([`profile`]).
 
 pub mod addr;
+pub mod idmap;
 pub mod node;
 pub mod profile;
 pub mod shm;
@@ -21,6 +22,7 @@ use std::hash::Hash;
 use std::io;
 
 pub use addr::{MailboxAddr, ADDR_LEN};
+pub use idmap::{IdHasher, IdMap};
 pub use node::{JobId, NodeId};
 pub use profile::{Profile, TimingModel};
 pub use shm_mailbox::{ShmMailbox, ShmMailboxConfig, ShmPeer, MAX_DEPTH};

@@ -37,6 +37,8 @@ pub struct CntrInner {
     spin_yield: usize,
     count: AtomicU64,
     errors: AtomicU64,
+    /// The count the last `fi_cntr_read` returned (see `cntr_read`).
+    last_read: AtomicU64,
     /// (count, errors) as `fi_poll` last saw them, or as the application
     /// last set or added to them: `fi_poll` reports changes since then.
     checkpoint: Mutex<(u64, u64)>,
@@ -69,6 +71,22 @@ impl CntrInner {
     /// The domain the counter belongs to (endpoints must share it).
     pub fn domain(&self) -> &DomainState {
         &self.domain
+    }
+
+    /// `fi_cntr_read`: the count, progressing first only if it has not
+    /// moved since the last read. A waiting application (the count stands
+    /// still) drives progress on every read; one whose operations completed
+    /// inside their posting calls (one-sided DMA) gets the new count at
+    /// the price of a load, as MPI's flush reads it right after its puts.
+    pub fn read_progressing(&self) -> u64 {
+        let now = self.value();
+        if self.last_read.swap(now, Ordering::Relaxed) != now {
+            return now;
+        }
+        self.progress().run();
+        let now = self.value();
+        self.last_read.store(now, Ordering::Relaxed);
+        now
     }
 
     /// Current success count, without progress.
@@ -223,6 +241,7 @@ pub unsafe fn open(
             spin_yield: domain.config().spin_yield,
             count: AtomicU64::new(0),
             errors: AtomicU64::new(0),
+            last_read: AtomicU64::new(0),
             checkpoint: Mutex::new((0, 0)),
             children: Children::default(),
         }),
@@ -282,8 +301,11 @@ unsafe fn read_with(
 }
 
 unsafe extern "C" fn cntr_read(cntr: *mut ffi::fid_cntr) -> u64 {
-    // SAFETY: cntr comes from the application.
-    unsafe { read_with("fi_cntr_read", cntr, CntrInner::value) }
+    const OP: &str = "fi_cntr_read";
+    ffi_guard_or(OP, 0, || {
+        // SAFETY: fid_cntr starts with its fid (the application's).
+        unsafe { Cntr::from_ptr(cntr, OP) }.map_or(0, |c| c.inner.read_progressing())
+    })
 }
 
 unsafe extern "C" fn cntr_readerr(cntr: *mut ffi::fid_cntr) -> u64 {

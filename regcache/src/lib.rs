@@ -80,8 +80,9 @@ mod entries;
 #[cfg(test)]
 mod tests;
 
+use std::collections::hash_map::RandomState;
 use std::collections::{BTreeMap, HashMap};
-use std::hash::Hash;
+use std::hash::{BuildHasher, Hash};
 use std::mem;
 
 use entries::{Entries, Entry, Slot};
@@ -134,9 +135,10 @@ pub struct Stats {
 pub struct Ticket(u64);
 
 /// LRU cache of registrations `V` of address ranges of remote nodes `N`; see the crate docs.
+/// `S` hashes the nodes (the standard hasher unless the caller has a faster one).
 #[derive(Debug)]
-pub struct RegCache<N, V> {
-    nodes: HashMap<N, NodeState>,
+pub struct RegCache<N, V, S = RandomState> {
+    nodes: HashMap<N, NodeState, S>,
     entries: Entries<N, V>,
     /// 0 when disabled.
     max_entries: usize,
@@ -162,7 +164,7 @@ struct NodeState {
     by_start: BTreeMap<u64, Slot>,
 }
 
-impl<N: Copy + Eq + Hash, V> RegCache<N, V> {
+impl<N: Copy + Eq + Hash, V, S: BuildHasher + Default> RegCache<N, V, S> {
     /// Creates an empty cache.
     ///
     /// # Panics
@@ -176,7 +178,7 @@ impl<N: Copy + Eq + Hash, V> RegCache<N, V> {
             config.page_size
         );
         Self {
-            nodes: HashMap::new(),
+            nodes: HashMap::default(),
             entries: Entries::default(),
             max_entries: if config.enabled {
                 config.max_entries

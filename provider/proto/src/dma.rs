@@ -27,10 +27,12 @@
 
 use std::collections::VecDeque;
 use std::fmt;
+use std::hash::BuildHasherDefault;
 use std::sync::Arc;
 
 use parking_lot::{Mutex, MutexGuard};
 use unimem_dma::{DmaBuf, DmaEngine, DmaError, DmaId, Exposure, RegId};
+use unimem_mailbox::IdHasher;
 use unimem_regcache::{Config as RegCacheConfig, RegCache, Stats};
 
 /// What a submitter calls one of its transfers; handed back when the
@@ -43,7 +45,7 @@ const ORPHAN: u32 = u32::MAX;
 
 struct Shared<D: DmaEngine> {
     engine: D,
-    regcache: RegCache<D::Node, RegId>,
+    regcache: RegCache<D::Node, RegId, BuildHasherDefault<IdHasher>>,
     /// Each transfer in flight: its id, view slot and token, in submission
     /// order. Engines complete mostly in that order, so the owner of a
     /// completion is found at the front, without hashing.
@@ -333,6 +335,21 @@ impl<D: DmaEngine> DmaSession<'_, D> {
                     .push(token),
                 None => tracing::warn!(?id, "completion of an unknown DMA"),
             }
+        }
+    }
+
+    /// `probed`, a registration the caller holds of a range covering this
+    /// one (looked up moments before, under this lock), or the cache's.
+    pub fn registration_or(
+        &mut self,
+        probed: Option<RegId>,
+        node: D::Node,
+        addr: u64,
+        len: usize,
+    ) -> Result<(RegId, Vec<RegId>), DmaError> {
+        match probed {
+            Some(reg) => Ok((reg, Vec::new())),
+            None => self.cached_registration(node, addr, len),
         }
     }
 

@@ -49,12 +49,12 @@ pub use recv::Held;
 pub use rma::atomic::AtomicReq;
 pub use rma::RmaReq;
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::VecDeque;
 use std::hash::Hash;
 use std::time::Instant;
 
 use unimem_dma::{DmaEngine, DmaError};
-use unimem_mailbox::{Error as MailboxError, Mailbox};
+use unimem_mailbox::{Error as MailboxError, IdMap, Mailbox};
 
 use crate::dma::{DmaView, DomainDma, Token};
 use crate::matching::{IovList, Matcher};
@@ -116,7 +116,7 @@ pub struct Messenger<M: Mailbox, D: DmaEngine> {
     slot_size: usize,
     // peers
     peers: Vec<Peer<M::Addr, M::Peer, D::Node>>,
-    by_addr: HashMap<M::Addr, PeerIdx>,
+    by_addr: IdMap<M::Addr, PeerIdx>,
     /// The peer looked up last: most traffic goes to or comes from the same
     /// peer as the message before, and this spares hashing its address.
     last_peer: Option<(M::Addr, PeerIdx)>,
@@ -141,14 +141,14 @@ pub struct Messenger<M: Mailbox, D: DmaEngine> {
     rma_ops: Slab<RmaOp>,
     rma_pending: VecDeque<usize>,
     // rma::atomic
-    atomic_rx: HashMap<(PeerIdx, u16), rma::atomic::PendingAtomic>,
+    atomic_rx: IdMap<(PeerIdx, u16), rma::atomic::PendingAtomic>,
     // rma::target
     deferred_reads: VecDeque<DeferredRead>,
     // recv (lengths)
     /// High 32 bits of the lengths of transfers of 4 GiB or more announced
     /// by a `LenHigh`, by peer, kind (read or not) and id, until the
     /// message that starts the transfer comes.
-    long_lengths: HashMap<(PeerIdx, bool, u16), u32>,
+    long_lengths: IdMap<(PeerIdx, bool, u16), u32>,
     // send::rendezvous
     tx_staging: BufferPool,
     deferred_fragments: VecDeque<Grant>,
@@ -240,7 +240,7 @@ where
             dma,
             slot_size,
             peers: Vec::new(),
-            by_addr: HashMap::new(),
+            by_addr: IdMap::default(),
             last_peer: None,
             active_spare: Vec::new(),
             active: Vec::new(),
@@ -249,9 +249,9 @@ where
             rx_xfers: Slab::new(),
             rma_ops: Slab::new(),
             rma_pending: VecDeque::new(),
-            atomic_rx: HashMap::new(),
+            atomic_rx: IdMap::default(),
             deferred_reads: VecDeque::new(),
-            long_lengths: HashMap::new(),
+            long_lengths: IdMap::default(),
             outstanding_sends: 0,
             bounce_pool,
             tx_staging,

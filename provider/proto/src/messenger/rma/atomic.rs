@@ -21,7 +21,7 @@
 
 use std::hash::Hash;
 
-use unimem_dma::{Access, DmaEngine, DmaError};
+use unimem_dma::{Access, DmaEngine, DmaError, RegId};
 use unimem_mailbox::Mailbox;
 
 use super::{RmaOp, RmaState};
@@ -212,9 +212,7 @@ where
                 old: Vec::new(),
             })),
         });
-        if !self.advance_rma(op) {
-            self.rma_pending.push_back(op);
-        }
+        self.start_rma(op);
         Ok(())
     }
 
@@ -227,7 +225,13 @@ where
 
     /// Applies atomic `op` one-sided at `target` of `node` (dmable memory,
     /// registration `reg`). False if the engine refused it.
-    pub(crate) fn atomic_one_sided(&mut self, op: usize, node: D::Node, target: u64) -> bool {
+    pub(crate) fn atomic_one_sided(
+        &mut self,
+        op: usize,
+        node: D::Node,
+        target: u64,
+        probed: Option<RegId>,
+    ) -> bool {
         let rma = self.rma_ops.get(op).expect("checked by the caller");
         let args = rma.atomic.as_deref().expect("an atomic operation");
         let (size, count, len) = (args.datatype.size(), args.count, rma.len);
@@ -235,7 +239,7 @@ where
         let token = self.dma_waiters.next_id();
         let mut dma = self.dma.lock();
         let done = dma
-            .cached_registration(node, target, len)
+            .registration_or(probed, node, target, len)
             .and_then(|(reg, stale)| {
                 let result = dma.atomic(
                     reg,

@@ -26,7 +26,7 @@ pub(crate) mod target;
 use std::collections::HashMap;
 use std::hash::Hash;
 
-use unimem_dma::{Access, DmaEngine, DmaError};
+use unimem_dma::{Access, DmaEngine, DmaError, RegId};
 use unimem_mailbox::Mailbox;
 
 use super::peers::DataItem;
@@ -155,10 +155,19 @@ where
             atomic: None,
             notify: false,
         });
+        self.start_rma(op);
+        Ok(())
+    }
+
+    /// Starts a newly posted `op` as far as it goes now. What the engine
+    /// finished at once (every DMA of the native profile) completes here:
+    /// its completion is visible when the post returns, not one progress
+    /// call later (MPI's flush reads the counter once and is done).
+    pub(crate) fn start_rma(&mut self, op: usize) {
         if !self.advance_rma(op) {
             self.rma_pending.push_back(op);
         }
-        Ok(())
+        self.reap_dma();
     }
 
     /// Moves operation `op` on as far as it can; false if it waits for
@@ -167,6 +176,7 @@ where
         let Some(rma) = self.rma_ops.get(op) else {
             return true;
         };
+        let mut probed = None;
         if let RmaState::Resolving = rma.state {
             let peer = rma.peer;
             if self.peers[peer].dead {
@@ -180,17 +190,19 @@ where
             if rma.atomic.is_some() && self.atomics_waiting_on(peer) {
                 return false;
             }
-            if !self.resolve_rma(op, node) {
-                return true;
+            match self.resolve_rma(op, node) {
+                Some(reg) => probed = reg,
+                None => return true,
             }
         }
-        self.submit_pieces(op)
+        self.submit_pieces(op, probed)
     }
 
     /// Resolves the key of `op` at `node`: fails it, starts it one-sided,
-    /// or hands it to the target-assisted path. True if it is now
-    /// one-sided.
-    fn resolve_rma(&mut self, op: usize, node: D::Node) -> bool {
+    /// or hands it to the target-assisted path. `Some` if it is now
+    /// one-sided, with the registration of its whole target range when the
+    /// cache keeps it (so that its first DMA need not look it up again).
+    fn resolve_rma(&mut self, op: usize, node: D::Node) -> Option<Option<RegId>> {
         let rma = self.rma_ops.get(op).expect("checked by the caller");
         let (key, addr, len, kind) = (rma.key, rma.addr, rma.len, rma.kind);
         let element = rma.atomic.as_ref().map(|a| a.element_size());
@@ -212,33 +224,35 @@ where
                 drop(dma);
                 tracing::debug!(key, addr, len, "RMA refused: {e}");
                 self.end_rma(op, Some(access_error(&e)));
-                return false;
+                return None;
             }
         };
         if len == 0 {
             drop(dma);
             self.end_rma(op, None);
-            return false;
+            return None;
         }
         if element.is_some_and(|size| !target.is_multiple_of(size as u64)) {
             drop(dma);
             tracing::debug!(target, "atomic target not aligned to its element");
             self.end_rma(op, Some(ErrorKind::Invalid));
-            return false;
+            return None;
         }
         if element.is_some() {
             self.stats.atomics += 1;
         }
         match dma.cached_registration(node, target, len) {
-            Ok((_, stale)) => {
+            Ok((reg, stale)) => {
+                // A registration made just for this range is released now.
+                let kept = (!stale.contains(&reg)).then_some(reg);
                 dma.release(stale);
                 drop(dma);
                 self.stats.one_sided += 1;
                 if element.is_some() {
-                    if !self.atomic_one_sided(op, node, target) {
+                    if !self.atomic_one_sided(op, node, target, kept) {
                         self.end_rma(op, Some(ErrorKind::PeerUnreachable));
                     }
-                    return false;
+                    return None;
                 }
                 let rma = self.rma_ops.get_mut(op).expect("checked above");
                 rma.state = RmaState::Direct {
@@ -247,7 +261,7 @@ where
                     in_flight: 0,
                     failed: false,
                 };
-                true
+                Some(kept)
             }
             // Not dmable: the target's progress moves it.
             Err(DmaError::OutOfBounds) => {
@@ -258,13 +272,13 @@ where
                 } else {
                     self.assist_rma(op, target);
                 }
-                false
+                None
             }
             Err(e) => {
                 drop(dma);
                 tracing::warn!(%node, "cannot register an RMA target: {e}");
                 self.end_rma(op, Some(ErrorKind::PeerUnreachable));
-                false
+                None
             }
         }
     }
@@ -347,8 +361,9 @@ where
     }
 
     /// Submits the DMAs of one-sided `op` as far as staging buffers allow;
-    /// false if some wait for one.
-    fn submit_pieces(&mut self, op: usize) -> bool {
+    /// false if some wait for one. `probed` registers the whole target
+    /// range (see `resolve_rma`): the first piece uses it.
+    fn submit_pieces(&mut self, op: usize, mut probed: Option<RegId>) -> bool {
         // A dmable local buffer moves in one DMA; any other, a staging
         // buffer at a time. (Asked once: the question takes the domain's
         // DMA lock.)
@@ -392,7 +407,7 @@ where
             let token = self.dma_waiters.next_id();
             let mut dma = self.dma.lock();
             let submitted = dma
-                .cached_registration(node, remote, len)
+                .registration_or(probed.take(), node, remote, len)
                 .and_then(|(reg, stale)| {
                     let result = if kind == RmaKind::Write {
                         dma.put(local as *const u8, len, reg, remote, token)
