@@ -309,6 +309,19 @@ pub struct KeyHandle {
 }
 
 impl KeyHandle {
+    /// Changes the rights of the exposed range (what initiators find from
+    /// their next lookup on).
+    pub fn set_access(&self, access: Access) {
+        if self.table.node.pid != std::process::id() {
+            return;
+        }
+        let _write = self.table.write.lock();
+        let slot = &slots(&self.table.object)[self.index];
+        write_slot(slot, |slot| {
+            slot.access.store(access.bits(), Ordering::Relaxed)
+        });
+    }
+
     pub fn key(&self) -> u64 {
         self.key
     }

@@ -66,9 +66,9 @@ pub struct MrInner {
     access: u64,
     offset: u64,
     key: u64,
-    /// The key in the process's key table, for a region with remote
-    /// access; withdrawn when the region closes.
-    _exposed: Option<KeyHandle>,
+    /// The key in the process's key table and the rights it grants, for a
+    /// region with remote access; withdrawn when the region closes.
+    exposed: Option<(KeyHandle, Access)>,
     /// Counters bound with `fi_mr_bind` (`FI_REMOTE_READ`,
     /// `FI_REMOTE_WRITE`): they count remote accesses (`FI_RMA_EVENT`).
     counters: Mutex<Vec<(u64, ParentRef<CntrInner>)>>,
@@ -77,6 +77,22 @@ pub struct MrInner {
 /// Exposed regions by key (keys are unique per process): where a remote
 /// access reported to an endpoint finds the region's counters.
 static EXPOSED: Mutex<Option<HashMap<u64, Weak<MrInner>>>> = Mutex::new(None);
+
+/// An endpoint of `domain` bound a counter of remote accesses: its exposed
+/// regions ask initiators to report their one-sided accesses from now on.
+pub fn remote_counter_bound(domain: &DomainState) {
+    domain.note_remote_counter();
+    let regions: Vec<Arc<MrInner>> = EXPOSED
+        .lock()
+        .as_ref()
+        .map(|map| map.values().filter_map(Weak::upgrade).collect())
+        .unwrap_or_default();
+    for region in regions {
+        if std::ptr::eq(&*region.domain, domain) {
+            region.refresh_exposure();
+        }
+    }
+}
 
 /// Counts a peer's completed access to our region `key` on the counters
 /// bound to the region.
@@ -99,6 +115,29 @@ pub fn count_remote_access(key: u64, read: bool, write: bool) {
 }
 
 impl MrInner {
+    /// Whether a one-sided access to this region must be reported to us:
+    /// with `FI_RMA_EVENT`, while a counter would count it (one bound to
+    /// the region or to an endpoint). Otherwise initiators spare the
+    /// mailbox message per operation (MPI asks for `FI_RMA_EVENT` and
+    /// binds no such counter).
+    fn notify(&self) -> bool {
+        self.domain.info.caps & ffi::FI_RMA_EVENT != 0
+            && (self.domain.counts_remote_accesses() || !self.counters.lock().is_empty())
+    }
+
+    /// Brings the exposed rights in line with [`notify`](Self::notify):
+    /// initiators see it from their next operation on.
+    fn refresh_exposure(&self) {
+        if let Some((handle, rights)) = &self.exposed {
+            let notify = if self.notify() {
+                Access::NOTIFY
+            } else {
+                Access::empty()
+            };
+            handle.set_access(rights.union(notify));
+        }
+    }
+
     /// (address, length) of each registered buffer, in order.
     pub fn ranges(&self) -> &[(usize, usize)] {
         &self.ranges
@@ -156,6 +195,7 @@ impl Bind for MrInner {
             .counters
             .lock()
             .push((flags, ParentRef::new(&cntr)));
+        mr.inner.refresh_exposure();
         ret::SUCCESS
     }
 }
@@ -272,7 +312,7 @@ pub unsafe fn register(
             access: req.access,
             offset: req.offset,
             key,
-            _exposed: exposed,
+            exposed,
             counters: Mutex::new(Vec::new()),
         }),
     });
@@ -285,7 +325,7 @@ pub unsafe fn register(
     };
     // SAFETY: obj is the live object just installed.
     let inner = unsafe { &(*obj).inner };
-    if inner._exposed.is_some() {
+    if inner.exposed.is_some() {
         EXPOSED
             .lock()
             .get_or_insert_with(HashMap::new)
@@ -306,7 +346,7 @@ fn expose(
     key: u64,
     virtual_address: bool,
     op: &str,
-) -> Result<Option<KeyHandle>, c_int> {
+) -> Result<Option<(KeyHandle, Access)>, c_int> {
     let mut rights = Access::empty();
     if access & ffi::FI_REMOTE_READ != 0 {
         rights = rights.union(Access::REMOTE_READ);
@@ -320,11 +360,6 @@ fn expose(
     if virtual_address {
         rights = rights.union(Access::VIRTUAL_ADDRESS);
     }
-    // FI_RMA_EVENT: initiators tell us of their one-sided accesses, which
-    // counters count.
-    if domain.info.caps & ffi::FI_RMA_EVENT != 0 {
-        rights = rights.union(Access::NOTIFY);
-    }
     let &[(addr, len)] = ranges else {
         tracing::warn!(
             "{op}: remote access to a region of {} buffers is not supported",
@@ -332,14 +367,21 @@ fn expose(
         );
         return Err(ret::ENOSYS);
     };
+    // FI_RMA_EVENT with an endpoint's counter of remote accesses:
+    // initiators tell us of their one-sided accesses (see MrInner::notify).
+    let notify = if domain.info.caps & ffi::FI_RMA_EVENT != 0 && domain.counts_remote_accesses() {
+        Access::NOTIFY
+    } else {
+        Access::empty()
+    };
     let exposure = Exposure {
         addr: addr as u64,
         len: len as u64,
-        access: rights,
+        access: rights.union(notify),
     };
     let table = KeyTable::for_process(JobId::from_name(&domain.config().job));
     match table.and_then(|t| t.expose(key, exposure)) {
-        Ok(handle) => Ok(Some(handle)),
+        Ok(handle) => Ok(Some((handle, rights))),
         Err(DmaError::KeyInUse) => {
             tracing::warn!("{op}: key {key:#x} is already in use in this process");
             Err(-(ffi::FI_ENOKEY as c_int))

@@ -1464,6 +1464,43 @@ fn remote_counters_count_writes_reads_and_atomics_in_dmable_memory() {
     remote_counters("rma-event-dmable", true);
 }
 
+/// FI_RMA_EVENT with counters on regions only, bound after the regions
+/// exist (MPI asks for FI_RMA_EVENT and binds none: initiators then send
+/// no notices). One-sided writes and reads into dmable memory count on the
+/// region's counter from the binding on; a region without one counts
+/// nothing, and before the binding nothing is counted.
+#[test]
+fn region_counters_bound_late_count_one_sided_accesses() {
+    let mut c = dmable_cluster("rma-event-mr");
+    c.env("FABRIC_PEER_RMA_EVENT", "mr");
+    c.spawn(2).connect_all();
+    Region::new(&mut c, 1, 0xa, REGION, 1, "rw");
+    Region::new(&mut c, 1, 0xb, REGION, 2, "rw");
+    // Before any counter: accesses are not reported.
+    c.cmd(0, "write 1 0xa 0 64 1 1");
+    c.cmd(0, "read 1 0xa 0 64 2");
+    c.cmd(0, "wait writes=1 reads=1");
+    c.cmd(1, "mr-cntr 0xa write");
+    c.cmd(1, "mr-cntr 0xb read");
+    for i in 0..3 {
+        c.cmd(0, format!("write 1 0xa {} 100 {i} {}", 200 * i, 10 + i));
+    }
+    c.cmd(0, format!("write 1 0xb 0 {} 7 20", 2 * SEGMENT));
+    c.cmd(0, "read 1 0xb 8 16 21");
+    c.cmd(0, "read 1 0xb 4096 1 22");
+    c.cmd(0, "wait writes=4 reads=2");
+    let got = c.cmd(1, "rcntr-wait mr0=3 mr1=2");
+    c.cmd(1, "quiet 200");
+    assert_eq!(
+        c.cmd(1, "rcntr").ok,
+        "mr0=3 mr1=2",
+        "(first reached: {})",
+        got.ok
+    );
+    let logs = c.finish_with_warnings();
+    assert_eq!(carried(&logs[0]).1, 0, "every access one-sided");
+}
+
 /// `FI_INJECT` in the flags of `fi_writemsg` only returns the buffer at
 /// once (fi_rma(3)); without `FI_SELECTIVE_COMPLETION` the write still
 /// completes on the CQ (only `fi_inject_write` has no completion).

@@ -77,6 +77,9 @@ impl Bind for EpInner {
                     b.write_cntr = Some(ParentRef::new(&cntr));
                 }
                 // They count only on an endpoint with FI_RMA_EVENT.
+                if flags & (ffi::FI_REMOTE_READ | ffi::FI_REMOTE_WRITE) != 0 {
+                    crate::mr::remote_counter_bound(&inner.domain);
+                }
                 if flags & ffi::FI_REMOTE_READ != 0 {
                     b.remote_read_cntr = Some(ParentRef::new(&cntr));
                 }

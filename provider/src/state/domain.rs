@@ -5,6 +5,7 @@
 //! registration cache over the process's dmable region, and one progress
 //! list of its endpoints, which every read of its CQs and counters runs.
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 use parking_lot::Mutex;
@@ -39,6 +40,9 @@ pub struct DomainState {
     /// The domain's enabled endpoints: what a CQ or counter read advances.
     progress: ProgressList,
     children: Children,
+    /// An endpoint has a counter of remote accesses (`FI_REMOTE_READ`/
+    /// `FI_REMOTE_WRITE`): initiators must tell of their one-sided ones.
+    remote_counters: AtomicBool,
 }
 
 impl DomainState {
@@ -51,7 +55,18 @@ impl DomainState {
             dma: Mutex::new(None),
             progress: ProgressList::default(),
             children: Children::default(),
+            remote_counters: AtomicBool::new(false),
         }
+    }
+
+    /// An endpoint bound a counter of remote accesses.
+    pub fn note_remote_counter(&self) {
+        self.remote_counters.store(true, Ordering::Relaxed);
+    }
+
+    /// Whether an endpoint has a counter of remote accesses.
+    pub fn counts_remote_accesses(&self) -> bool {
+        self.remote_counters.load(Ordering::Relaxed)
     }
 
     pub fn config(&self) -> &Arc<Config> {

@@ -13,7 +13,8 @@
 //! flags. With `$FABRIC_PEER_CNTR=1` it also opens two counters, bound to
 //! the endpoint with `FI_WRITE` and `FI_READ` (see `cntr`); with
 //! `$FABRIC_PEER_RMA_EVENT=1`, two more bound with `FI_REMOTE_WRITE` and
-//! `FI_REMOTE_READ` (see `rcntr`).
+//! `FI_REMOTE_READ` (see `rcntr`); `$FABRIC_PEER_RMA_EVENT=mr` asks for
+//! `FI_RMA_EVENT` without them (counters on regions only, `mr-cntr`).
 //!
 //! Then it runs one command per input line. A command answers with data
 //! lines (completions, as `unimem_tests::cluster::Completion`), then
@@ -166,7 +167,9 @@ impl Objects {
     fn open(api: &'static Api) -> Result<Objects, String> {
         let step =
             |what: &str, code: i32| format!("{what}: {code} ({})", api.strerror(code as isize));
-        let rma_event = std::env::var("FABRIC_PEER_RMA_EVENT").as_deref() == Ok("1");
+        // "mr": FI_RMA_EVENT with counters on regions only (`mr-cntr`).
+        let rma_event_var = std::env::var("FABRIC_PEER_RMA_EVENT").unwrap_or_default();
+        let rma_event = rma_event_var == "1" || rma_event_var == "mr";
         let mut hints = Hints {
             tx_op_flags: send_flags(&std::env::var("FABRIC_PEER_TX_OP_FLAGS").unwrap_or_default())?,
             ..Hints::default()
@@ -189,7 +192,7 @@ impl Objects {
             }),
             _ => None,
         };
-        let remote_cntrs = match rma_event {
+        let remote_cntrs = match rma_event_var == "1" {
             true => Some(Counters {
                 write: domain.cntr().map_err(|c| step("fi_cntr_open", c))?,
                 read: domain.cntr().map_err(|c| step("fi_cntr_open", c))?,
@@ -1571,16 +1574,14 @@ impl Peer {
     fn rcntr_wait(&mut self, a: &Args) -> CmdResult {
         let deadline = Instant::now() + self.wait_limit;
         loop {
-            let c = self
-                .obj
-                .remote_cntrs
-                .as_ref()
-                .ok_or("no remote counters (FABRIC_PEER_RMA_EVENT=1)")?;
             // Reading a counter progresses the endpoint.
-            let mut values = vec![
-                ("remote-write".to_string(), c.write.read()),
-                ("remote-read".to_string(), c.read.read()),
-            ];
+            let mut values = Vec::new();
+            if let Some(c) = &self.obj.remote_cntrs {
+                values.push(("remote-write".to_string(), c.write.read()));
+                values.push(("remote-read".to_string(), c.read.read()));
+            } else if self.obj.mr_cntrs.is_empty() {
+                return Err("no remote counters (FABRIC_PEER_RMA_EVENT=1, or mr-cntr)".into());
+            }
             for (i, m) in self.obj.mr_cntrs.iter().enumerate() {
                 values.push((format!("mr{i}"), m.read()));
             }
