@@ -216,7 +216,10 @@ impl<A: Copy + Eq, B> Matcher<A, B> {
         let (addr, room) = recv.iov[0];
         let take = len.min(room);
         recv.iov[0] = (addr + take, room - take);
-        let retire = room - take < min_multi;
+        // Retired below the minimum, and always once full (a minimum of 0
+        // must not leave an empty buffer posted to truncate every message).
+        let left = room - take;
+        let retire = left == 0 || left < min_multi;
         let context = recv.context;
         let completion = recv.completion;
         if retire {
@@ -595,6 +598,23 @@ mod tests {
         // Nothing in flight: the cancel itself releases it.
         m.post(false, multi(2, 1000));
         assert!(m.cancel(2).unwrap().released);
+    }
+
+    #[test]
+    fn a_full_multi_recv_buffer_retires_even_with_a_zero_minimum() {
+        let mut m = M::new(0);
+        m.post(false, multi(1, 100));
+        m.post(false, multi(2, 100));
+        let any = MatchInfo::default();
+        let a = m.match_arrival(&1, &any, 60).unwrap();
+        let b = m.match_arrival(&1, &any, 40).unwrap();
+        assert_eq!((a.context, b.context), (1, 1));
+        // Buffer 1 is full: the next message goes whole to buffer 2.
+        let c = m.match_arrival(&1, &any, 30).unwrap();
+        assert_eq!((c.context, &c.iov[..]), (2, &[(0x10000, 30)][..]));
+        let id = a.multi.unwrap();
+        assert_eq!(m.multi_piece_done(id), MultiDone::InUse);
+        assert_eq!(m.multi_piece_done(id), MultiDone::Released);
     }
 
     #[test]
