@@ -12,6 +12,9 @@
  *
  * Operations (-o):
  *   put_lat, get_lat  one fi_write / fi_read, then its completion; µs
+ *   inject_lat        one fi_inject_write (up to the provider's inject
+ *                     size, fi_write above), then the write counter reaching
+ *                     it: what MPICH does for MPI_Put + MPI_Win_flush; µs
  *   put_bw, get_bw    a window (-W, 64) of them, then every completion;
  *                     MB/s (10^6 bytes per second)
  *   atomic            a window of 8-byte FI_SUM fi_atomic, then the
@@ -51,11 +54,12 @@
 #include <rdma/fi_errno.h>
 #include <rdma/fi_rma.h>
 
-enum op { PUT_LAT, GET_LAT, PUT_BW, GET_BW, ATOMIC, FETCH };
-static const char *const op_names[] = {"put_lat", "get_lat", "put_bw", "get_bw", "atomic", "fetch"};
+enum op { PUT_LAT, GET_LAT, INJECT_LAT, PUT_BW, GET_BW, ATOMIC, FETCH, OPS };
+static const char *const op_names[] = {"put_lat", "get_lat", "inject_lat", "put_bw", "get_bw", "atomic", "fetch"};
 static const char *const op_titles[] = {
     "fi_write + its completion, latency (us)",
     "fi_read + its completion, latency (us)",
+    "fi_inject_write + the write counter, latency (us)",
     "window of fi_write + the completions, bandwidth (MB/s)",
     "window of fi_read + the completions, bandwidth (MB/s)",
     "window of 8-byte FI_SUM fi_atomic + the completions, rate (ops/s)",
@@ -131,6 +135,8 @@ static struct fid_fabric *fabric;
 static struct fid_domain *domain;
 static struct fid_av *av;
 static struct fid_cq *cq;
+static struct fid_cntr *write_cntr;
+static uint64_t writes_posted;
 static struct fid_ep *ep;
 static struct fid_mr *mr;
 static void *desc;
@@ -161,6 +167,11 @@ static void open_fabric(void) {
     CHECK_FI(fi_endpoint(domain, info, &ep, NULL));
     CHECK_FI(fi_ep_bind(ep, &av->fid, 0));
     CHECK_FI(fi_ep_bind(ep, &cq->fid, FI_TRANSMIT | FI_RECV));
+    if (opt.op == INJECT_LAT) {
+        struct fi_cntr_attr cntr_attr = {.events = FI_CNTR_EVENTS_COMP};
+        CHECK_FI(fi_cntr_open(domain, &cntr_attr, &write_cntr, NULL));
+        CHECK_FI(fi_ep_bind(ep, &write_cntr->fid, FI_WRITE));
+    }
     CHECK_FI(fi_enable(ep));
 
     /* At least 1 MiB: above the dmable heap's threshold, whatever -m. */
@@ -209,6 +220,12 @@ static size_t progress(void) {
 }
 
 static void wait_all(void) {
+    if (opt.op == INJECT_LAT) {
+        /* Completions of fi_write above the inject size go to the CQ too. */
+        while (fi_cntr_read(write_cntr) < writes_posted) progress();
+        while (inflight) inflight -= progress();
+        return;
+    }
     while (inflight) inflight -= progress();
 }
 
@@ -221,6 +238,18 @@ static void post(size_t size, size_t slot) {
         ssize_t rc;
         void *c = &ctx[slot % 1024];
         switch (opt.op) {
+        case INJECT_LAT:
+            if (size <= info->tx_attr->inject_size) {
+                rc = fi_inject_write(ep, buf, size, peer, remote_base, remote_key);
+                if (rc == 0) {
+                    writes_posted++;
+                    return;
+                }
+                break;
+            }
+            rc = fi_write(ep, buf, size, desc, peer, remote_base, remote_key, c);
+            if (rc == 0) writes_posted++;
+            break;
         case PUT_LAT:
         case PUT_BW:
             rc = fi_write(ep, buf, size, desc, peer, remote_base, remote_key, c);
@@ -306,12 +335,12 @@ static void initiator(void) {
     if (opt.op == PUT_BW || opt.op == GET_BW || opt.op == ATOMIC) printf(", window %d", opt.window);
     printf("\n# provider: %s\n", info->fabric_attr->prov_name);
     int atomic = opt.op == ATOMIC || opt.op == FETCH;
-    printf("# %-10s %s\n", "size", atomic ? "ops/s" : (opt.op <= GET_LAT ? "us" : "MB/s"));
+    printf("# %-10s %s\n", "size", atomic ? "ops/s" : (opt.op <= INJECT_LAT ? "us" : "MB/s"));
     fflush(stdout);
     size_t first = atomic ? 8 : 1, last = atomic ? 8 : opt.max_size;
     for (size_t size = first; size <= last; size *= 2) {
         unsigned seed = (unsigned)(size * 2654435761u >> 7);
-        if (opt.op == PUT_LAT || opt.op == PUT_BW)
+        if (opt.op == PUT_LAT || opt.op == INJECT_LAT || opt.op == PUT_BW)
             for (size_t i = 0; i < size; i++) buf[i] = pattern(i, seed);
         if (opt.op == GET_LAT || opt.op == GET_BW) {
             ask(CMD_FILL, size, seed);
@@ -328,18 +357,19 @@ static void initiator(void) {
         for (;;) {
             round_of(size);
             rounds++;
-            if ((rounds & 7) == 0 || rounds >= 10) {
+            /* The clock every 8 rounds: reading it costs as much as a small op. */
+            if ((rounds & 7) == 0 && rounds >= 10) {
                 elapsed = now() - start;
                 if (rounds >= 10 && elapsed >= opt.budget) break;
             }
         }
         int window = (opt.op == PUT_BW || opt.op == GET_BW || opt.op == ATOMIC) ? opt.window : 1;
         double ops = (double)rounds * window;
-        double value = opt.op <= GET_LAT ? elapsed * 1e6 / ops
+        double value = opt.op <= INJECT_LAT ? elapsed * 1e6 / ops
                        : atomic          ? ops / elapsed
                                          : ops * (double)size / elapsed / 1e6;
         /* Checks. */
-        if (opt.op == PUT_LAT || opt.op == PUT_BW) {
+        if (opt.op == PUT_LAT || opt.op == INJECT_LAT || opt.op == PUT_BW) {
             uint64_t bad = ask(CMD_CHECK_WRITE, size, seed);
             if (bad) die("size %zu: the target's byte %" PRIu64 " differs from what was written", size, bad - 1);
         } else if (opt.op == GET_LAT || opt.op == GET_BW) {
@@ -366,7 +396,7 @@ static void pin(int cpu) {
 }
 
 static void usage(void) {
-    fprintf(stderr, "usage: fi_rma -o put_lat|get_lat|put_bw|get_bw|atomic|fetch [-p PROVIDER] "
+    fprintf(stderr, "usage: fi_rma -o put_lat|get_lat|inject_lat|put_bw|get_bw|atomic|fetch [-p PROVIDER] "
                     "[-m MAX] [-t SECONDS] [-W WINDOW] [-c CPU0,CPU1]\n");
     exit(2);
 }
@@ -377,7 +407,7 @@ int main(int argc, char **argv) {
         switch (c) {
         case 'o': {
             int found = -1;
-            for (int i = 0; i < 6; i++)
+            for (int i = 0; i < OPS; i++)
                 if (!strcmp(optarg, op_names[i])) found = i;
             if (found < 0) usage();
             opt.op = (enum op)found;
@@ -416,6 +446,7 @@ int main(int argc, char **argv) {
     put_u64(0);
     get_u64();
     fi_close(&ep->fid);
+    if (write_cntr) fi_close(&write_cntr->fid);
     fi_close(&mr->fid);
     fi_close(&cq->fid);
     fi_close(&av->fid);
