@@ -222,7 +222,7 @@ static size_t progress(void) {
 static void wait_all(void) {
     if (opt.op == INJECT_LAT) {
         /* Completions of fi_write above the inject size go to the CQ too. */
-        while (fi_cntr_read(write_cntr) < writes_posted) progress();
+        while (fi_cntr_read(write_cntr) < writes_posted) inflight -= progress();
         while (inflight) inflight -= progress();
         return;
     }
