@@ -104,3 +104,84 @@ fn endpoints_starting_together() {
         c.finish();
     }
 }
+
+/// The receiver's close line: (most unexpected bytes held from one
+/// sender, times a sender was throttled).
+fn unexpected_held(stderr: &str) -> (u64, u64) {
+    let line = stderr
+        .lines()
+        .find(|l| l.contains("unexpected messages held at most"))
+        .unwrap_or_else(|| panic!("no unexpected-messages line in:\n{stderr}"));
+    let nums: Vec<u64> = line
+        .split("held at most")
+        .nth(1)
+        .expect("split")
+        .split(|ch: char| !ch.is_ascii_digit())
+        .filter(|w| !w.is_empty())
+        .map(|w| w.parse().expect("digits"))
+        .collect();
+    (nums[0], nums[1])
+}
+
+/// Four senders each send 10,000 eager and 100 rendezvous messages to a
+/// receiver that progresses but posts no receive for two seconds, then
+/// takes them all (contents and per-sender order checked). Returns the
+/// receiver's (peak held from one sender, throttles).
+fn unexpected_flood(test: &str, limit: &str) -> (u64, u64) {
+    let mut c = cluster(test);
+    c.env("FI_UNIMEM_UNEXPECTED_PER_PEER", limit)
+        .env("FI_LOG_LEVEL", "info")
+        .env("FABRIC_PEER_WAIT", "120");
+    c.spawn(5).connect_all();
+    // 100 eager messages of 1000 bytes, then one rendezvous of 70000.
+    let mut lens = vec!["1000"; 100];
+    lens.push("70000");
+    let lens = lens.join(",");
+    let count = 10_100;
+    let senders: Vec<(usize, String)> = (1..5)
+        .map(|s| {
+            (
+                s,
+                format!("traffic rank={s} to=0 count={count} lens={lens}"),
+            )
+        })
+        .collect();
+    for (s, command) in &senders {
+        c.begin(*s, command.as_str());
+    }
+    // Progressing, no receive posted: everything that arrives is unexpected.
+    c.cmd(0, "quiet 2000");
+    let got = c.cmd(
+        0,
+        format!("traffic rank=0 from=4 count={count} lens={lens} within=120000"),
+    );
+    assert_eq!(got.field("received"), 4 * count as i64);
+    for reply in c.answers(&senders) {
+        assert_eq!(reply.field("sent"), count as i64);
+    }
+    let logs = c.finish();
+    unexpected_held(&logs[0])
+}
+
+/// Unexpected traffic at scale: the receiver's memory for unexpected data
+/// stays bounded per sender (`unexpected_per_peer`; past it senders are
+/// throttled to rendezvous), every message arrives intact and in order,
+/// and the senders finish. Without the bound the same flood is held
+/// whole.
+#[test]
+fn unexpected_flood_from_four_senders_is_bounded_and_intact() {
+    let (held, throttles) = unexpected_flood("unexpected-64k", "64k");
+    // The bound, plus what a sender had in flight when told: its eager
+    // credits (16 slots of at most 16 KiB) and some mailbox messages.
+    let bound = (64 << 10) + 16 * ((16 << 10) + 64) + (64 << 10);
+    println!("64 KiB limit: held at most {held} bytes from one sender, {throttles} throttles");
+    assert!(held <= bound, "held {held} > {bound}");
+    assert!(throttles >= 1, "never throttled");
+    let (unbounded, never) = unexpected_flood("unexpected-unbounded", "1t");
+    println!("no limit: held at most {unbounded} bytes from one sender");
+    assert_eq!(never, 0);
+    assert!(
+        unbounded > 4 * bound,
+        "the flood itself holds only {unbounded}"
+    );
+}

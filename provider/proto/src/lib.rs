@@ -76,7 +76,16 @@ pub struct ProtoConfig {
     pub poll_budget: usize,
     /// How often progress checks that known peers are alive; `None`: never.
     pub peer_check: Option<Duration>,
+    /// Unexpected message data a receiver holds per sender (bytes, each
+    /// message counted with [`UNEXPECTED_OVERHEAD`] more). Past it the
+    /// sender is throttled: its messages come by rendezvous, their data
+    /// left with it, until receives take the held ones below half of it.
+    pub unexpected_limit: usize,
 }
+
+/// What an unexpected message costs its receiver besides its data (queue
+/// entry, allocation), as counted against `unexpected_limit`.
+pub const UNEXPECTED_OVERHEAD: usize = 64;
 
 impl Default for ProtoConfig {
     fn default() -> Self {
@@ -91,6 +100,7 @@ impl Default for ProtoConfig {
             max_msg_size: usize::MAX,
             poll_budget: 256,
             peer_check: Some(Duration::from_millis(100)),
+            unexpected_limit: 1 << 20,
         }
     }
 }

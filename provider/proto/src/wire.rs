@@ -19,6 +19,7 @@
 //! | Fin      | pad u8, send id u16                                             |
 //! | LenHigh  | (a `Fin` op, flag `LEN_HIGH`) pad u8, id u16, high u32 (flag `READ`: the id is a recv id) |
 //! | Credit   | credits u8                                                      |
+//! | Throttle | (a `Credit` op, flag `THROTTLE`) on u8 (0 or 1)                 |
 //! | RmaWrite | key u64, address u64, len u32, send id u16                      |
 //! | RmaRead  | key u64, address u64, len u32, recv id u16                      |
 //! | ReadReady| send id u16, recv id u16                                        |
@@ -173,6 +174,10 @@ pub enum Wire {
     LenHigh { id: u16, read: bool, high: u32 },
     /// Eager slots handed back.
     Credit { credits: u8 },
+    /// The receiver holds too much of our unexpected data (`on`), or no
+    /// longer: while on, our messages go by rendezvous, their data staying
+    /// with us until a receive matches.
+    Throttle { on: bool },
     /// Initiator to target: write `len` bytes at `addr` of `key` (a range
     /// that is not dmable); the target grants them to `send_id`.
     RmaWrite {
@@ -290,6 +295,8 @@ const FETCH: u8 = 0x40;
 const CHUNK: u8 = 0x10;
 /// Flags of a `RemoteNotice` (a `RemoteData` op): the notice, and what the
 /// access did.
+/// On a `Credit` op: a `Throttle`.
+const THROTTLE: u8 = 0x10;
 const NOTICE: u8 = 0x10;
 const NOTICE_READ: u8 = 0x20;
 const NOTICE_WRITE: u8 = 0x40;
@@ -481,6 +488,11 @@ impl Wire {
                 w = Writer::new(op::CREDIT, None);
                 w.put(&[*credits]);
             }
+            Wire::Throttle { on } => {
+                w = Writer::new(op::CREDIT, None);
+                w.buf[0] |= THROTTLE;
+                w.put(&[u8::from(*on)]);
+            }
             Wire::RmaWrite {
                 key,
                 addr,
@@ -655,6 +667,11 @@ impl Wire {
                 r.u8();
                 Wire::Fin { send_id: r.u16() }
             }
+            op::CREDIT if flags & THROTTLE != 0 => match r.u8() {
+                0 => Wire::Throttle { on: false },
+                1 => Wire::Throttle { on: true },
+                _ => return None,
+            },
             op::CREDIT => Wire::Credit { credits: r.u8() },
             op::RMA_WRITE => Wire::RmaWrite {
                 key: r.u64(),
@@ -788,6 +805,8 @@ mod tests {
                 high: u32::MAX,
             },
             Wire::Credit { credits: 255 },
+            Wire::Throttle { on: true },
+            Wire::Throttle { on: false },
             Wire::RmaWrite {
                 key: u64::MAX,
                 addr: 0x7fff_0000_1234,

@@ -166,6 +166,7 @@ tunables! {
     regcache_enable: bool = Kind::Bool, "true", "cache remote DMA registrations (one costs > 10 us on the hardware)";
     regcache_max_entries: usize = Kind::Int { min: 1, max: 1 << 24 }, "1024", "most registrations the cache keeps";
     regcache_max_size: usize = Kind::Size { min: 4 * KIB, max: TIB }, "1g", "most registered bytes the cache keeps";
+    unexpected_per_peer: usize = Kind::Size { min: 4 * KIB, max: TIB }, "1m", "unexpected message data a receiver holds per sender; past it the sender is throttled (its messages come by rendezvous, data left with it) until receives take the held ones below half";
     tx_size: usize = Kind::Int { min: 1, max: 65535 }, "1024", "transmit queue depth per endpoint (tx_attr->size): sends outstanding at once, queued for a slow peer or in flight; only a full queue refuses a post (-FI_EAGAIN), never a slow peer";
     rx_size: usize = Kind::Int { min: 1, max: 1 << 20 }, "1024", "posted-receive queue depth advertised per endpoint (rx_attr->size); more receives may be posted, they only cost memory";
     cq_size: usize = Kind::Int { min: 1, max: 1 << 24 }, "8192", "completion queue size when fi_cq_open asks for the default (0)";

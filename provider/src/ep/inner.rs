@@ -113,6 +113,14 @@ unsafe impl FiObject for EpInner {
             carried.assisted,
             carried.atomics
         );
+        if carried.unexpected_peak > 0 {
+            tracing::info!(
+                "endpoint {:p}: unexpected messages held at most {} bytes from one sender; senders throttled {} times",
+                ep,
+                carried.unexpected_peak,
+                carried.throttles
+            );
+        }
         Ok(())
     }
 }

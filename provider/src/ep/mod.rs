@@ -51,6 +51,7 @@ fn proto_config(cfg: &Config) -> ProtoConfig {
         staging_buffers: cfg.staging_segments,
         tx_size: cfg.tx_size,
         max_msg_size: cfg.message_limit(),
+        unexpected_limit: cfg.unexpected_per_peer,
         peer_check: (cfg.peer_check_ms > 0)
             .then(|| std::time::Duration::from_millis(cfg.peer_check_ms as u64)),
         ..ProtoConfig::default()

@@ -22,8 +22,13 @@ where
     D: DmaEngine,
     D::Node: WireNode,
 {
-    /// Credits owed to `peer`, taken for piggybacking (at most 255).
+    /// Credits owed to `peer`, taken for piggybacking (at most 255). None
+    /// while we throttle it: its eager messages wait, and what it has in
+    /// flight stays within its ring.
     pub(crate) fn take_owed(&mut self, peer: PeerIdx) -> u8 {
+        if self.peers[peer].throttling {
+            return 0;
+        }
         let Some(rx) = self.peers[peer].rx.as_mut() else {
             return 0;
         };
@@ -48,7 +53,11 @@ where
                 continue;
             };
             // Half the ring: a sender that ran dry always gets its credits back.
-            if rx.owed > 0 && rx.owed >= rx.slots.div_ceil(2) && !self.peers[peer].dead {
+            if rx.owed > 0
+                && rx.owed >= rx.slots.div_ceil(2)
+                && !self.peers[peer].dead
+                && !self.peers[peer].throttling
+            {
                 let credits = self.take_owed(peer);
                 self.queue_control(peer, Wire::Credit { credits }.encode());
             }

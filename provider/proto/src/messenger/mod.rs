@@ -196,6 +196,11 @@ pub struct Stats {
     pub assisted: u64,
     /// Of both, atomics.
     pub atomics: u64,
+    /// Most unexpected message data held from one sender at once (bytes,
+    /// with the per-message overhead).
+    pub unexpected_peak: usize,
+    /// Times a sender was asked to throttle (it held too much of that).
+    pub throttles: u64,
 }
 
 fn post_error(e: MailboxError) -> PostError {

@@ -80,6 +80,12 @@ pub(crate) struct Peer<A, R, N> {
     /// In the messenger's list of peers with queued work.
     pub(crate) active: bool,
     pub(crate) dead: bool,
+    /// Bytes of its unexpected messages we hold (see `unexpected_limit`).
+    pub(crate) unexpected_held: usize,
+    /// We asked it to throttle (our `Throttle { on: true }` is the latest).
+    pub(crate) throttling: bool,
+    /// It asked us to throttle: our messages to it go by rendezvous.
+    pub(crate) throttled: bool,
 }
 
 impl<M, D> Messenger<M, D>
@@ -141,6 +147,9 @@ where
             data: VecDeque::new(),
             active: false,
             dead,
+            unexpected_held: 0,
+            throttling: false,
+            throttled: false,
         });
         self.by_addr.insert(addr, index);
         if !dead {

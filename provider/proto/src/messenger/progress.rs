@@ -189,7 +189,7 @@ where
             } => self.on_hello(peer, &node, ring, slot_shift, slots),
             Wire::Inline { info, payload } => {
                 let bytes = payload.as_slice();
-                self.deliver(src, info, bytes.len(), bytes.as_ptr());
+                self.deliver(peer, src, info, bytes.len(), bytes.as_ptr());
             }
             Wire::Eager {
                 info,
@@ -234,6 +234,9 @@ where
             Wire::Fin { send_id } => self.on_fin(peer, send_id as usize),
             Wire::LenHigh { id, read, high } => self.on_len_high(peer, id, read, high),
             Wire::Credit { credits } => self.add_credits(peer, credits),
+            // Any value is the peer's to give: it throttles only our
+            // traffic to it.
+            Wire::Throttle { on } => self.on_throttle(peer, on),
             Wire::RmaWrite {
                 key,
                 addr,

@@ -42,7 +42,7 @@ where
         let len = (len as usize).min(rx.slot_size);
         rx.next = (rx.next + 1) % rx.slots;
         rx.owed += 1;
-        self.deliver(src, info, len, slot);
+        self.deliver(peer, src, info, len, slot);
         if let Some(send_id) = ack {
             self.queue_control(peer, Wire::Fin { send_id }.encode());
         }

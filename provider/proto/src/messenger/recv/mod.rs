@@ -18,18 +18,20 @@ use super::{Messenger, PeerIdx};
 use crate::iov::scatter;
 use crate::matching::{Cancelled, Placement, PostedRecv, Unexpected};
 use crate::wire::{MatchInfo, Wire};
-use crate::{ErrorKind, Event, OpError, RecvDone, WireNode};
+use crate::{ErrorKind, Event, OpError, RecvDone, WireNode, UNEXPECTED_OVERHEAD};
 
 /// What an unexpected message keeps until a receive takes it.
 pub enum Held {
-    Data(Vec<u8>),
+    /// Its data, counted against its sender's `unexpected_held`.
+    Data { bytes: Vec<u8>, peer: PeerIdx },
+    /// A rendezvous: the data waits at the sender.
     Rts { peer: PeerIdx, send_id: u16 },
 }
 
 impl std::fmt::Debug for Held {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
-            Held::Data(d) => write!(f, "Data({} bytes)", d.len()),
+            Held::Data { bytes, peer } => write!(f, "Data({} bytes of peer {peer})", bytes.len()),
             Held::Rts { peer, send_id } => write!(f, "Rts(peer {peer}, id {send_id})"),
         }
     }
@@ -42,9 +44,16 @@ where
     D: DmaEngine,
     D::Node: WireNode,
 {
-    /// A message whose `len` bytes are at `data` (a mailbox message or an
-    /// eager slot, both ours until this returns).
-    pub(crate) fn deliver(&mut self, src: M::Addr, info: MatchInfo, len: usize, data: *const u8) {
+    /// A message of `peer` whose `len` bytes are at `data` (a mailbox
+    /// message or an eager slot, both ours until this returns).
+    pub(crate) fn deliver(
+        &mut self,
+        peer: PeerIdx,
+        src: M::Addr,
+        info: MatchInfo,
+        len: usize,
+        data: *const u8,
+    ) {
         match self.matcher.match_arrival(&src, &info, len) {
             Some(placement) => {
                 let copied = len.min(placement.capacity());
@@ -56,14 +65,44 @@ where
             None => {
                 // SAFETY: `data` holds `len` bytes (see above).
                 let bytes = unsafe { std::slice::from_raw_parts(data, len) }.to_vec();
+                self.hold_unexpected(peer, len);
                 self.matcher.push_unexpected(Unexpected {
                     src,
                     info,
                     len,
-                    body: Held::Data(bytes),
+                    body: Held::Data { bytes, peer },
                     claimed_by: None,
                 });
             }
+        }
+    }
+
+    /// Counts `len` bytes of `peer`'s held as unexpected; past the limit,
+    /// asks it to throttle. Data it sent before hearing it still comes,
+    /// so the excess is bounded by what it can have in flight (its eager
+    /// credits and mailbox messages).
+    fn hold_unexpected(&mut self, peer: PeerIdx, len: usize) {
+        let state = &mut self.peers[peer];
+        state.unexpected_held += len + UNEXPECTED_OVERHEAD;
+        self.stats.unexpected_peak = self.stats.unexpected_peak.max(state.unexpected_held);
+        if state.unexpected_held > self.cfg.unexpected_limit && !state.throttling {
+            state.throttling = true;
+            self.stats.throttles += 1;
+            tracing::debug!(peer, held = state.unexpected_held, "throttling a sender");
+            self.queue_control(peer, Wire::Throttle { on: true }.encode());
+        }
+    }
+
+    /// A receive took (or a discard dropped) `len` held bytes of `peer`;
+    /// below half the limit, it may send data again.
+    fn release_unexpected(&mut self, peer: PeerIdx, len: usize) {
+        let state = &mut self.peers[peer];
+        state.unexpected_held = state
+            .unexpected_held
+            .saturating_sub(len + UNEXPECTED_OVERHEAD);
+        if state.throttling && state.unexpected_held <= self.cfg.unexpected_limit / 2 {
+            state.throttling = false;
+            self.queue_control(peer, Wire::Throttle { on: false }.encode());
         }
     }
 
@@ -102,7 +141,8 @@ where
         message: Unexpected<M::Addr, Held>,
     ) {
         match message.body {
-            Held::Data(bytes) => {
+            Held::Data { bytes, peer } => {
+                self.release_unexpected(peer, bytes.len());
                 let copied = bytes.len().min(placement.capacity());
                 // SAFETY: the placement's iov is a posted receive buffer.
                 unsafe { scatter(&placement.iov, 0, bytes.as_ptr(), copied) };
@@ -204,8 +244,11 @@ where
 
     /// Drops an unexpected message; a rendezvous sender is told it is done.
     pub(crate) fn discard(&mut self, message: Unexpected<M::Addr, Held>) {
-        if let Held::Rts { peer, send_id } = message.body {
-            self.queue_control(peer, Wire::Fin { send_id }.encode());
+        match message.body {
+            Held::Rts { peer, send_id } => {
+                self.queue_control(peer, Wire::Fin { send_id }.encode());
+            }
+            Held::Data { bytes, peer } => self.release_unexpected(peer, bytes.len()),
         }
     }
 

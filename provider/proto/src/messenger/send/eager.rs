@@ -171,6 +171,18 @@ where
         true
     }
 
+    /// The peer holds too much of our unexpected data (`on`), or no longer.
+    /// While on, it returns no credits: our eager messages waiting for one
+    /// go by rendezvous instead, so that nothing behind them in the queue
+    /// waits for the peer's application to take what it holds.
+    pub(crate) fn on_throttle(&mut self, peer: PeerIdx, on: bool) {
+        self.peers[peer].throttled = on;
+        if on {
+            self.eager_by_rendezvous(peer);
+            self.mark_active(peer);
+        }
+    }
+
     /// A peer that offers no eager ring (it had no dmable memory for one, or
     /// we could not register it) gets queued eager messages by rendezvous,
     /// from wherever their data is (the application's buffers, a bounce
@@ -181,7 +193,7 @@ where
                 continue;
             };
             let tx = self.tx_ops.get_mut(op).expect("queued op exists");
-            // Without a ring, none has started: all are waiting.
+            // Those that started (a throttled peer's) stay eager.
             if let TxKind::Eager(EagerState::Waiting(_)) = tx.kind {
                 let TxKind::Eager(EagerState::Waiting(payload)) =
                     std::mem::replace(&mut tx.kind, TxKind::Inline)

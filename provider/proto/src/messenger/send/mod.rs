@@ -152,11 +152,24 @@ where
         // when it would fit inline: an inline message has no room for the
         // send id the target's `Fin` names.
         let ack = req.delivery_complete && !req.inject;
-        if len <= inline_capacity(&req.info) && !ack {
+        // The receiver holds too much of our unexpected data: messages
+        // with data wait here, announced by rendezvous, until it matches
+        // them (in order with the rest: the same queue).
+        let throttled = self.peers[peer].throttled && len > 0;
+        if len <= inline_capacity(&req.info) && !ack && !throttled {
             return self.send_inline(peer, &req, len);
         }
         let kind = if len > self.cfg.eager_size {
             TxKind::Rendezvous(Payload::User(req.iov))
+        } else if throttled {
+            TxKind::Rendezvous(if copy {
+                let mut bytes = vec![0u8; len].into_boxed_slice();
+                // SAFETY: the iov is valid during this call (caller).
+                unsafe { gather(&req.iov, 0, bytes.as_mut_ptr(), len) };
+                Payload::Copy(bytes)
+            } else {
+                Payload::User(req.iov)
+            })
         } else if copy {
             // SAFETY: the iov is valid during this call (caller).
             let payload = unsafe { self.copy_payload(peer, &req.iov, len) };
