@@ -302,17 +302,30 @@ static void target(void) {
         if (cmd == CMD_DONE) return;
         uint64_t size = get_u64(), seed = get_u64();
         uint64_t answer = 0;
-        if (size > buf_len) die("size %" PRIu64, size);
+        if (cmd != CMD_SUM && size > buf_len) die("size %" PRIu64, size);
+        /* An initiator's completion may come before the data are visible
+         * here (FI_TRANSMIT_COMPLETE, the default, allows it): the checks
+         * progress for up to 2 s while what they look for is not there. */
+        double deadline = now() + 2.0;
         if (cmd == CMD_CHECK_WRITE) {
-            for (size_t i = 0; i < size; i++)
-                if (buf[i] != pattern(i, (unsigned)seed)) {
-                    answer = i + 1;
-                    break;
-                }
+            do {
+                answer = 0;
+                for (size_t i = 0; i < size; i++)
+                    if (buf[i] != pattern(i, (unsigned)seed)) {
+                        answer = i + 1;
+                        progress();
+                        break;
+                    }
+            } while (answer && now() < deadline);
         } else if (cmd == CMD_FILL) {
             for (size_t i = 0; i < size; i++) buf[i] = pattern(i, (unsigned)seed);
         } else if (cmd == CMD_SUM) {
-            memcpy(&answer, buf, sizeof answer);
+            /* size: the sum expected. */
+            for (;;) {
+                memcpy(&answer, buf, sizeof answer);
+                if (answer == size || now() >= deadline) break;
+                progress();
+            }
             memset(buf, 0, 8);
         }
         put_u64(answer);
@@ -376,8 +389,8 @@ static void initiator(void) {
             for (size_t i = 0; i < size; i++)
                 if (buf[i] != pattern(i, seed)) die("size %zu: byte %zu read wrong", size, i);
         } else {
-            uint64_t sum = ask(CMD_SUM, 8, 0);
             uint64_t expect = (uint64_t)(warm + rounds) * (uint64_t)window;
+            uint64_t sum = ask(CMD_SUM, expect, 0);
             if (sum != expect) die("the target's sum is %" PRIu64 ", expected %" PRIu64, sum, expect);
             if (opt.op == FETCH && fetched != expect - 1)
                 die("the last fetch saw %" PRIu64 ", expected %" PRIu64, fetched, expect - 1);
