@@ -1,7 +1,8 @@
 /*
  * mpi-suite large: messages beyond 2^31 bytes with MPI-4's large-count
  * calls (MPI_Send_c, MPI_Recv_c), between ranks 0 and 1:
- *   1. INT_MAX + 100 bytes of MPI_CHAR, contiguous;
+ *   1. INT_MAX + 100 bytes of MPI_CHAR, contiguous (or
+ *      $MPI_SUITE_LARGE_BYTES);
  *   2. 2^31 + 100 bytes as a strided datatype (every other 4-byte int of a
  *      buffer twice as long), so that MPICH packs and unpacks it.
  * Every byte is checked, and the bytes between the strided elements must
@@ -30,7 +31,9 @@ static unsigned char byte_at(size_t i, unsigned seed)
 
 static void contiguous(void)
 {
-    MPI_Count n = (MPI_Count)INT32_MAX + 100;
+    /* MPI_SUITE_LARGE_BYTES: another length (a benchmark of 5 GiB, say). */
+    const char *bytes = getenv("MPI_SUITE_LARGE_BYTES");
+    MPI_Count n = bytes ? (MPI_Count)strtoll(bytes, NULL, 0) : (MPI_Count)INT32_MAX + 100;
     unsigned char *buf = xmalloc((size_t)n);
     if (rank == 0)
         for (size_t i = 0; i < (size_t)n; i++)
