@@ -33,6 +33,13 @@ use crate::heap_abi::{self, HeapAbi, HeapRegionId};
 pub const ALLOC_ALIGN: usize = 64;
 /// Most segments one region can hold (the directory is one page).
 pub const MAX_SEGMENTS: usize = 240;
+/// Accepted segment sizes (`dma_segment_size`), in bytes: a region of
+/// [`MAX_SEGMENTS`] segments of these sizes maps at most 240 GiB.
+pub const SEGMENT_SIZE_MIN: usize = 64 << 10;
+pub const SEGMENT_SIZE_MAX: usize = 1 << 30;
+/// Accepted bounds of a region (`dma_max_size`), in bytes.
+pub const REGION_SIZE_MIN: usize = 64 << 10;
+pub const REGION_SIZE_MAX: usize = 64 << 30;
 /// A segment's memory is committed in `/dev/shm` (`posix_fallocate`) in
 /// steps of this many bytes as its allocator hands it out, never all at
 /// once: a process uses what it touches, and a full `/dev/shm` is an error
@@ -289,7 +296,17 @@ impl DmaRegion {
     }
 
     fn create(config: &RegionConfig) -> Result<DmaRegion, DmaError> {
-        if config.segment_size == 0 || config.max_size < config.segment_size {
+        // The tunables' readers keep them in range; this is the last word.
+        if !(SEGMENT_SIZE_MIN..=SEGMENT_SIZE_MAX).contains(&config.segment_size)
+            || !(REGION_SIZE_MIN..=REGION_SIZE_MAX).contains(&config.max_size)
+            || config.max_size < config.segment_size
+        {
+            tracing::warn!(
+                segment_size = config.segment_size,
+                max_size = config.max_size,
+                "dmable region: segment size must lie in {SEGMENT_SIZE_MIN}..={SEGMENT_SIZE_MAX}, \
+                 bound in {REGION_SIZE_MIN}..={REGION_SIZE_MAX} and at least one segment: refused"
+            );
             return Err(DmaError::Invalid);
         }
         let node = NodeId::current(config.job);
