@@ -633,8 +633,11 @@ impl Mailbox for ShmMailbox {
     fn has_message(&self) -> bool {
         // Our head slot in our lap, claimed or full: one load of a line a
         // sender writes only when it has something for us.
+        // Anything but our free head slot: a message, or a corrupt word
+        // that only `poll` can clear (a sound ring never holds another lap
+        // at the head).
         let word = self.ring.slot(self.head).state.load(Ordering::Acquire);
-        state_pos(word) == self.head && state_kind(word) != FREE
+        word != state(self.head, FREE, 0)
     }
 
     fn peer_alive(&self, peer: &ShmPeer) -> bool {
