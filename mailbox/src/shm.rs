@@ -91,7 +91,11 @@ pub struct SharedObject {
     owner: bool,
     /// Kept for a sparse object, which commits more of itself later.
     fd: Option<Fd>,
+    /// Its protection from SIGBUS (see `fault.rs`), dropped before the unmap.
+    guard: Option<crate::fault::Guard>,
 }
+
+const _: () = assert!(std::mem::offset_of!(ObjectHeader, closed) == crate::fault::CLOSED_OFFSET);
 
 // SAFETY: the mapping is process-wide memory; all shared state inside it is
 // accessed through atomics or by protocols documented where they are used.
@@ -198,6 +202,7 @@ impl SharedObject {
             name: name.to_string(),
             owner: true,
             fd: sparse.then_some(fd),
+            guard: Some(crate::fault::register(base.as_ptr(), len, true)),
         };
         let pid = std::process::id();
         let header = object.header();
@@ -278,6 +283,7 @@ impl SharedObject {
             name: name.to_string(),
             owner: false,
             fd: None,
+            guard: Some(crate::fault::register(base.as_ptr(), size, true)),
         };
         if object.header().magic.load(Ordering::Acquire) != MAGIC {
             return Err(not_ready());
@@ -335,6 +341,7 @@ impl Drop for SharedObject {
                 unsafe { libc::shm_unlink(cname.as_ptr()) };
             }
         }
+        self.guard.take();
         // SAFETY: base/len describe a mapping we made and nobody else unmaps.
         unsafe { libc::munmap(self.base.as_ptr().cast(), self.len) };
     }
@@ -345,6 +352,7 @@ impl Drop for SharedObject {
 pub struct SharedRange {
     base: NonNull<u8>,
     len: usize,
+    guard: Option<crate::fault::Guard>,
 }
 
 // SAFETY: plain shared memory; concurrent access is the DMA user's contract.
@@ -390,7 +398,11 @@ impl SharedRange {
             return Err(io::Error::from(io::ErrorKind::InvalidData));
         }
         let base = map(fd.0, offset, len, true)?;
-        Ok(SharedRange { base, len })
+        Ok(SharedRange {
+            base,
+            len,
+            guard: Some(crate::fault::register(base.as_ptr(), len, false)),
+        })
     }
 
     pub fn base(&self) -> *mut u8 {
@@ -408,6 +420,7 @@ impl SharedRange {
 
 impl Drop for SharedRange {
     fn drop(&mut self) {
+        self.guard.take();
         // SAFETY: base/len describe a mapping we made and nobody else unmaps.
         unsafe { libc::munmap(self.base.as_ptr().cast(), self.len) };
     }

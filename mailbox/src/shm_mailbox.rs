@@ -458,6 +458,7 @@ impl ShmPeer {
     }
 
     fn owner_gone(&self) -> bool {
+        crate::fault::report();
         let header = self.ring.object.header();
         if header.is_closed() {
             return true;
@@ -641,6 +642,7 @@ impl Mailbox for ShmMailbox {
     }
 
     fn peer_alive(&self, peer: &ShmPeer) -> bool {
+        crate::fault::report();
         !peer.ring.object.header().owner_gone()
     }
 }

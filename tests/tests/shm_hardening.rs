@@ -548,3 +548,37 @@ fn squatted_names_are_avoided() {
         assert!(!stderr.contains("fi_endpoint"), "{stderr}");
     }
 }
+
+// ---------------------------------------------------------------------------
+// Truncation
+
+/// Row 4: a separate process (this test) truncates a receiver's mailbox
+/// object to nothing. Its peer's next send touches the ring and its own
+/// progress polls it: neither dies of SIGBUS. The mapping becomes private
+/// zeros marked closed, so the peer's sends to the victim are refused with
+/// `-FI_EHOSTUNREACH` and it says why; both keep working with a third process.
+#[test]
+fn truncated_mailbox_is_contained() {
+    let mut c = cluster("truncate");
+    let job = own_job(&mut c, "truncate");
+    c.spawn(3).connect_all();
+    still_works(&mut c, 0, 1);
+    let victim = addr_of(&c, 1);
+    let name = object_name(
+        JobId::from_name(&job),
+        &format!("{}-mbx{}", victim.node.pid, victim.index),
+    );
+    shm_file(&name).set_len(0).unwrap();
+    let unreachable = -i64::from(unimem_fi::base::ffi::FI_EHOSTUNREACH);
+    assert_eq!(c.cmd(0, "try-send 1 10").num(), unreachable);
+    assert_eq!(c.cmd(0, "try-send 1 100000").num(), unreachable);
+    // The victim polls its own truncated ring, and answers.
+    c.cmd(1, "progress");
+    c.cmd(1, "progress");
+    still_works(&mut c, 0, 2);
+    still_works(&mut c, 2, 0);
+    std::thread::sleep(Duration::from_millis(300));
+    c.cmd(0, "progress");
+    let stderrs = c.finish_with_warnings();
+    assert_warned(&stderrs[0], &["truncated under us"]);
+}
