@@ -179,15 +179,25 @@ fn fabric_peer_in_a_tiny_dev_shm_fails_cleanly() {
 #[ignore = "run by fabric_peer_in_a_tiny_dev_shm_fails_cleanly in a private tmpfs"]
 fn inner_fabric_peer_fails_cleanly() {
     check_private_shm();
+    lone_peer_fails_cleanly("tiny");
+    assert!(list_objects(None).is_empty(), "{:?}", list_objects(None));
+    println!("inner peer failed cleanly");
+}
+
+/// Starts a fabric-peer of a job of its own that must fail to open its
+/// endpoint for want of `/dev/shm`: an error and a log line, no signal,
+/// nothing of its job left.
+fn lone_peer_fails_cleanly(tag: &str) {
     let lib = unimem_tests::cluster::provider_library();
-    let dir = tempdir("tiny");
+    let dir = tempdir(tag);
     std::os::unix::fs::symlink(&lib, dir.join("libunimem-fi.so")).unwrap();
+    let job = format!("{tag}-{}", std::process::id());
     let out = Command::new(env!("CARGO_BIN_EXE_fabric-peer"))
-        .arg("p0")
+        .arg("lone")
         .env("FI_PROVIDER_PATH", &dir)
         .env("FI_PROVIDER", "unimem")
         .env("FI_LOG_LEVEL", "warn")
-        .env("FI_UNIMEM_JOB", format!("tiny-{}", std::process::id()))
+        .env("FI_UNIMEM_JOB", &job)
         .env("FABRIC_PEER_WATCHDOG", "60")
         .stdin(Stdio::null())
         .output()
@@ -195,11 +205,56 @@ fn inner_fabric_peer_fails_cleanly() {
     let _ = std::fs::remove_dir_all(&dir);
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.signal(), None, "killed by a signal:\n{stderr}");
-    assert!(!out.status.success(), "started in 1 MiB:\n{stderr}");
+    assert!(!out.status.success(), "started without room:\n{stderr}");
     assert_warned(&stderr, &["fi_endpoint"]);
     assert_warned(&stderr, &["/dev/shm"]);
-    assert!(list_objects(None).is_empty(), "{:?}", list_objects(None));
-    println!("inner peer failed cleanly");
+    let left = list_objects(Some(JobId::from_name(&job)));
+    assert!(left.is_empty(), "{left:?}");
+}
+
+/// Two fabric peers at work when `/dev/shm` fills up: a third that starts
+/// then fails cleanly, and the two carry on.
+#[test]
+fn fabric_peers_survive_a_full_dev_shm() {
+    let out = in_private_shm("16m", "inner_fabric_peers_survive_a_full_dev_shm");
+    let text = text_of(&out);
+    assert!(out.status.success(), "{text}");
+    assert!(text.contains("inner peers survived"), "{text}");
+}
+
+#[test]
+#[ignore = "run by fabric_peers_survive_a_full_dev_shm in a private tmpfs"]
+fn inner_fabric_peers_survive_a_full_dev_shm() {
+    check_private_shm();
+    let mut c = cluster("full");
+    c.spawn(2).connect_all();
+    still_works(&mut c, 0, 1);
+    // Fill what is left, 64 KiB at a time, up to ENOSPC.
+    let filler = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(true)
+        .write(true)
+        .open("/dev/shm/filler")
+        .unwrap();
+    let mut len: i64 = 0;
+    loop {
+        use std::os::fd::AsRawFd;
+        // SAFETY: a plain system call on a descriptor we hold.
+        let rc = unsafe { libc::posix_fallocate(filler.as_raw_fd(), len, 64 << 10) };
+        if rc != 0 {
+            assert_eq!(rc, libc::ENOSPC);
+            break;
+        }
+        len += 64 << 10;
+    }
+    assert!(len > 0, "nothing was left to fill");
+    lone_peer_fails_cleanly("full-third");
+    still_works(&mut c, 0, 1);
+    still_works(&mut c, 1, 0);
+    drop(filler);
+    std::fs::remove_file("/dev/shm/filler").unwrap();
+    c.finish();
+    println!("inner peers survived");
 }
 
 fn tempdir(tag: &str) -> std::path::PathBuf {
