@@ -580,6 +580,14 @@ fn squatted_names_are_avoided() {
     // and the victim its peer's.
     still_works(&mut c, 0, 1);
     still_works(&mut c, 1, 0);
+    // The key table (squatted by a world-readable file of ours): the peer
+    // resolves the victim's key and writes into its region.
+    assert_eq!(c.cmd(1, "mr 7 4096 access=write seed=1").num(), 0);
+    c.cmd(0, "write 1 7 100 1000 5 20");
+    let done = c.cmd(0, "wait writes=1").completions();
+    assert_eq!(done.len(), 1);
+    assert_eq!(done[0].err, 0, "{}", done[0]);
+    c.cmd(1, "check-mr 7 100 1000 5");
     let squatted: Vec<String> = c
         .peers
         .iter()
@@ -598,10 +606,12 @@ fn squatted_names_are_avoided() {
     }
     let stderrs = c.finish_with_warnings();
     let _ = std::fs::remove_dir_all(&dir);
-    for stderr in stderrs {
-        assert_warned(&stderr, &["foreign object"]);
+    for stderr in &stderrs {
+        assert_warned(stderr, &["foreign object", "-dma"]);
+        assert_warned(stderr, &["foreign object", "-seg0"]);
         assert!(!stderr.contains("fi_endpoint"), "{stderr}");
     }
+    assert_warned(&stderrs[1], &["foreign object", "-keys"]);
 }
 
 // ---------------------------------------------------------------------------
