@@ -94,20 +94,25 @@ impl ShmDmaEngine {
                 return Err(DmaError::DeadNode);
             }
         } else {
-            let directory =
-                SharedObject::open(&directory_name(&node)).map_err(|e| match e.raw_os_error() {
-                    Some(libc::ECONNREFUSED) => DmaError::DeadNode,
-                    Some(libc::ENOENT) | Some(libc::EAGAIN) => DmaError::NoSuchNode,
-                    _ => DmaError::Io(e),
-                })?;
-            // The name holds a pid; the nonce tells which process of that pid.
-            if directory.header().owner_start() as u32 != node.nonce {
-                return Err(if node.is_alive() {
-                    DmaError::NoSuchNode
-                } else {
-                    DmaError::DeadNode
-                });
-            }
+            // The name holds a pid; the nonce tells which process of that
+            // pid. A directory of another incarnation, or a foreign object
+            // under the name, is passed over for the node's own (which may
+            // have an alternative name, see `SharedObject::create_avoiding`).
+            let directory = SharedObject::open_checked(&directory_name(&node), |header| {
+                header.owner_pid() == node.pid && header.owner_start() as u32 == node.nonce
+            })
+            .map_err(|e| match e.raw_os_error() {
+                Some(libc::ECONNREFUSED) => DmaError::DeadNode,
+                Some(libc::ENOENT) | Some(libc::EAGAIN) => DmaError::NoSuchNode,
+                Some(libc::ESTALE) | Some(libc::EPERM) => {
+                    if node.is_alive() {
+                        DmaError::NoSuchNode
+                    } else {
+                        DmaError::DeadNode
+                    }
+                }
+                _ => DmaError::Io(e),
+            })?;
             self.nodes.insert(
                 node,
                 RemoteNode {
@@ -121,30 +126,44 @@ impl ShmDmaEngine {
 
     fn map_range(&mut self, node: NodeId, addr: u64, end: u64) -> Result<Registration, DmaError> {
         let remote = self.remote_node(node)?;
+        let owner = (
+            remote.directory.header().owner_pid(),
+            remote.directory.header().owner_start(),
+        );
+        // Everything in the directory is the peer's to write: a count past
+        // the table, an entry that wraps or is not page-aligned, are ignored
+        // (and what a sane entry claims is checked against the segment
+        // object itself when it is mapped).
         let dir = directory(&remote.directory);
         let count = dir.count.load(Ordering::Acquire) as usize;
         let (index, base) = (0..count.min(dir.segments.len()))
             .find_map(|index| {
                 let entry = &dir.segments[index];
                 let base = entry.base.load(Ordering::Relaxed);
-                let len = entry.len.load(Ordering::Relaxed);
-                (addr >= base && end <= base + len).then_some((index, base))
+                let len = entry.len.load(Ordering::Acquire);
+                let seg_end = base.checked_add(len)?;
+                (base.is_multiple_of(PAGE_SIZE) && addr >= base && end <= seg_end)
+                    .then_some((index, base))
             })
             .ok_or(DmaError::OutOfBounds)?;
         let mapping_start = addr & !(PAGE_SIZE - 1);
         let mapping_end = end
-            .next_multiple_of(PAGE_SIZE)
+            .checked_next_multiple_of(PAGE_SIZE)
+            .ok_or(DmaError::OutOfBounds)?
             .max(mapping_start + PAGE_SIZE);
-        let file_offset = HEADER_SIZE as u64 + (mapping_start - base);
-        let mapping = SharedRange::map(
-            &segment_name(&node, index),
-            file_offset as usize,
-            (mapping_end - mapping_start) as usize,
-        )
-        .map_err(|e| match e.raw_os_error() {
-            Some(libc::ENOENT) => DmaError::DeadNode,
-            _ => DmaError::Io(e),
-        })?;
+        let file_offset = (mapping_start - base)
+            .checked_add(HEADER_SIZE as u64)
+            .and_then(|offset| usize::try_from(offset).ok())
+            .ok_or(DmaError::OutOfBounds)?;
+        let mapping_len =
+            usize::try_from(mapping_end - mapping_start).map_err(|_| DmaError::OutOfBounds)?;
+        let mapping =
+            SharedRange::map(&segment_name(&node, index), owner, file_offset, mapping_len)
+                .map_err(|e| match e.raw_os_error() {
+                    Some(libc::ENOENT) | Some(libc::ESTALE) => DmaError::DeadNode,
+                    _ if e.kind() == std::io::ErrorKind::InvalidData => DmaError::OutOfBounds,
+                    _ => DmaError::Io(e),
+                })?;
         Ok(Registration {
             node,
             start: addr,

@@ -21,6 +21,8 @@ pub enum DmaError {
     DeadNode,
     /// The dmable region reached its bound.
     OutOfMemory,
+    /// `/dev/shm` has no room for the memory asked for (`ENOSPC`).
+    NoSpace,
     /// A parameter is invalid (zero length, conflicting configuration).
     Invalid,
     /// The node exposes nothing under this key.
@@ -43,6 +45,7 @@ impl fmt::Display for DmaError {
             DmaError::NoSuchNode => f.write_str("no such node"),
             DmaError::DeadNode => f.write_str("remote node is dead"),
             DmaError::OutOfMemory => f.write_str("dmable memory exhausted"),
+            DmaError::NoSpace => f.write_str("no space left in /dev/shm for dmable memory"),
             DmaError::Invalid => f.write_str("invalid argument"),
             DmaError::NoSuchKey => f.write_str("no such key"),
             DmaError::KeyInUse => f.write_str("key already in use"),

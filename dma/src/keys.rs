@@ -193,9 +193,14 @@ pub(crate) fn lookup(object: &SharedObject, key: u64) -> Result<Exposure, DmaErr
 
 /// Opens `node`'s key table, checking it is that process's.
 pub(crate) fn open_table(node: &NodeId) -> Result<SharedObject, DmaError> {
-    let object = SharedObject::open(&table_name(node)).map_err(|e| match e.raw_os_error() {
+    let object = SharedObject::open_checked(&table_name(node), |header| {
+        header.owner_pid() == node.pid && header.owner_start() as u32 == node.nonce
+    })
+    .map_err(|e| match e.raw_os_error() {
         Some(libc::ECONNREFUSED) => DmaError::DeadNode,
-        Some(libc::ENOENT) | Some(libc::EAGAIN) => DmaError::NoSuchKey,
+        Some(libc::ENOENT) | Some(libc::EAGAIN) | Some(libc::ESTALE) | Some(libc::EPERM) => {
+            DmaError::NoSuchKey
+        }
         _ => DmaError::Io(e),
     })?;
     // The name holds a pid; the nonce tells which process of that pid.
@@ -232,7 +237,7 @@ impl KeyTable {
             std::mem::forget(table);
         }
         let node = NodeId::current(job);
-        let object = SharedObject::create(&table_name(&node), TABLE_LEN)?;
+        let object = SharedObject::create_avoiding(&table_name(&node), TABLE_LEN, TABLE_LEN)?;
         object.publish();
         let table = Arc::new(KeyTable {
             node,

@@ -22,7 +22,8 @@ pub use engine::ShmDmaEngine;
 pub use error::DmaError;
 pub use keys::{Access, Exposure, KeyHandle, KeyTable, KEY_SLOTS};
 pub use region::{
-    host_nodes, DmaBuf, DmaRegion, MemClass, RegionConfig, ALLOC_ALIGN, MAX_SEGMENTS,
+    host_nodes, DmaBuf, DmaRegion, MemClass, RegionConfig, ALLOC_ALIGN, COMMIT_CHUNK, MAX_SEGMENTS,
+    REGION_SIZE_MAX, REGION_SIZE_MIN, SEGMENT_SIZE_MAX, SEGMENT_SIZE_MIN,
 };
 
 /// Handle of a remote registration.

@@ -33,6 +33,18 @@ use crate::heap_abi::{self, HeapAbi, HeapRegionId};
 pub const ALLOC_ALIGN: usize = 64;
 /// Most segments one region can hold (the directory is one page).
 pub const MAX_SEGMENTS: usize = 240;
+/// Accepted segment sizes (`dma_segment_size`), in bytes: a region of
+/// [`MAX_SEGMENTS`] segments of these sizes maps at most 240 GiB.
+pub const SEGMENT_SIZE_MIN: usize = 64 << 10;
+pub const SEGMENT_SIZE_MAX: usize = 1 << 30;
+/// Accepted bounds of a region (`dma_max_size`), in bytes.
+pub const REGION_SIZE_MIN: usize = 64 << 10;
+pub const REGION_SIZE_MAX: usize = 64 << 30;
+/// A segment's memory is committed in `/dev/shm` (`posix_fallocate`) in
+/// steps of this many bytes as its allocator hands it out, never all at
+/// once: a process uses what it touches, and a full `/dev/shm` is an error
+/// of the allocation that needs more, not a SIGBUS.
+pub const COMMIT_CHUNK: usize = 2 << 20;
 
 /// Configuration of a process's dmable region.
 #[derive(Clone, Debug)]
@@ -79,6 +91,8 @@ pub enum MemClass {
 pub(crate) struct SegmentEntry {
     /// Address of the segment's first data byte in the owner's address space.
     pub base: AtomicU64,
+    /// Bytes of the segment committed so far (stored with Release once
+    /// committed): peers register ranges inside these only.
     pub len: AtomicU64,
 }
 
@@ -98,12 +112,13 @@ pub(crate) fn directory_name(node: &NodeId) -> String {
 }
 
 /// How many processes of this user on this host have dmable memory, in any
-/// job: each has one directory object. (Objects of killed processes count
+/// job: each has one directory object (`…-dma`, or `…-dma-<random>` when a
+/// foreign object held that name). (Objects of killed processes count
 /// until someone reclaims them.)
 pub fn host_nodes() -> usize {
     unimem_mailbox::shm::list_objects(None)
         .iter()
-        .filter(|name| name.ends_with("-dma"))
+        .filter(|name| name.ends_with("-dma") || name.contains("-dma-"))
         .count()
 }
 
@@ -124,6 +139,8 @@ struct Segment {
     object: SharedObject,
     allocator: RangeAllocator,
     class: MemClass,
+    /// Data bytes committed in `/dev/shm` so far (from the start).
+    committed: usize,
 }
 
 impl Segment {
@@ -279,11 +296,22 @@ impl DmaRegion {
     }
 
     fn create(config: &RegionConfig) -> Result<DmaRegion, DmaError> {
-        if config.segment_size == 0 || config.max_size < config.segment_size {
+        // The tunables' readers keep them in range; this is the last word.
+        if !(SEGMENT_SIZE_MIN..=SEGMENT_SIZE_MAX).contains(&config.segment_size)
+            || !(REGION_SIZE_MIN..=REGION_SIZE_MAX).contains(&config.max_size)
+            || config.max_size < config.segment_size
+        {
+            tracing::warn!(
+                segment_size = config.segment_size,
+                max_size = config.max_size,
+                "dmable region: segment size must lie in {SEGMENT_SIZE_MIN}..={SEGMENT_SIZE_MAX}, \
+                 bound in {REGION_SIZE_MIN}..={REGION_SIZE_MAX} and at least one segment: refused"
+            );
             return Err(DmaError::Invalid);
         }
         let node = NodeId::current(config.job);
-        let directory = SharedObject::create(&directory_name(&node), HEADER_SIZE)?;
+        let directory =
+            SharedObject::create_avoiding(&directory_name(&node), HEADER_SIZE, HEADER_SIZE)?;
         directory.publish();
         tracing::debug!(%node, segment_size = config.segment_size, "dmable region created");
         Ok(DmaRegion {
@@ -363,6 +391,10 @@ impl DmaRegion {
                 (index, offset)
             }
         };
+        if let Err(e) = own.commit(&mut segments.list[segment], segment, offset + rounded) {
+            segments.list[segment].allocator.free(offset, rounded);
+            return Err(e);
+        }
         // SAFETY: the allocator returned a range inside the segment's data.
         let ptr = unsafe { segments.list[segment].data().add(offset) };
         Ok(DmaBuf {
@@ -435,6 +467,40 @@ impl DmaRegion {
 }
 
 impl Own {
+    /// Commits segment `index` up to `end` data bytes (in [`COMMIT_CHUNK`]
+    /// steps) and tells peers in the directory. `ENOSPC` from a full
+    /// `/dev/shm` is an error here, with one line in the log.
+    fn commit(&self, segment: &mut Segment, index: usize, end: usize) -> Result<(), DmaError> {
+        if end <= segment.committed {
+            return Ok(());
+        }
+        let capacity = segment.allocator.capacity();
+        let target = end
+            .checked_next_multiple_of(COMMIT_CHUNK)
+            .map_or(capacity, |t| t.min(capacity));
+        let from = segment.committed;
+        if let Err(e) = segment.object.commit(HEADER_SIZE + from, target - from) {
+            static LAST: AtomicU64 = AtomicU64::new(0);
+            unimem_mailbox::shm::rate_limited(&LAST, || {
+                tracing::warn!(
+                    bytes = target - from,
+                    committed = segment.committed,
+                    "cannot commit dmable memory in /dev/shm: {e} (is /dev/shm full or too small?)"
+                )
+            });
+            return Err(if e.raw_os_error() == Some(libc::ENOSPC) {
+                DmaError::NoSpace
+            } else {
+                DmaError::Io(e)
+            });
+        }
+        segment.committed = target;
+        directory(&self.directory).segments[index]
+            .len
+            .store(target as u64, Ordering::Release);
+        Ok(())
+    }
+
     fn grow(
         &self,
         node: &NodeId,
@@ -467,16 +533,30 @@ impl Own {
             );
             return Err(DmaError::OutOfMemory);
         }
-        let object = SharedObject::create(&segment_name(node, index), HEADER_SIZE + len)?;
+        // Only the header page is committed now: the data as it is used.
+        let object = SharedObject::create_avoiding(
+            &segment_name(node, index),
+            HEADER_SIZE + len,
+            HEADER_SIZE,
+        )
+        .map_err(|e| {
+            tracing::warn!("cannot make a dmable segment in /dev/shm: {e}");
+            if e.raw_os_error() == Some(libc::ENOSPC) {
+                DmaError::NoSpace
+            } else {
+                DmaError::Io(e)
+            }
+        })?;
         object.publish();
         let segment = Segment {
             object,
             allocator: RangeAllocator::new(len),
             class,
+            committed: 0,
         };
         let entry = &directory(&self.directory).segments[index];
         entry.base.store(segment.data() as u64, Ordering::Relaxed);
-        entry.len.store(len as u64, Ordering::Relaxed);
+        entry.len.store(0, Ordering::Relaxed);
         directory(&self.directory)
             .count
             .store(index as u32 + 1, Ordering::Release);
@@ -539,8 +619,18 @@ impl DmaBuf {
         };
         if rounded > self.rounded {
             let mut segments = own.segments.lock();
-            let allocator = &mut segments.list[self.segment].allocator;
-            if !allocator.extend(self.offset, self.rounded, rounded) {
+            let segment = &mut segments.list[self.segment];
+            if !segment.allocator.extend(self.offset, self.rounded, rounded) {
+                return false;
+            }
+            if own
+                .commit(segment, self.segment, self.offset + rounded)
+                .is_err()
+            {
+                // Back to the old length: the extension is not committed.
+                segment
+                    .allocator
+                    .free(self.offset + self.rounded, rounded - self.rounded);
                 return false;
             }
             self.rounded = rounded;

@@ -4,6 +4,19 @@
 //! the job (`unimem-<uid>-<job>-...`), starts with an [`ObjectHeader`] naming
 //! its owner process, is removed by its owner on close, and is reclaimed by
 //! any later process of the same user once its owner is dead.
+//!
+//! Peers are untrusted, and so is `/dev/shm`:
+//! - memory is *committed* with `posix_fallocate` when an object is made
+//!   (or, for a sparse object, when a range of it is put to use), so a full
+//!   `/dev/shm` is an `ENOSPC` error at that moment, never a SIGBUS later;
+//! - an object is opened only if it is a regular file of our effective uid
+//!   with no access for group or others ([`open_existing`]): another user's
+//!   file under one of our names is *foreign*, never mapped, reclaimed or
+//!   trusted; a creator that finds its name squatted by one uses an
+//!   unpredictable alternative (`<name>-<random>`, [`SharedObject::create_avoiding`])
+//!   that openers find by listing `/dev/shm` ([`SharedObject::open_checked`]);
+//! - sizes are checked with `fstat` before anything is mapped, and the size
+//!   an object's header announces must be its real size.
 
 use std::ffi::CString;
 use std::io;
@@ -76,7 +89,13 @@ pub struct SharedObject {
     len: usize,
     name: String,
     owner: bool,
+    /// Kept for a sparse object, which commits more of itself later.
+    fd: Option<Fd>,
+    /// Its protection from SIGBUS (see `fault.rs`), dropped before the unmap.
+    guard: Option<crate::fault::Guard>,
 }
+
+const _: () = assert!(std::mem::offset_of!(ObjectHeader, closed) == crate::fault::CLOSED_OFFSET);
 
 // SAFETY: the mapping is process-wide memory; all shared state inside it is
 // accessed through atomics or by protocols documented where they are used.
@@ -90,10 +109,50 @@ fn c_name(name: &str) -> io::Result<CString> {
 
 impl SharedObject {
     /// Creates object `name` of `len` bytes (header included), owned by this
-    /// process. Fails with `AlreadyExists` if the name is taken by a live
-    /// owner; a dead owner's object of the same name is reclaimed first.
+    /// process, all of it committed. Fails with `AlreadyExists` if the name
+    /// is taken by a live owner or by a foreign object; a dead owner's object
+    /// of the same name is reclaimed first.
     pub fn create(name: &str, len: usize) -> io::Result<SharedObject> {
-        assert!(len >= HEADER_SIZE);
+        Self::create_in(name, len, len)
+    }
+
+    /// [`Self::create`], committing only the first `committed` bytes (at
+    /// least the header page): the rest is committed by [`Self::commit`] as
+    /// it is put to use, and must not be touched before.
+    pub fn create_sparse(name: &str, len: usize, committed: usize) -> io::Result<SharedObject> {
+        Self::create_in(name, len, committed)
+    }
+
+    /// [`Self::create_sparse`] for an object that peers find with
+    /// [`Self::open_checked`]: if `name` is held by a foreign object (not
+    /// ours, see [`open_existing`]), the object is made under an
+    /// unpredictable alternative name instead (`<name>-<random>`), with one
+    /// warning. [`Self::name`] tells which.
+    pub fn create_avoiding(name: &str, len: usize, committed: usize) -> io::Result<SharedObject> {
+        match Self::create_in(name, len, committed) {
+            Err(e) if e.kind() == io::ErrorKind::AlreadyExists && is_foreign(name) => {
+                tracing::warn!(
+                    object = name,
+                    "a foreign object (another user's, or not a private regular file) holds \
+                     this name: refused; using an unpredictable name instead"
+                );
+                for _ in 0..16 {
+                    let alternative = format!("{name}-{:016x}", random_u64());
+                    match Self::create_in(&alternative, len, committed) {
+                        Err(e) if e.kind() == io::ErrorKind::AlreadyExists => continue,
+                        other => return other,
+                    }
+                }
+                Err(io::Error::from(io::ErrorKind::AlreadyExists))
+            }
+            other => other,
+        }
+    }
+
+    fn create_in(name: &str, len: usize, committed: usize) -> io::Result<SharedObject> {
+        if len < HEADER_SIZE || committed < HEADER_SIZE || committed > len {
+            return Err(io::Error::from(io::ErrorKind::InvalidInput));
+        }
         let cname = c_name(name)?;
         let fd = loop {
             // SAFETY: cname is a valid C string; flags and mode are plain ints.
@@ -113,7 +172,7 @@ impl SharedObject {
             }
             return Err(err);
         };
-        let object = Self::map_new(fd, name, len);
+        let object = Self::map_new(Fd(fd), name, len, committed);
         if object.is_err() {
             // SAFETY: cname is valid; we created the name and failed to set it up.
             unsafe { libc::shm_unlink(cname.as_ptr()) };
@@ -121,18 +180,29 @@ impl SharedObject {
         object
     }
 
-    fn map_new(fd: libc::c_int, name: &str, len: usize) -> io::Result<SharedObject> {
-        let fd = Fd(fd);
+    fn map_new(fd: Fd, name: &str, len: usize, committed: usize) -> io::Result<SharedObject> {
         // SAFETY: fd is a valid descriptor we own.
         if unsafe { libc::ftruncate(fd.0, len as libc::off_t) } != 0 {
             return Err(io::Error::last_os_error());
         }
-        let base = map(fd.0, 0, len, true)?;
+        commit(fd.0, 0, committed).inspect_err(|e| {
+            tracing::warn!(
+                object = name,
+                bytes = committed,
+                "cannot commit shared memory in /dev/shm: {e}"
+            )
+        })?;
+        let sparse = committed < len;
+        let base = map(fd.0, 0, len, false)?;
+        // The committed part is populated now, the rest as it is committed.
+        populate(base, committed);
         let object = SharedObject {
             base,
             len,
             name: name.to_string(),
             owner: true,
+            fd: sparse.then_some(fd),
+            guard: Some(crate::fault::register(base.as_ptr(), len, true)),
         };
         let pid = std::process::id();
         let header = object.header();
@@ -146,6 +216,25 @@ impl SharedObject {
         Ok(object)
     }
 
+    /// Commits `[offset, offset + len)` of a sparse object of ours (see
+    /// [`Self::create_sparse`]): allocates its pages in `/dev/shm` now, or
+    /// fails (`ENOSPC` when `/dev/shm` is full), and writes them so that
+    /// peers see them as data (`SEEK_HOLE`, see [`SharedRange::map`]).
+    pub fn commit(&self, offset: usize, len: usize) -> io::Result<()> {
+        let Some(fd) = &self.fd else {
+            return Ok(()); // committed whole at creation
+        };
+        let end = offset
+            .checked_add(len)
+            .filter(|&end| end <= self.len)
+            .ok_or_else(|| io::Error::from(io::ErrorKind::InvalidInput))?;
+        commit(fd.0, offset, len)?;
+        // SAFETY: `[offset, end)` lies inside our mapping (checked above).
+        let start = unsafe { NonNull::new_unchecked(self.base.as_ptr().add(offset)) };
+        populate(start, end - offset);
+        Ok(())
+    }
+
     /// Marks a created object ready: openers wait for this (see [`Self::open`]).
     /// Call once the object-specific layout is initialised.
     pub fn publish(&self) {
@@ -155,6 +244,34 @@ impl SharedObject {
     /// Opens the existing, published object `name` whole.
     pub fn open(name: &str) -> io::Result<SharedObject> {
         let fd = open_existing(name)?;
+        Self::open_fd(fd, name)
+    }
+
+    /// Opens the published object of `name` (or of an alternative name
+    /// that [`Self::create_avoiding`] chose) whose header `accept`s: the
+    /// first of ours that does. Errors are those of `name` itself.
+    pub fn open_checked(
+        name: &str,
+        accept: impl Fn(&ObjectHeader) -> bool,
+    ) -> io::Result<SharedObject> {
+        let first = match Self::open(name) {
+            Ok(object) if accept(object.header()) => return Ok(object),
+            Ok(_) => Err(io::Error::from_raw_os_error(libc::ESTALE)),
+            Err(e) => Err(e),
+        };
+        // The plain name is missing, foreign or another incarnation's: the
+        // owner may have made its object under an alternative name.
+        for alternative in alternatives(name) {
+            if let Ok(object) = Self::open(&alternative) {
+                if accept(object.header()) {
+                    return Ok(object);
+                }
+            }
+        }
+        first
+    }
+
+    fn open_fd(fd: Fd, name: &str) -> io::Result<SharedObject> {
         let size = file_size(fd.0)?;
         if size < HEADER_SIZE {
             return Err(not_ready());
@@ -165,9 +282,25 @@ impl SharedObject {
             len: size,
             name: name.to_string(),
             owner: false,
+            fd: None,
+            guard: Some(crate::fault::register(base.as_ptr(), size, true)),
         };
         if object.header().magic.load(Ordering::Acquire) != MAGIC {
             return Err(not_ready());
+        }
+        // The size the owner wrote must be the real one: anything else is a
+        // corrupted header or an object resized under us.
+        if object.header().size.load(Ordering::Relaxed) != size as u64 {
+            static LAST: AtomicU64 = AtomicU64::new(0);
+            rate_limited(&LAST, || {
+                tracing::warn!(
+                    object = name,
+                    real = size,
+                    announced = object.header().size.load(Ordering::Relaxed),
+                    "shared object's size differs from its header's: refused"
+                )
+            });
+            return Err(io::Error::from(io::ErrorKind::InvalidData));
         }
         if object.header().owner_gone() {
             return Err(io::Error::from_raw_os_error(libc::ECONNREFUSED));
@@ -208,6 +341,7 @@ impl Drop for SharedObject {
                 unsafe { libc::shm_unlink(cname.as_ptr()) };
             }
         }
+        self.guard.take();
         // SAFETY: base/len describe a mapping we made and nobody else unmaps.
         unsafe { libc::munmap(self.base.as_ptr().cast(), self.len) };
     }
@@ -218,6 +352,7 @@ impl Drop for SharedObject {
 pub struct SharedRange {
     base: NonNull<u8>,
     len: usize,
+    guard: Option<crate::fault::Guard>,
 }
 
 // SAFETY: plain shared memory; concurrent access is the DMA user's contract.
@@ -226,12 +361,48 @@ unsafe impl Send for SharedRange {}
 unsafe impl Sync for SharedRange {}
 
 impl SharedRange {
-    /// Maps `len` bytes of object `name` from page-aligned `offset`,
-    /// populating the page tables now so that transfers do not fault.
-    pub fn map(name: &str, offset: usize, len: usize) -> io::Result<SharedRange> {
-        let fd = open_existing(name)?;
+    /// Maps `len` bytes of object `name` (or of the alternative name its
+    /// owner chose, see [`SharedObject::create_avoiding`]) from page-aligned
+    /// `offset`, populating the page tables now so that transfers do not
+    /// fault. The object must be ours, published, owned by `owner` (pid and
+    /// start time), and hold the range whole and committed: a range past its
+    /// end, or over pages its owner never committed, would fault (SIGBUS)
+    /// when touched; it is refused with `InvalidData` instead.
+    pub fn map(
+        name: &str,
+        owner: (u32, u64),
+        offset: usize,
+        len: usize,
+    ) -> io::Result<SharedRange> {
+        let end = offset
+            .checked_add(len)
+            .filter(|_| len > 0 && offset.is_multiple_of(HEADER_SIZE))
+            .ok_or_else(|| io::Error::from(io::ErrorKind::InvalidInput))?;
+        let accept = |header: &ObjectHeader| {
+            (header.owner_pid(), header.owner_start()) == owner && !header.is_closed()
+        };
+        let object = SharedObject::open_checked(name, accept)?;
+        let fd = open_existing(&object.name)?;
+        if end > file_size(fd.0)? || end > object.len() || !is_data(fd.0, offset, end) {
+            static LAST: AtomicU64 = AtomicU64::new(0);
+            rate_limited(&LAST, || {
+                tracing::warn!(
+                    object = name,
+                    offset,
+                    len,
+                    size = object.len(),
+                    "a peer's range lies outside its object or over memory it never \
+                     committed: refused"
+                )
+            });
+            return Err(io::Error::from(io::ErrorKind::InvalidData));
+        }
         let base = map(fd.0, offset, len, true)?;
-        Ok(SharedRange { base, len })
+        Ok(SharedRange {
+            base,
+            len,
+            guard: Some(crate::fault::register(base.as_ptr(), len, false)),
+        })
     }
 
     pub fn base(&self) -> *mut u8 {
@@ -249,6 +420,7 @@ impl SharedRange {
 
 impl Drop for SharedRange {
     fn drop(&mut self) {
+        self.guard.take();
         // SAFETY: base/len describe a mapping we made and nobody else unmaps.
         unsafe { libc::munmap(self.base.as_ptr().cast(), self.len) };
     }
@@ -267,14 +439,129 @@ fn not_ready() -> io::Error {
     io::Error::from_raw_os_error(libc::EAGAIN)
 }
 
+/// Opens object `name` if it is ours: a regular file of our effective uid
+/// that no one else may access (mode 0600 or less). Anything else is
+/// *foreign* (`EPERM`): another user's file under our name, or one made
+/// accessible to others, which they could resize or write under us. glibc's
+/// `shm_open` adds `O_NOFOLLOW`, so a symbolic link is refused too.
 fn open_existing(name: &str) -> io::Result<Fd> {
     let cname = c_name(name)?;
-    // SAFETY: cname is a valid C string.
-    let fd = unsafe { libc::shm_open(cname.as_ptr(), libc::O_RDWR | libc::O_CLOEXEC, 0) };
+    // SAFETY: cname is a valid C string. O_NONBLOCK: a FIFO under our name
+    // must not block us (it is refused below).
+    let fd = unsafe {
+        libc::shm_open(
+            cname.as_ptr(),
+            libc::O_RDWR | libc::O_CLOEXEC | libc::O_NONBLOCK,
+            0,
+        )
+    };
     if fd < 0 {
         return Err(io::Error::last_os_error());
     }
-    Ok(Fd(fd))
+    let fd = Fd(fd);
+    let st = file_stat(fd.0)?;
+    // SAFETY: geteuid has no preconditions and cannot fail.
+    let euid = unsafe { libc::geteuid() };
+    if st.st_mode & libc::S_IFMT != libc::S_IFREG || st.st_uid != euid || st.st_mode & 0o077 != 0 {
+        return Err(io::Error::from_raw_os_error(libc::EPERM));
+    }
+    Ok(fd)
+}
+
+/// Whether `name` exists and is not ours (see [`open_existing`]).
+fn is_foreign(name: &str) -> bool {
+    matches!(open_existing(name), Err(e) if e.raw_os_error() == Some(libc::EPERM)
+        || e.raw_os_error() == Some(libc::EACCES)
+        || e.raw_os_error() == Some(libc::ELOOP))
+}
+
+/// Names `<name>-<16 hex digits>` in `/dev/shm`: the alternatives that
+/// [`SharedObject::create_avoiding`] may have chosen for `name`.
+fn alternatives(name: &str) -> Vec<String> {
+    let prefix = format!("{name}-");
+    let Ok(dir) = std::fs::read_dir(SHM_DIR) else {
+        return Vec::new();
+    };
+    dir.filter_map(Result::ok)
+        .filter_map(|entry| entry.file_name().into_string().ok())
+        .filter(|entry| {
+            entry
+                .strip_prefix(&prefix)
+                .is_some_and(|tail| tail.len() == 16 && tail.bytes().all(|b| b.is_ascii_hexdigit()))
+        })
+        .collect()
+}
+
+/// 64 unpredictable bits (for names others must not guess).
+fn random_u64() -> u64 {
+    let mut bytes = [0u8; 8];
+    // SAFETY: getrandom writes at most bytes.len() bytes into the buffer.
+    let got = unsafe { libc::getrandom(bytes.as_mut_ptr().cast(), bytes.len(), 0) };
+    if got == bytes.len() as isize {
+        return u64::from_ne_bytes(bytes);
+    }
+    // No entropy source: a value no other process shares, at least.
+    crate::node::monotonic_ns() ^ (u64::from(std::process::id()) << 40)
+}
+
+/// Calls `warn` unless a warning went out through `last` (a monotonic time
+/// in ns) less than a second ago: for warnings a peer can provoke at will.
+pub fn rate_limited(last: &AtomicU64, warn: impl FnOnce()) {
+    let now = crate::node::monotonic_ns();
+    let before = last.load(Ordering::Relaxed);
+    if (before == 0 || now.saturating_sub(before) >= 1_000_000_000)
+        && last
+            .compare_exchange(before, now.max(1), Ordering::Relaxed, Ordering::Relaxed)
+            .is_ok()
+    {
+        warn();
+    }
+}
+
+/// Allocates the pages of `[offset, offset + len)` of the object behind
+/// `fd` now: `ENOSPC` here, rather than SIGBUS at the first touch.
+fn commit(fd: libc::c_int, offset: usize, len: usize) -> io::Result<()> {
+    if len == 0 {
+        return Ok(());
+    }
+    // SAFETY: a plain system call on a descriptor we hold.
+    let rc = unsafe { libc::posix_fallocate(fd, offset as libc::off_t, len as libc::off_t) };
+    if rc != 0 {
+        return Err(io::Error::from_raw_os_error(rc));
+    }
+    Ok(())
+}
+
+/// Writes the page tables of `len` committed bytes at `start` now (and
+/// makes the pages data, which `SEEK_HOLE` tells peers): first touches then
+/// do not fault. Best effort: without it, they fault in on first use.
+fn populate(start: NonNull<u8>, len: usize) {
+    const MADV_POPULATE_WRITE: libc::c_int = 23;
+    // SAFETY: the range lies in a mapping of ours, of committed pages.
+    let rc = unsafe { libc::madvise(start.as_ptr().cast(), len, MADV_POPULATE_WRITE) };
+    if rc != 0 {
+        // Older kernels: touch one byte per page ourselves.
+        let page = HEADER_SIZE;
+        let mut at = 0;
+        while at < len {
+            // SAFETY: `at < len`: inside the committed range of our mapping;
+            // the volatile read-write keeps every byte as it is.
+            unsafe {
+                let p = start.as_ptr().add(at);
+                std::ptr::write_volatile(p, std::ptr::read_volatile(p));
+            }
+            at += page;
+        }
+    }
+}
+
+/// Whether `[offset, end)` of the object behind `fd` has no hole: every page
+/// of it committed and written by its owner (see [`populate`]), so that
+/// touching it allocates nothing and cannot fault.
+fn is_data(fd: libc::c_int, offset: usize, end: usize) -> bool {
+    // SAFETY: a plain system call on a descriptor we hold.
+    let hole = unsafe { libc::lseek(fd, offset as libc::off_t, libc::SEEK_HOLE) };
+    hole >= 0 && hole as u64 >= end as u64
 }
 
 fn file_stat(fd: libc::c_int) -> io::Result<libc::stat> {
@@ -288,7 +575,7 @@ fn file_stat(fd: libc::c_int) -> io::Result<libc::stat> {
 }
 
 fn file_size(fd: libc::c_int) -> io::Result<usize> {
-    Ok(file_stat(fd)?.st_size as usize)
+    usize::try_from(file_stat(fd)?.st_size).map_err(|_| io::Error::from(io::ErrorKind::InvalidData))
 }
 
 fn map(fd: libc::c_int, offset: usize, len: usize, populate: bool) -> io::Result<NonNull<u8>> {

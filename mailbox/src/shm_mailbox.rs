@@ -18,6 +18,21 @@
 //! after its FULL store (Release/Acquire), so no message is ever torn. Because
 //! the claimer's pid sits in the slot, a sender killed in the middle of a
 //! send cannot wedge the ring: the receiver skips a slot whose claimer died.
+//!
+//! Every process that may send can write anything into the ring, so nothing
+//! in it is trusted, and the checks cost nothing on the common path (they
+//! sit on branches a sound ring never takes):
+//! - the receiver expects its head slot to hold its head ticket, free (no
+//!   pid), claimed (by a nonzero pid) or full; any other word is corrupt:
+//!   the slot is skipped with a rate-limited warning ([`ShmMailbox::poll`]);
+//! - a visibility time further ahead than the receiver's modeled latency is
+//!   corrupt: the message is delivered now instead of never;
+//! - a sender that finds the tail more than a lap away from the tickets in
+//!   the slots (a corrupted tail) rebuilds it from the slots, where the next
+//!   free ticket is the lowest free one, instead of spinning or reporting a
+//!   full ring forever ([`resync_tail`]);
+//! - the depth in the header is checked against the object's real size
+//!   when a sender maps the ring, and never read again.
 
 use std::cell::UnsafeCell;
 use std::io;
@@ -27,7 +42,7 @@ use std::sync::Once;
 use crate::addr::{MailboxAddr, ADDR_LEN};
 use crate::node::{monotonic_ns, JobId, NodeId};
 use crate::profile::Profile;
-use crate::shm::{object_name, reclaim_dead_objects, SharedObject, HEADER_SIZE};
+use crate::shm::{object_name, rate_limited, reclaim_dead_objects, SharedObject, HEADER_SIZE};
 use crate::{Error, Mailbox, Message, MESSAGE_LEN};
 
 /// Largest ring the emulation accepts, in slots.
@@ -35,6 +50,9 @@ pub const MAX_DEPTH: usize = 1 << 20;
 /// How long a slot may stay claimed before the receiver asks whether its
 /// sender is still alive.
 const CLAIM_STALL_NS: u64 = 10_000_000;
+/// Tail rebuilds one send may do before it reports the ring busy (a ring
+/// corrupt beyond repair must not keep a sender spinning).
+const MAX_RESYNCS: u32 = 2;
 /// How often a sender facing a full ring checks that the receiver lives.
 const LIVENESS_CHECK_NS: u64 = 1_000_000;
 
@@ -184,6 +202,51 @@ impl Ring {
     }
 }
 
+/// Rebuilds a corrupted tail (seen as `bad`) from the slots: the next
+/// ticket to claim is the lowest free one. Rare (a peer wrote into the
+/// ring), so a scan of the ring is fine.
+#[cold]
+fn resync_tail(ring: &Ring, bad: u32) {
+    // Tickets compare by distance from any slot's: all lie within a lap.
+    let anchor = state_pos(ring.slot(0).state.load(Ordering::Acquire));
+    // A sound slot's ticket always maps to its index: others are corrupt
+    // and count for nothing.
+    let words = || {
+        (0..ring.depth())
+            .map(|index| (index, ring.slot(index).state.load(Ordering::Acquire)))
+            .filter(|&(index, word)| state_pos(word) & ring.mask == index)
+            .map(|(_, word)| word)
+    };
+    let lowest_free = words()
+        .filter(|&word| state_kind(word) == FREE)
+        .map(state_pos)
+        .min_by_key(|&pos| pos.wrapping_sub(anchor).wrapping_add(ring.depth()));
+    // No free slot: the ring is full; the tail then points at a slot of
+    // the previous lap, the lowest ticket in use plus a lap.
+    let fixed = lowest_free.unwrap_or_else(|| {
+        let lowest = words()
+            .map(state_pos)
+            .min_by_key(|&pos| pos.wrapping_sub(anchor).wrapping_add(ring.depth()))
+            .unwrap_or(anchor);
+        lowest.wrapping_add(ring.depth())
+    });
+    if ring
+        .tail()
+        .compare_exchange(bad, fixed, Ordering::Relaxed, Ordering::Relaxed)
+        .is_ok()
+    {
+        static LAST: AtomicU64 = AtomicU64::new(0);
+        rate_limited(&LAST, || {
+            tracing::warn!(
+                mailbox = ring.object.name(),
+                tail = bad,
+                fixed,
+                "a peer's mailbox tail was corrupt: rebuilt from its slots"
+            )
+        });
+    }
+}
+
 /// Moves the tail past ticket `pos` unless someone already did.
 #[inline]
 fn advance_tail(tail: &AtomicU32, pos: u32) {
@@ -210,6 +273,7 @@ pub struct ShmMailbox {
     claimed_polls: u32,
     stalled_since: Option<(u32, u64)>,
     abandoned: u64,
+    corrupt: u64,
 }
 
 static RECLAIM_AT_START: Once = Once::new();
@@ -263,6 +327,7 @@ impl ShmMailbox {
             claimed_polls: 0,
             stalled_since: None,
             abandoned: 0,
+            corrupt: 0,
         })
     }
 
@@ -288,6 +353,40 @@ impl ShmMailbox {
                 .state
                 .store(state(next, FREE, 0), Ordering::Release);
         }
+    }
+
+    /// Passes over the head slot, whose state word a peer corrupted: no
+    /// sound sender wrote it, so there is no message to wait for.
+    #[cold]
+    fn skip_corrupt(&mut self, word: u64) {
+        let slot = self.ring.slot(self.head);
+        let next = state(self.head.wrapping_add(self.ring.depth()), FREE, 0);
+        // Only if it still holds what we judged; else look again.
+        if slot
+            .state
+            .compare_exchange(word, next, Ordering::AcqRel, Ordering::Relaxed)
+            .is_ok()
+        {
+            static LAST: AtomicU64 = AtomicU64::new(0);
+            let head = self.head;
+            rate_limited(&LAST, || {
+                tracing::warn!(
+                    mailbox = %self.addr,
+                    slot = head & self.ring.mask,
+                    word = format_args!("{word:#018x}"),
+                    "skipped a corrupted mailbox slot (a peer wrote into the ring)"
+                )
+            });
+            self.head = self.head.wrapping_add(1);
+            self.corrupt += 1;
+            self.stalled_since = None;
+            self.claimed_polls = 0;
+        }
+    }
+
+    /// Slots skipped because their state word was corrupt.
+    pub fn corrupt_slots(&self) -> u64 {
+        self.corrupt
     }
 
     /// A claimed head slot whose sender has been at it for a long time:
@@ -359,6 +458,7 @@ impl ShmPeer {
     }
 
     fn owner_gone(&self) -> bool {
+        crate::fault::report();
         let header = self.ring.object.header();
         if header.is_closed() {
             return true;
@@ -416,6 +516,7 @@ impl Mailbox for ShmMailbox {
         let tail = ring.tail();
         let claim_as = |pos| state(pos, CLAIMED, self.addr.node.pid);
         let mut pos = tail.load(Ordering::Relaxed);
+        let mut resyncs = 0;
         loop {
             let slot = ring.slot(pos);
             // Claim at once rather than load first: a load would fetch the
@@ -429,7 +530,7 @@ impl Mailbox for ShmMailbox {
                 Ok(_) => {
                     let visible_at = match ring.header().latency_ns.load(Ordering::Relaxed) {
                         0 => 0,
-                        latency => monotonic_ns() + latency,
+                        latency => monotonic_ns().saturating_add(latency),
                     };
                     // SAFETY: we hold the claim on this slot: no other sender
                     // writes it and the receiver reads it only once FULL.
@@ -447,12 +548,31 @@ impl Mailbox for ShmMailbox {
                 }
                 Err(seen) => state_pos(seen),
             };
-            if (pos.wrapping_sub(seen) as i32) > 0 {
+            let behind = pos.wrapping_sub(seen) as i32;
+            if behind > 0 {
+                if behind as u32 != ring.depth() && resyncs < MAX_RESYNCS {
+                    // Not the previous lap: the tail is corrupt.
+                    resyncs += 1;
+                    resync_tail(ring, pos);
+                    pos = tail.load(Ordering::Relaxed);
+                    continue;
+                }
                 // The slot still holds the previous lap: the ring is full.
                 if peer.owner_gone() {
                     return Err(Error::Dead);
                 }
                 return Err(Error::Busy);
+            }
+            if seen.wrapping_sub(pos) > ring.depth() {
+                // More than a lap ahead of the tail: the tail is corrupt
+                // (stepping it on one ticket at a time could take 2^31 turns).
+                if resyncs == MAX_RESYNCS {
+                    return Err(Error::Busy);
+                }
+                resyncs += 1;
+                resync_tail(ring, pos);
+                pos = tail.load(Ordering::Relaxed);
+                continue;
             }
             // Ticket `pos` is taken (or, if the slot is already in a later
             // lap, long done): make sure the tail has moved past it, and
@@ -468,17 +588,23 @@ impl Mailbox for ShmMailbox {
             let slot = self.ring.slot(self.head);
             let word = slot.state.load(Ordering::Acquire);
             if state_pos(word) != self.head {
-                return None;
+                // A sound ring always holds our head ticket here.
+                self.skip_corrupt(word);
+                continue;
             }
             match state_kind(word) {
-                FULL => {}
-                CLAIMED => {
+                FULL if state_pid(word) == 0 => {}
+                CLAIMED if state_pid(word) != 0 => {
                     if self.check_stalled_claim(word) {
                         continue;
                     }
                     return None;
                 }
-                _ => return None,
+                FREE if word == state(self.head, FREE, 0) => return None,
+                _ => {
+                    self.skip_corrupt(word);
+                    continue;
+                }
             }
             // SAFETY: the slot is FULL for our head ticket: its sender is done
             // with it and no one else writes it until we free it below.
@@ -489,8 +615,13 @@ impl Mailbox for ShmMailbox {
                     *slot.message.get(),
                 )
             };
-            if visible_at != 0 && monotonic_ns() < visible_at {
-                return None;
+            if visible_at != 0 {
+                let now = monotonic_ns();
+                // A sender stamps now + our latency: a time further ahead
+                // is corrupt, and would hold the ring forever.
+                if now < visible_at && visible_at - now <= self.latency_ns {
+                    return None;
+                }
             }
             self.consumed = Some(self.head);
             self.head = self.head.wrapping_add(1);
@@ -503,11 +634,15 @@ impl Mailbox for ShmMailbox {
     fn has_message(&self) -> bool {
         // Our head slot in our lap, claimed or full: one load of a line a
         // sender writes only when it has something for us.
+        // Anything but our free head slot: a message, or a corrupt word
+        // that only `poll` can clear (a sound ring never holds another lap
+        // at the head).
         let word = self.ring.slot(self.head).state.load(Ordering::Acquire);
-        state_pos(word) == self.head && state_kind(word) != FREE
+        word != state(self.head, FREE, 0)
     }
 
     fn peer_alive(&self, peer: &ShmPeer) -> bool {
+        crate::fault::report();
         !peer.ring.object.header().owner_gone()
     }
 }

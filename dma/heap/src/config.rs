@@ -65,6 +65,19 @@ pub fn parse_size(text: &str) -> Option<usize> {
     usize::try_from(num.checked_mul(1u64 << shift)?).ok()
 }
 
+/// [`size`] in `min..=max`: outside, a line on stderr and the default.
+fn bounded_size(name: &CStr, default: usize, min: usize, max: usize) -> usize {
+    let value = size(name, default);
+    if (min..=max).contains(&value) {
+        return value;
+    }
+    crate::log::line(&format!(
+        "{}={value} is outside {min}..={max}; using {default}",
+        name.to_string_lossy()
+    ));
+    default
+}
+
 fn size(name: &CStr, default: usize) -> usize {
     match env(name) {
         None => default,
@@ -109,8 +122,20 @@ impl Config {
                 "default".to_string()
             }
         };
-        let segment_size = size(c"FI_UNIMEM_DMA_SEGMENT_SIZE", 64 << 20).max(4096);
-        let max_size = size(c"FI_UNIMEM_DMA_MAX_SIZE", 1 << 30).max(segment_size);
+        // The provider's ranges (`fi_info.conf`), so that both agree.
+        let segment_size = bounded_size(
+            c"FI_UNIMEM_DMA_SEGMENT_SIZE",
+            64 << 20,
+            unimem_dma::SEGMENT_SIZE_MIN,
+            unimem_dma::SEGMENT_SIZE_MAX,
+        );
+        let max_size = bounded_size(
+            c"FI_UNIMEM_DMA_MAX_SIZE",
+            1 << 30,
+            unimem_dma::REGION_SIZE_MIN,
+            unimem_dma::REGION_SIZE_MAX,
+        )
+        .max(segment_size);
         Config {
             heap_max: size(c"FI_UNIMEM_HEAP_MAX_SIZE", DEFAULT_HEAP_MAX),
             region: RegionConfig {

@@ -54,6 +54,8 @@ pub static INHERITED: Ranges = Ranges::new();
 /// 0 until read from the environment.
 static THRESHOLD: AtomicUsize = AtomicUsize::new(0);
 static EXHAUSTED: AtomicBool = AtomicBool::new(false);
+/// Whether the heap said that /dev/shm is full.
+static NO_SPACE: AtomicBool = AtomicBool::new(false);
 /// Pid of the process that made the current region (for the exit clean-up).
 pub static REGION_PID: AtomicU32 = AtomicU32::new(0);
 /// This process's pid, kept by the fork handler (`getpid` is a system
@@ -233,6 +235,15 @@ impl State {
                         config.map_or(0, |c| c.heap_max),
                         config.map_or(0, |c| c.region.max_size),
                     ));
+                }
+                None
+            }
+            Err(DmaError::NoSpace) => {
+                if !NO_SPACE.swap(true, Ordering::Relaxed) {
+                    log::line(
+                        "/dev/shm is full: dmable memory cannot grow; allocations the region \
+                         cannot serve now come from the system allocator (said once)",
+                    );
                 }
                 None
             }

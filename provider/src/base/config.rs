@@ -149,27 +149,32 @@ const KIB: u64 = 1 << 10;
 const MIB: u64 = 1 << 20;
 const GIB: u64 = 1 << 30;
 const TIB: u64 = 1 << 40;
+/// Most dmable memory one peer's eager ring may take (eager_size x
+/// eager_credits).
+const MAX_EAGER_RING: usize = 64 << 20;
+/// Most dmable memory one endpoint's own buffers may take.
+const MAX_ENDPOINT_BUFFERS: usize = 256 << 20;
 
 tunables! {
     profile: &'static str = Kind::Enum(&["native", "paper"]), "native", "hardware timing profile of the emulation: native (as fast as this host allows) or paper (the prototype board: mailbox 1 us, DMA 1 GB/s + 1 us, registration 10 us)";
     job: String = Kind::Str, "default", "job tag used in shared-memory object names and addresses";
-    mbx_depth: usize = Kind::Int { min: 1, max: 1 << 24 }, "1024", "mailbox depth in 192-bit messages";
-    dma_segment_size: usize = Kind::Size { min: 4 * KIB, max: TIB }, "64m", "size of one dmable shared-memory segment";
-    dma_max_size: usize = Kind::Size { min: 4 * KIB, max: TIB }, "1g", "bound on a process's dmable memory";
-    eager_size: usize = Kind::Size { min: 0, max: 64 * MIB }, "16k", "largest message sent eagerly (DMA into pre-allocated receiver buffers); bigger ones use rendezvous; also the inject size";
+    mbx_depth: usize = Kind::Int { min: 2, max: 1 << 16 }, "1024", "mailbox depth in 192-bit messages";
+    dma_segment_size: usize = Kind::Size { min: 64 * KIB, max: GIB }, "64m", "size of one dmable shared-memory segment";
+    dma_max_size: usize = Kind::Size { min: 64 * KIB, max: 64 * GIB }, "1g", "bound on a process's dmable memory";
+    eager_size: usize = Kind::Size { min: 0, max: MIB }, "16k", "largest message sent eagerly (DMA into pre-allocated receiver buffers); bigger ones use rendezvous; also the inject size";
     eager_credits: usize = Kind::Int { min: 0, max: 255 }, "16", "eager receive buffers a receiver pre-allocates per peer (flow-control credits); 0: none, eager messages come by rendezvous";
-    bounce_buffers: usize = Kind::Int { min: 1, max: 1 << 16 }, "64", "eager_size bounce buffers per endpoint: an eager send copies its data into one when it leaves (it has a credit) and frees it when its DMA is done";
+    bounce_buffers: usize = Kind::Int { min: 1, max: 4096 }, "64", "eager_size bounce buffers per endpoint: an eager send copies its data into one when it leaves (it has a credit) and frees it when its DMA is done";
     max_msg_size: usize = Kind::Size { min: 0, max: u64::MAX }, "0", "largest message and RMA operation (ep_attr->max_msg_size); 0: every length (the wire carries 64-bit lengths)";
-    segment_size: usize = Kind::Size { min: 4 * KIB, max: GIB }, "256k", "rendezvous fragment: what one DMA of a rendezvous transfer moves";
-    rendezvous_window: usize = Kind::Int { min: 1, max: 1 << 16 }, "4", "rendezvous fragments a receiver grants ahead per transfer";
-    staging_segments: usize = Kind::Int { min: 1, max: 1 << 16 }, "8", "staging buffers (of segment_size bytes) per endpoint on each side, for rendezvous with ordinary memory";
+    segment_size: usize = Kind::Size { min: 4 * KIB, max: 64 * MIB }, "256k", "rendezvous fragment: what one DMA of a rendezvous transfer moves";
+    rendezvous_window: usize = Kind::Int { min: 1, max: 1024 }, "4", "rendezvous fragments a receiver grants ahead per transfer";
+    staging_segments: usize = Kind::Int { min: 1, max: 1024 }, "8", "staging buffers (of segment_size bytes) per endpoint on each side, for rendezvous with ordinary memory";
     regcache_enable: bool = Kind::Bool, "true", "cache remote DMA registrations (one costs > 10 us on the hardware)";
-    regcache_max_entries: usize = Kind::Int { min: 1, max: 1 << 24 }, "1024", "most registrations the cache keeps";
+    regcache_max_entries: usize = Kind::Int { min: 1, max: 1 << 20 }, "1024", "most registrations the cache keeps";
     regcache_max_size: usize = Kind::Size { min: 4 * KIB, max: TIB }, "1g", "most registered bytes the cache keeps";
     unexpected_per_peer: usize = Kind::Size { min: 4 * KIB, max: TIB }, "1m", "unexpected message data a receiver holds per sender; past it the sender is throttled (its messages come by rendezvous, data left with it) until receives take the held ones below half";
     tx_size: usize = Kind::Int { min: 1, max: 65535 }, "1024", "transmit queue depth per endpoint (tx_attr->size): sends outstanding at once, queued for a slow peer or in flight; only a full queue refuses a post (-FI_EAGAIN), never a slow peer";
     rx_size: usize = Kind::Int { min: 1, max: 1 << 20 }, "1024", "posted-receive queue depth advertised per endpoint (rx_attr->size); more receives may be posted, they only cost memory";
-    cq_size: usize = Kind::Int { min: 1, max: 1 << 24 }, "8192", "completion queue size when fi_cq_open asks for the default (0)";
+    cq_size: usize = Kind::Int { min: 1, max: 1 << 20 }, "8192", "completion queue size when fi_cq_open asks for the default (0)";
     spin_yield: usize = Kind::Int { min: 0, max: 1 << 30 }, "64", "busy-poll iterations before yielding the CPU in blocking waits, and in polling reads as idle_yield says";
     idle_yield: &'static str = Kind::Enum(&["auto", "always", "never"]), "auto", "whether fi_cq_read that found nothing spin_yield times in a row yields the CPU: auto (when this host runs more unimem processes than CPUs), always, never";
     peer_check_ms: usize = Kind::Int { min: 0, max: 3_600_000 }, "100", "how often (ms) progress checks that known peers are alive; operations with a dead peer fail (0: never)";
@@ -234,26 +239,57 @@ impl Tunable {
             .unwrap_or_else(|e| panic!("bad built-in default for {}: {e}", self.name))
     }
 
-    /// Type name used in help texts.
+    /// Type name used in help texts, with the accepted range.
     pub fn type_name(&self) -> String {
         match self.kind {
             Kind::Bool => "bool".into(),
             Kind::Int { .. } => "int".into(),
-            Kind::Size { .. } => "size, suffix k/m/g".into(),
+            Kind::Size { .. } => "size, suffix k/m/g/t".into(),
             Kind::Str => "string".into(),
             Kind::Enum(words) => words.join("|"),
         }
     }
 
+    /// The accepted range as `fi_info.conf` and `fi_info -e` show it
+    /// (`range: 64k..1g`), for numbers.
+    pub fn range_text(&self) -> Option<String> {
+        match self.kind {
+            Kind::Int { min, max } => Some(format!("range: {min}..{max}")),
+            Kind::Size { min, max: u64::MAX } => Some(format!("range: {} or more", show_size(min))),
+            Kind::Size { min, max } => {
+                Some(format!("range: {}..{}", show_size(min), show_size(max)))
+            }
+            _ => None,
+        }
+    }
+
     /// Help as shown by `fi_info -e`.
     pub fn param_help(&self) -> String {
-        format!(
-            "{} ({}, default {})",
-            self.help,
-            self.type_name(),
-            self.default
-        )
+        match self.range_text() {
+            Some(range) => format!(
+                "{} ({}, {range}, default {}; outside the range: a warning and the default)",
+                self.help,
+                self.type_name(),
+                self.default
+            ),
+            None => format!(
+                "{} ({}, default {})",
+                self.help,
+                self.type_name(),
+                self.default
+            ),
+        }
     }
+}
+
+/// A byte count in the largest unit that divides it: `65536` → `64k`.
+pub fn show_size(v: u64) -> String {
+    for (unit, suffix) in [(TIB, "t"), (GIB, "g"), (MIB, "m"), (KIB, "k")] {
+        if v >= unit && v.is_multiple_of(unit) {
+            return format!("{}{suffix}", v / unit);
+        }
+    }
+    v.to_string()
 }
 
 fn in_range<T: PartialOrd + fmt::Display>(v: T, min: T, max: T) -> Result<T, String> {
@@ -420,6 +456,46 @@ impl Config {
 
     /// Cross-tunable rules.
     fn reconcile(&mut self) {
+        let defaults = Config::defaults();
+        // What one peer's eager ring takes of our dmable memory: the ranges
+        // alone allow 255 MiB, which no region holds for many peers.
+        let eager_ring = self.eager_size.saturating_mul(self.eager_credits);
+        if eager_ring > MAX_EAGER_RING {
+            tracing::warn!(
+                "eager_size ({}) x eager_credits ({}) = {eager_ring} bytes per peer exceeds {}: \
+                 using the defaults ({} x {})",
+                self.eager_size,
+                self.eager_credits,
+                show_size(MAX_EAGER_RING as u64),
+                defaults.eager_size,
+                defaults.eager_credits
+            );
+            self.eager_size = defaults.eager_size;
+            self.eager_credits = defaults.eager_credits;
+        }
+        // An endpoint's own buffers: bounce buffers and staging on both sides.
+        let endpoint = self
+            .eager_size
+            .saturating_mul(self.bounce_buffers)
+            .saturating_add(
+                self.segment_size
+                    .saturating_mul(self.staging_segments)
+                    .saturating_mul(2),
+            );
+        if endpoint > MAX_ENDPOINT_BUFFERS {
+            tracing::warn!(
+                "eager_size x bounce_buffers + 2 x segment_size x staging_segments = {endpoint} \
+                 bytes per endpoint exceeds {}: using the defaults of bounce_buffers ({}), \
+                 segment_size ({}) and staging_segments ({})",
+                show_size(MAX_ENDPOINT_BUFFERS as u64),
+                defaults.bounce_buffers,
+                defaults.segment_size,
+                defaults.staging_segments
+            );
+            self.bounce_buffers = defaults.bounce_buffers;
+            self.segment_size = defaults.segment_size;
+            self.staging_segments = defaults.staging_segments;
+        }
         if self.dma_max_size < self.dma_segment_size {
             tracing::warn!(
                 "dma_max_size ({}) is below dma_segment_size ({}); raising it to one segment",
@@ -672,6 +748,63 @@ mod tests {
         assert_eq!(c.rx_size, 77);
     }
 
+    /// The region's own limits (which the dmable heap applies to the same
+    /// variables) are the tunables' ranges.
+    #[test]
+    fn dma_ranges_match_the_region() {
+        let Kind::Size { min, max } = tunable("dma_segment_size").kind else {
+            panic!("dma_segment_size is a size");
+        };
+        assert_eq!(
+            (min as usize, max as usize),
+            (unimem_dma::SEGMENT_SIZE_MIN, unimem_dma::SEGMENT_SIZE_MAX)
+        );
+        let Kind::Size { min, max } = tunable("dma_max_size").kind else {
+            panic!("dma_max_size is a size");
+        };
+        assert_eq!(
+            (min as usize, max as usize),
+            (unimem_dma::REGION_SIZE_MIN, unimem_dma::REGION_SIZE_MAX)
+        );
+        let Kind::Int { max, .. } = tunable("mbx_depth").kind else {
+            panic!("mbx_depth is an int");
+        };
+        assert!(max as usize <= unimem_mailbox::MAX_DEPTH);
+    }
+
+    #[test]
+    fn out_of_range_values_fall_back() {
+        for (name, text) in [
+            ("dma_segment_size", "1t"),
+            ("dma_segment_size", "4k"),
+            ("dma_max_size", "1t"),
+            ("mbx_depth", "16777216"),
+            ("eager_size", "64m"),
+            ("cq_size", "16777216"),
+        ] {
+            assert!(tunable(name).parse(text).is_err(), "{name}={text}");
+        }
+        let env = |name: &str| (name == "dma_segment_size").then(|| "1t".to_owned());
+        assert_eq!(Config::layered(None, env).dma_segment_size, 64 << 20);
+        // In range one by one, too much together: both back to defaults.
+        let env = |name: &str| match name {
+            "eager_size" => Some("1m".to_owned()),
+            "eager_credits" => Some("255".to_owned()),
+            _ => None,
+        };
+        let c = Config::layered(None, env);
+        assert_eq!((c.eager_size, c.eager_credits), (16 << 10, 16));
+        let env = |name: &str| match name {
+            "segment_size" => Some("64m".to_owned()),
+            "staging_segments" => Some("1024".to_owned()),
+            _ => None,
+        };
+        let c = Config::layered(None, env);
+        assert_eq!((c.segment_size, c.staging_segments), (256 << 10, 8));
+        assert_eq!(show_size(64 << 20), "64m");
+        assert_eq!(show_size(4097), "4097");
+    }
+
     #[test]
     fn reconcile_raises_dma_max() {
         let env = |name: &str| (name == "dma_max_size").then(|| "4m".to_owned());
@@ -727,6 +860,17 @@ mod tests {
                 "{name} in {} is not a tunable",
                 path.display()
             );
+        }
+        // Every range is documented, as `fi_info -e` shows it.
+        for t in TUNABLES {
+            if let Some(range) = t.range_text() {
+                assert!(
+                    text.contains(&format!("({range})")),
+                    "{}: '({range})' is not in {}",
+                    t.name,
+                    path.display()
+                );
+            }
         }
     }
 }
