@@ -73,6 +73,11 @@ use send::Waiter;
 /// Index of a peer in the table: peers are never removed.
 type PeerIdx = usize;
 
+/// Invalid messages of one peer after which it is fenced: its operations
+/// fail as if it were dead, and its messages are dropped. One stray
+/// message is a bug worth a warning; this many, a peer not to trust.
+pub(crate) const FENCE_AFTER: u32 = 16;
+
 /// A send request. The iov stays valid until the send's completion (or,
 /// for an inject or a `copy` send, until the call returns).
 #[derive(Clone, Debug)]
@@ -219,8 +224,10 @@ where
     /// messengers).
     pub fn new(mbx: M, dma: &DomainDma<D>, mut cfg: ProtoConfig) -> Result<Self, DmaError> {
         let dma = dma.view();
-        cfg.eager_size = cfg.eager_size.max(1);
-        cfg.fragment_size = cfg.fragment_size.max(4096);
+        // What the wire can carry: an eager length in 27 bits, a fragment
+        // length in 32.
+        cfg.eager_size = cfg.eager_size.clamp(1, crate::wire::MAX_EAGER_LEN);
+        cfg.fragment_size = cfg.fragment_size.clamp(4096, u32::MAX as usize);
         cfg.tx_size = cfg.tx_size.clamp(1, u16::MAX as usize);
         let slot_size = cfg.eager_size.next_power_of_two();
         let bounce_pool =
@@ -327,7 +334,13 @@ where
     /// Drops a message of `peer` that does not fit what it may send
     /// (`what` says which), with a rate-limited warning: a broken or
     /// hostile peer must not flood the log, nor be acted upon.
+    ///
+    /// Each drop counts against the peer: after [`FENCE_AFTER`] of them it
+    /// is fenced (progress, [`Self::dispatch`]).
     pub(crate) fn drop_invalid(&mut self, peer: PeerIdx, what: &str) {
+        if let Some(state) = self.peers.get_mut(peer) {
+            state.violations = state.violations.saturating_add(1);
+        }
         let dropped = &mut self.dropped;
         dropped.total += 1;
         dropped.since_warning += 1;

@@ -13,7 +13,7 @@ use unimem_mailbox::{Mailbox, Message};
 
 use super::send::rendezvous::Grant;
 use super::send::{EagerState, TxKind, Waiter};
-use super::Messenger;
+use super::{Messenger, FENCE_AFTER};
 use crate::dma::Token;
 use crate::wire::Wire;
 use crate::WireNode;
@@ -180,7 +180,17 @@ where
             return;
         };
         let peer = self.peer_for_source(&src);
+        if self.peers[peer].refused {
+            // Refused at first contact, or fenced: nothing of it is acted on.
+            return;
+        }
         match wire {
+            Wire::Params {
+                version,
+                id_bits,
+                fragment_size,
+                eager_size,
+            } => self.on_params(peer, version, id_bits, fragment_size, eager_size),
             Wire::Hello {
                 node,
                 ring,
@@ -194,11 +204,12 @@ where
             Wire::Eager {
                 info,
                 len,
+                seq,
                 credits,
                 ack,
             } => {
                 self.add_credits(peer, credits);
-                self.on_eager(peer, src, info, len, ack);
+                self.on_eager(peer, src, info, len, seq, ack);
             }
             Wire::Rts {
                 info,
@@ -270,6 +281,11 @@ where
             Wire::AtomicData { id, bytes } => self.on_atomic_data(peer, id, bytes.as_slice()),
             Wire::AtomicResult { id, bytes } => self.on_atomic_result(peer, id, bytes.as_slice()),
             Wire::AtomicReply { id, refusal } => self.on_atomic_reply(peer, id, refusal),
+        }
+        if self.peers[peer].violations >= FENCE_AFTER && !self.peers[peer].refused {
+            let addr = self.peers[peer].addr;
+            tracing::warn!(%addr, violations = FENCE_AFTER, "peer fenced: too many invalid messages; its operations fail");
+            self.fence(peer);
         }
     }
 }

@@ -79,7 +79,7 @@ where
             return;
         }
         let xfer_len = msg_len.min(placement.capacity());
-        let (fragments, direct) = self.xfer_shape(&placement.iov, xfer_len);
+        let (fragments, direct) = self.xfer_shape(peer, &placement.iov, xfer_len);
         tracing::debug!(
             len = xfer_len,
             "rendezvous receive {}",
@@ -123,9 +123,15 @@ where
         id
     }
 
-    /// Fragments of `len` bytes, and whether `iov` can take them directly.
-    pub(crate) fn xfer_shape(&self, iov: &crate::matching::IovList, len: usize) -> (u32, bool) {
-        let fragments = len.div_ceil(self.cfg.fragment_size) as u32;
+    /// Fragments of `len` bytes from `peer`, and whether `iov` can take
+    /// them directly.
+    pub(crate) fn xfer_shape(
+        &self,
+        peer: PeerIdx,
+        iov: &crate::matching::IovList,
+        len: usize,
+    ) -> (u32, bool) {
+        let fragments = len.div_ceil(self.peers[peer].fragment_size) as u32;
         let direct = iov.len() == 1 && self.dma.is_dmable(iov[0].0 as *const u8, len.max(1));
         (fragments, direct)
     }
@@ -158,10 +164,10 @@ where
     /// Grants the next fragment of `id` (which [`Self::wants_grant`]); false
     /// if no staging buffer is free.
     pub(crate) fn grant_next(&mut self, id: usize) -> bool {
-        let fragment_size = self.cfg.fragment_size;
         let Some(xfer) = self.rx_xfers.get_mut(id) else {
             return true;
         };
+        let fragment_size = self.peers[xfer.peer].fragment_size;
         let fragment = xfer.next_grant;
         let offset = fragment as usize * fragment_size;
         let len = fragment_size.min(xfer.xfer_len - offset);
@@ -197,7 +203,7 @@ where
         id: usize,
         fragment: u32,
     ) {
-        let fragment_size = self.cfg.fragment_size;
+        let fragment_size = self.peers[peer].fragment_size;
         let granted = self.rx_xfers.get(id).and_then(|x| {
             (x.peer == peer && x.send_id == send_id)
                 .then(|| x.outstanding.iter().position(|&f| f == fragment))

@@ -304,7 +304,7 @@ where
             }
             RmaKind::Read | RmaKind::Atomic | RmaKind::AtomicFetch => {
                 debug_assert_eq!(rma.kind, RmaKind::Read, "atomics go their own way");
-                let (fragments, direct) = self.xfer_shape(&rma.local, rma.len);
+                let (fragments, direct) = self.xfer_shape(peer, &rma.local, rma.len);
                 let src = self.peers[peer].addr;
                 let recv_id = self.insert_rx_xfer(RxXfer {
                     purpose: XferPurpose::RmaRead,

@@ -21,7 +21,7 @@ use crate::dma::Token;
 use crate::iov::{gather, total_len};
 use crate::matching::IovList;
 use crate::pool::Buffer;
-use crate::wire::{inline_capacity, MatchInfo, Wire};
+use crate::wire::{inline_capacity, MatchInfo, Wire, EAGER_SEQ_MOD};
 use crate::{PostError, WireNode};
 
 /// Where the data of a send is until it leaves.
@@ -155,8 +155,14 @@ where
         if len <= inline_capacity(&req.info) && !ack {
             return self.send_inline(peer, &req, len);
         }
-        let kind = if len > self.cfg.eager_size {
-            TxKind::Rendezvous(Payload::User(req.iov))
+        // The peer's eager slots may be smaller than ours (first contact).
+        let kind = if len > self.peers[peer].eager_limit {
+            if copy {
+                // SAFETY: as below.
+                TxKind::Rendezvous(unsafe { self.copy_payload(peer, &req.iov, len) })
+            } else {
+                TxKind::Rendezvous(Payload::User(req.iov))
+            }
         } else if copy {
             // SAFETY: the iov is valid during this call (caller).
             let payload = unsafe { self.copy_payload(peer, &req.iov, len) };
@@ -280,9 +286,11 @@ where
                         return true;
                     }
                     let credits = self.take_owed(peer);
+                    let seq = self.peers[peer].tx.as_ref().map_or(0, |ring| ring.seq);
                     let message = Wire::Eager {
                         info,
                         len: len as u32,
+                        seq,
                         credits,
                         ack: ack.then_some(op as u16),
                     };
@@ -327,6 +335,11 @@ where
             match self.mbx.send(route, &message) {
                 Ok(()) => {
                     let item = self.peers[peer].data.pop_front();
+                    if let Some(DataItem::Eager { .. }) = item {
+                        if let Some(ring) = self.peers[peer].tx.as_mut() {
+                            ring.seq = (ring.seq + 1) % EAGER_SEQ_MOD;
+                        }
+                    }
                     if let (Some(op), Some(DataItem::Inline { .. } | DataItem::Eager { .. })) =
                         (op, item)
                     {
