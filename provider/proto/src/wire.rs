@@ -15,8 +15,8 @@
 //! | Inline   | len u8, [sizes u8, tag bytes, data bytes], payload              |
 //! | Eager    | credits u8, len u32 (low 27 bits; high 5: sequence), [tag u64], [data u64], [.., send id u16 at 22] |
 //! | Rts      | credits u8, send id u16, len u32, [tag u64], [data u64]         |
-//! | Grant    | pad u8, send id u16, fragment u32, address u64, len u32, recv id u16 |
-//! | FragDone | pad u8, send id u16, fragment u32, recv id u16                  |
+//! | Grant    | pad u8, send id u16, fragment u32, address u64, len u32, recv id u16, recv generation u16 |
+//! | FragDone | pad u8, send id u16, fragment u32, recv id u16, recv generation u16 |
 //! | Fin      | pad u8, send id u16                                             |
 //! | LenHigh  | (a `Fin` op, flag `LEN_HIGH`) pad u8, id u16, high u32 (flag `READ`: the id is a recv id) |
 //! | Credit   | credits u8                                                      |
@@ -194,12 +194,15 @@ pub enum Wire {
         addr: u64,
         len: u32,
         recv_id: u16,
+        /// The generation of `recv_id`: the report names it too.
+        recv_gen: u16,
     },
     /// Sender to receiver: fragment `fragment` is in place.
     FragDone {
         send_id: u16,
         fragment: u32,
         recv_id: u16,
+        recv_gen: u16,
     },
     /// Receiver to sender: the large message is delivered.
     Fin { send_id: u16 },
@@ -502,6 +505,7 @@ impl Wire {
                 addr,
                 len,
                 recv_id,
+                recv_gen,
             } => {
                 w = Writer::new(op::GRANT, None);
                 w.put(&[0])
@@ -509,18 +513,21 @@ impl Wire {
                     .put(&fragment.to_le_bytes())
                     .put(&addr.to_le_bytes())
                     .put(&len.to_le_bytes())
-                    .put(&recv_id.to_le_bytes());
+                    .put(&recv_id.to_le_bytes())
+                    .put(&recv_gen.to_le_bytes());
             }
             Wire::FragDone {
                 send_id,
                 fragment,
                 recv_id,
+                recv_gen,
             } => {
                 w = Writer::new(op::FRAGDONE, None);
                 w.put(&[0])
                     .put(&send_id.to_le_bytes())
                     .put(&fragment.to_le_bytes())
-                    .put(&recv_id.to_le_bytes());
+                    .put(&recv_id.to_le_bytes())
+                    .put(&recv_gen.to_le_bytes());
             }
             Wire::Fin { send_id } => {
                 w = Writer::new(op::FIN, None);
@@ -694,6 +701,7 @@ impl Wire {
                     addr: r.u64(),
                     len: r.u32(),
                     recv_id: r.u16(),
+                    recv_gen: r.u16(),
                 }
             }
             op::FRAGDONE => {
@@ -702,6 +710,7 @@ impl Wire {
                     send_id: r.u16(),
                     fragment: r.u32(),
                     recv_id: r.u16(),
+                    recv_gen: r.u16(),
                 }
             }
             op::FIN if flags & LEN_HIGH != 0 => {
@@ -837,11 +846,13 @@ mod tests {
                 addr: u64::MAX - 1,
                 len: 262_144,
                 recv_id: 9,
+                recv_gen: 0xfffe,
             },
             Wire::FragDone {
                 send_id: 3,
                 fragment: 4,
                 recv_id: 5,
+                recv_gen: 6,
             },
             Wire::Fin { send_id: 42 },
             Wire::LenHigh {
@@ -984,6 +995,7 @@ mod tests {
             addr: 0x1122_3344_5566_7788,
             len: 9,
             recv_id: 10,
+            recv_gen: 0,
         };
         let mut expected = [0u8; MESSAGE_LEN];
         expected[..22].copy_from_slice(&[
@@ -995,6 +1007,7 @@ mod tests {
             send_id: 3,
             fragment: 4,
             recv_id: 5,
+            recv_gen: 0,
         };
         let mut expected = [0u8; MESSAGE_LEN];
         expected[..10].copy_from_slice(&[6, 0, 3, 0, 4, 0, 0, 0, 5, 0]);

@@ -140,6 +140,11 @@ pub struct Messenger<M: Mailbox, D: DmaEngine> {
     events: VecDeque<Event<M::Addr>>,
     // recv::rendezvous
     rx_xfers: Slab<RxXfer<M::Addr>>,
+    /// Transfers a peer started (matched requests to send, its writes to
+    /// us) waiting for a free id, in order.
+    rx_backlog: VecDeque<RxXfer<M::Addr>>,
+    /// How many ids `rx_xfers` may hand out: all a wire id can name.
+    rx_id_limit: usize,
     rx_staging: BufferPool,
     deferred_grants: VecDeque<usize>,
     // rma
@@ -254,6 +259,8 @@ where
             matcher: Matcher::new(0),
             tx_ops: Slab::new(),
             rx_xfers: Slab::new(),
+            rx_backlog: VecDeque::new(),
+            rx_id_limit: ids::WIRE_IDS,
             rma_ops: Slab::new(),
             rma_pending: VecDeque::new(),
             atomic_rx: HashMap::new(),
@@ -318,7 +325,7 @@ where
 
     /// Whether operations are still in flight (sends, RMA, transfers).
     pub fn busy(&self) -> bool {
-        self.outstanding_sends > 0 || !self.rx_xfers.is_empty()
+        self.outstanding_sends > 0 || !self.rx_xfers.is_empty() || !self.rx_backlog.is_empty()
     }
 
     /// What the messenger carried so far.
@@ -376,6 +383,13 @@ where
     pub(crate) fn full_length(&mut self, peer: PeerIdx, read: bool, id: u16, low: u32) -> usize {
         let high = self.long_lengths.remove(&(peer, read, id)).unwrap_or(0);
         ((u64::from(high) << 32) | u64::from(low)) as usize
+    }
+
+    /// Fewer ids for rendezvous receives than the wire allows, to cross
+    /// the limit in tests.
+    #[cfg(test)]
+    pub(crate) fn limit_rx_ids(&mut self, limit: usize) {
+        self.rx_id_limit = limit;
     }
 
     /// How many peers were found dead so far.

@@ -125,6 +125,7 @@ where
                     peer,
                     fragment,
                     recv_id,
+                    recv_gen,
                     staging,
                 }) => {
                     if let Some(staging) = staging {
@@ -137,6 +138,7 @@ where
                             send_id: op as u16,
                             fragment,
                             recv_id,
+                            recv_gen,
                         };
                         self.queue_control(peer, done.encode());
                     }
@@ -168,6 +170,9 @@ where
                 self.deferred_fragments.push_front(grant);
                 break;
             }
+        }
+        if !self.rx_backlog.is_empty() {
+            self.start_backlog();
         }
         self.retry_rma();
         self.serve_deferred_reads();
@@ -227,6 +232,7 @@ where
                 addr,
                 len,
                 recv_id,
+                recv_gen,
             } => self.on_grant(
                 peer,
                 Grant {
@@ -235,13 +241,15 @@ where
                     addr,
                     len: len as usize,
                     recv_id,
+                    recv_gen,
                 },
             ),
             Wire::FragDone {
                 send_id,
                 fragment,
                 recv_id,
-            } => self.on_fragment_done(peer, send_id, recv_id as usize, fragment),
+                recv_gen,
+            } => self.on_fragment_done(peer, send_id, recv_id as usize, recv_gen, fragment),
             Wire::Fin { send_id } => self.on_fin(peer, send_id as usize),
             Wire::LenHigh { id, read, high } => self.on_len_high(peer, id, read, high),
             Wire::Credit { credits } => self.add_credits(peer, credits),

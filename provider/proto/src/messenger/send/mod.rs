@@ -106,6 +106,7 @@ pub(crate) enum Waiter {
         peer: PeerIdx,
         fragment: u32,
         recv_id: u16,
+        recv_gen: u16,
         staging: Option<Buffer>,
     },
     /// A piece of a one-sided RMA operation: `len` bytes at `offset` of

@@ -29,6 +29,7 @@ pub(crate) struct Grant {
     pub(crate) addr: u64,
     pub(crate) len: usize,
     pub(crate) recv_id: u16,
+    pub(crate) recv_gen: u16,
 }
 
 impl<M, D> Messenger<M, D>
@@ -125,6 +126,7 @@ where
                     peer,
                     fragment: grant.fragment,
                     recv_id: grant.recv_id,
+                    recv_gen: grant.recv_gen,
                     staging,
                 });
                 debug_assert_eq!(id, token);
