@@ -4,7 +4,8 @@
 //! and the data arrives intact; nothing hangs (every command of the
 //! cluster has a deadline).
 
-use unimem_tests::cluster::{Cluster, Msg, Order};
+use unimem_fi::base::ffi;
+use unimem_tests::cluster::{is_provider_warning, Cluster, Msg, Order};
 
 fn cluster(test: &str) -> Cluster {
     Cluster::new(env!("CARGO_BIN_EXE_fabric-peer"), test)
@@ -56,4 +57,36 @@ fn endpoints_with_other_sizes_adapt_to_each_other() {
             c.finish();
         }
     }
+}
+
+/// A send to an endpoint that closed (its process gone, its objects
+/// removed) before we ever sent to it fails with `-FI_EHOSTUNREACH`, not
+/// `-FI_EINVAL`: the address was good. Repeated, it is warned about a few
+/// times a second, not once per call; the endpoint still works.
+#[test]
+fn a_send_to_a_closed_endpoint_is_unreachable() {
+    let mut c = cluster("closed");
+    c.spawn(3).connect_all();
+    let gone = c.peers.remove(2);
+    gone.finish();
+    let unreachable = -(ffi::FI_EHOSTUNREACH as i64);
+    for _ in 0..50 {
+        assert_eq!(c.cmd(0, "try-send 2 10").num(), unreachable);
+        assert_eq!(c.cmd(0, "try-send 2 100000").num(), unreachable);
+    }
+    c.transfer(
+        0,
+        1,
+        &[Msg::new(100, 1), Msg::new(100_000, 2)],
+        Order::Posted,
+    );
+    let stderr = c.finish_with_warnings().swap_remove(0);
+    let warnings = stderr
+        .lines()
+        .filter(|l| is_provider_warning(l) && l.contains("Unreachable"))
+        .count();
+    assert!(
+        (1..=20).contains(&warnings),
+        "{warnings} warnings for 100 refused sends:\n{stderr}"
+    );
 }

@@ -11,7 +11,7 @@ use std::collections::VecDeque;
 use std::hash::Hash;
 
 use unimem_dma::{DmaBuf, DmaEngine, RegId};
-use unimem_mailbox::{Mailbox, Message};
+use unimem_mailbox::{Error as MailboxError, Mailbox, Message};
 
 use super::{post_error, Messenger, PeerIdx};
 use crate::wire::{Wire, ID_BITS, MAX_EAGER_LEN, NODE_LEN, PROTOCOL_VERSION};
@@ -125,7 +125,12 @@ where
         if let Some(index) = self.known_peer(addr) {
             return Ok(index);
         }
-        let route = self.mbx.connect(addr).map_err(post_error)?;
+        // The address was well formed (the AV took it): no endpoint behind
+        // it (closed, or its process gone) is unreachable, not invalid.
+        let route = self.mbx.connect(addr).map_err(|e| match e {
+            MailboxError::Invalid => PostError::Unreachable,
+            e => post_error(e),
+        })?;
         Ok(self.add_peer(*addr, Some(route)))
     }
 
@@ -243,7 +248,12 @@ where
         let (theirs_fragment, theirs_eager) = (fragment_size as usize, eager_size as usize);
         if theirs_fragment < 4096 || theirs_eager == 0 || theirs_eager > MAX_EAGER_LEN {
             let what = "fragment size (eager size)";
-            return self.refuse_peer(peer, what, self.cfg.fragment_size as u64, fragment_size.into());
+            return self.refuse_peer(
+                peer,
+                what,
+                self.cfg.fragment_size as u64,
+                fragment_size.into(),
+            );
         }
         let state = &mut self.peers[peer];
         state.params_received = true;

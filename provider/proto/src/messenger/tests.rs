@@ -2501,7 +2501,11 @@ fn a_peer_of_another_version_is_refused() {
             rogue.addr()
         };
         let mut buf = [0u8; 64];
-        post(&mut a, false, recv_spec(&mut buf, 9, Some(rogue_addr), 0, 0));
+        post(
+            &mut a,
+            false,
+            recv_spec(&mut buf, 9, Some(rogue_addr), 0, 0),
+        );
         let lost = a.peers_lost();
         let got = collect(&mut [&mut a], 0, 1);
         let error = error_of(&got[0]);
@@ -2537,7 +2541,11 @@ fn a_stray_eager_announcement_does_not_shift_the_ring() {
         let seq = (round + 7) % crate::wire::EAGER_SEQ_MOD;
         let stray = Wire::Eager {
             info: MatchInfo::default(),
-            len: if round % 2 == 0 { 64 } else { 10 * EAGER as u32 },
+            len: if round % 2 == 0 {
+                64
+            } else {
+                10 * EAGER as u32
+            },
             seq,
             credits: 0,
             ack: None,
@@ -2618,7 +2626,11 @@ fn repeated_violations_fence_the_peer() {
         rogue.addr()
     };
     let mut buf = [0u8; 8];
-    post(&mut a, false, recv_spec(&mut buf, 5, Some(rogue_addr), 0, 0));
+    post(
+        &mut a,
+        false,
+        recv_spec(&mut buf, 5, Some(rogue_addr), 0, 0),
+    );
     let got = collect(&mut [&mut a], 0, 1);
     assert_eq!(error_of(&got[0]).context, 5);
     assert_eq!(a.dropped_messages(), u64::from(FENCE_AFTER));
