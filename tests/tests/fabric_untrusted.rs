@@ -90,3 +90,29 @@ fn a_send_to_a_closed_endpoint_is_unreachable() {
         "{warnings} warnings for 100 refused sends:\n{stderr}"
     );
 }
+
+/// A receive directed (`FI_DIRECTED_RECV`) at a peer that never sent
+/// anything fails with `FI_EHOSTUNREACH` once that peer dies: one killed
+/// before the receive is posted, one killed after, both before any
+/// traffic. Within the peer-check bound, not never.
+#[test]
+fn a_directed_receive_from_a_peer_dead_before_any_traffic_fails() {
+    let mut c = cluster("silent-dead");
+    c.env("FI_UNIMEM_PEER_CHECK_MS", "20");
+    c.spawn(3).connect_all();
+    c.kill(2);
+    let started = std::time::Instant::now();
+    c.cmd(0, "recv 2 100 5");
+    c.cmd(0, "recv 1 100 6 tag=3");
+    c.cmd(0, "progress");
+    c.kill(1);
+    let errors = c.cmd(0, "wait errors=2").completions();
+    let mut ctxs: Vec<u64> = errors.iter().map(|e| e.ctx).collect();
+    ctxs.sort_unstable();
+    assert_eq!(ctxs, [5, 6]);
+    for e in &errors {
+        assert_eq!(e.err, ffi::FI_EHOSTUNREACH, "{e}");
+    }
+    assert!(started.elapsed() < std::time::Duration::from_secs(10));
+    c.finish_with_warnings();
+}

@@ -134,6 +134,22 @@ where
         Ok(self.add_peer(*addr, Some(route)))
     }
 
+    /// A peer we have not heard of yet, looked up because a receive is
+    /// directed at it: reachable, it is added (and greeted); gone (no
+    /// endpoint behind the address, or its process dead), it is added
+    /// dead. When the lookup itself fails (out of file descriptors, say),
+    /// nothing is known: `None`, and it is not taken for dead.
+    pub(crate) fn watch_peer(&mut self, addr: M::Addr) -> Option<PeerIdx> {
+        match self.mbx.connect(&addr) {
+            Ok(route) => Some(self.add_peer(addr, Some(route))),
+            Err(MailboxError::Dead | MailboxError::Invalid) => Some(self.add_peer(addr, None)),
+            Err(e) => {
+                tracing::debug!(%addr, "cannot look up the source of a directed receive: {e}");
+                None
+            }
+        }
+    }
+
     /// The peer a message came from, known or not. If it cannot be reached
     /// back, its messages are still delivered.
     pub(crate) fn peer_for_source(&mut self, src: &M::Addr) -> PeerIdx {

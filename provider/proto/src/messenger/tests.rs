@@ -2724,3 +2724,35 @@ fn a_late_fragment_report_for_a_reused_id_is_dropped() {
     assert!(buf2 == second, "data intact");
     collect(&mut [&mut a, &mut b], 0, 1);
 }
+
+// --- liveness --------------------------------------------------------------------
+
+/// A receive directed at a peer that never sent anything fails once that
+/// peer is gone: at once when it is gone before the receive is posted,
+/// within the peer check when it dies after.
+#[test]
+fn a_directed_receive_from_a_silent_peer_that_dies_fails() {
+    let mut a = messenger_with(64, quick_peer_check());
+    let mut buf = [0u8; 16];
+
+    let b = messenger();
+    let b_addr = b.addr();
+    drop(b);
+    post(&mut a, false, recv_spec(&mut buf, 1, Some(b_addr), 0, 0));
+    let error = error_of(&a.next_event().expect("fails when posted")).clone();
+    assert_eq!((error.context, error.kind), (1, ErrorKind::PeerUnreachable));
+
+    let c = messenger();
+    let c_addr = c.addr();
+    post(&mut a, true, recv_spec(&mut buf, 2, Some(c_addr), 5, 0));
+    for _ in 0..100 {
+        a.progress();
+    }
+    assert!(a.next_event().is_none(), "a live silent peer is not dead");
+    let posted = Instant::now();
+    drop(c);
+    let got = collect(&mut [&mut a], 0, 1);
+    let error = error_of(&got[0]);
+    assert_eq!((error.context, error.kind), (2, ErrorKind::PeerUnreachable));
+    assert!(posted.elapsed() < Duration::from_secs(5));
+}
