@@ -6,6 +6,7 @@
 
 use unimem_fi::base::ffi;
 use unimem_tests::cluster::{is_provider_warning, Cluster, Msg, Order};
+use unimem_tests::fabric::rc;
 
 fn cluster(test: &str) -> Cluster {
     Cluster::new(env!("CARGO_BIN_EXE_fabric-peer"), test)
@@ -57,6 +58,25 @@ fn endpoints_with_other_sizes_adapt_to_each_other() {
             c.finish();
         }
     }
+}
+
+/// Sends that name memory they cannot have: a NULL buffer with a length,
+/// iov lengths that add up past 2^64, a NULL iov_base with a length. Each
+/// is refused with `-FI_EINVAL` (no segfault, no 0-byte message sent);
+/// the endpoint still works and the peer received nothing else.
+#[test]
+fn sends_of_impossible_buffers_are_refused() {
+    let mut c = cluster("bad-bufs");
+    c.spawn(2).connect_all();
+    for _ in 0..3 {
+        let reply = c.cmd(0, "bad-send 1");
+        let einval = i64::from(rc::EINVAL);
+        assert_eq!(reply.field("null"), einval, "fi_send(NULL, 100)");
+        assert_eq!(reply.field("wrap"), einval, "fi_sendv, lengths wrap");
+        assert_eq!(reply.field("null-iov"), einval, "fi_sendv, NULL iov_base");
+    }
+    c.transfer(0, 1, &[Msg::new(10, 1), Msg::new(70_000, 2)], Order::Posted);
+    c.finish_with_warnings();
 }
 
 /// A send to an endpoint that closed (its process gone, its objects
