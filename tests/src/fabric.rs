@@ -736,6 +736,34 @@ impl Ep {
         }
     }
 
+    /// `fi_sendv` of `bufs` (untagged, no descriptors).
+    ///
+    /// # Safety
+    /// The buffers must stay readable until the send completes (the
+    /// provider may also refuse without reading them).
+    pub unsafe fn sendv(&self, bufs: &[(*const u8, usize)], dest: u64, context: usize) -> isize {
+        let iov: Vec<ffi::iovec> = bufs
+            .iter()
+            .map(|&(base, len)| ffi::iovec {
+                iov_base: base as *mut c_void,
+                iov_len: len,
+            })
+            .collect();
+        let mut desc: Vec<*mut c_void> = vec![null_mut(); iov.len()];
+        // SAFETY: the endpoint is live; iov and desc are live locals of
+        // iov.len() entries; the buffers are the caller's business.
+        unsafe {
+            self.msg().sendv.expect("sendv")(
+                self.ptr,
+                iov.as_ptr(),
+                desc.as_mut_ptr(),
+                iov.len(),
+                dest,
+                context as _,
+            )
+        }
+    }
+
     /// `fi_sendmsg`, or `fi_tsendmsg` with a tag, of one buffer with
     /// `flags` (`FI_REMOTE_CQ_DATA` is added with CQ data).
     ///

@@ -10,12 +10,13 @@
 //!
 //! | op       | layout after byte 0                                            |
 //! |----------|----------------------------------------------------------------|
+//! | Params   | (a `Hello` op, flag `PARAMS`) version u16, id bits u8, fragment size u32, eager size u32 |
 //! | Hello    | slot shift u8, slots u16, node [u8; 12], ring address u64       |
 //! | Inline   | len u8, [sizes u8, tag bytes, data bytes], payload              |
-//! | Eager    | credits u8, len u32, [tag u64], [data u64], [.., send id u16 at 22] |
+//! | Eager    | credits u8, len u32 (low 27 bits; high 5: sequence), [tag u64], [data u64], [.., send id u16 at 22] |
 //! | Rts      | credits u8, send id u16, len u32, [tag u64], [data u64]         |
-//! | Grant    | pad u8, send id u16, fragment u32, address u64, len u32, recv id u16 |
-//! | FragDone | pad u8, send id u16, fragment u32, recv id u16                  |
+//! | Grant    | pad u8, send id u16, fragment u32, address u64, len u32, recv id u16, recv generation u16 |
+//! | FragDone | pad u8, send id u16, fragment u32, recv id u16, recv generation u16 |
 //! | Fin      | pad u8, send id u16                                             |
 //! | LenHigh  | (a `Fin` op, flag `LEN_HIGH`) pad u8, id u16, high u32 (flag `READ`: the id is a recv id) |
 //! | Credit   | credits u8                                                      |
@@ -41,6 +42,15 @@
 //!
 //! Eager data sits in the next slot of the receiver's ring for this sender,
 //! so it needs no address: the mailbox keeps each sender's messages in order.
+//! Each announcement still names its slot by a sequence number (the count
+//! of eager messages to that receiver, modulo [`EAGER_SEQ_MOD`], in the 5
+//! high bits of its length field): a stray announcement does not shift the
+//! ring, its receiver drops it.
+//!
+//! First contact: every endpoint's first two messages to a peer are
+//! `Params` (the protocol version and what the wire depends on) then
+//! `Hello` (its node and the eager ring it set aside). A peer whose
+//! parameters cannot be adapted to is refused (see `messenger/peers.rs`).
 //! A rendezvous message moves in *fragments*, one DMA each: a Grant says
 //! where fragment `n` goes, a FragDone that it is there.
 //!
@@ -69,6 +79,21 @@ use unimem_mailbox::{Message, MESSAGE_LEN};
 
 /// Size of a node identity on the wire.
 pub const NODE_LEN: usize = 12;
+
+/// The protocol version a `Params` message carries. Version 1 had no
+/// `Params` (a `Hello` came first); 2 added it, and eager sequence numbers.
+pub const PROTOCOL_VERSION: u16 = 2;
+
+/// Width of the send and receive ids on the wire, in bits.
+pub const ID_BITS: u8 = 16;
+
+/// Eager sequence numbers count modulo this.
+pub const EAGER_SEQ_MOD: u8 = 32;
+/// Bits of an eager announcement's length field that hold the length; the
+/// rest hold the sequence number. Eager messages are shorter than this.
+const EAGER_LEN_BITS: u32 = 27;
+/// Longest eager message the wire can announce.
+pub const MAX_EAGER_LEN: usize = (1 << EAGER_LEN_BITS) - 1;
 
 const TAGGED: u8 = 0x10;
 const DATA: u8 = 0x20;
@@ -124,7 +149,15 @@ pub struct MatchInfo {
 
 #[derive(Clone, PartialEq, Eq, Debug)]
 pub enum Wire {
-    /// First message to a peer: where our eager ring for it lies.
+    /// First message to a peer, before the Hello: the protocol version and
+    /// the parameters the wire depends on.
+    Params {
+        version: u16,
+        id_bits: u8,
+        fragment_size: u32,
+        eager_size: u32,
+    },
+    /// Second message to a peer: where our eager ring for it lies.
     Hello {
         node: [u8; NODE_LEN],
         ring: u64,
@@ -136,12 +169,15 @@ pub enum Wire {
         info: MatchInfo,
         payload: InlineBytes,
     },
-    /// A message whose data was put into the next eager slot. With `ack`,
-    /// the sender waits for a `Fin { send_id: ack }` once the message is
-    /// matched or queued as unexpected.
+    /// A message whose data was put into the next eager slot, the `seq`th
+    /// (modulo [`EAGER_SEQ_MOD`]) eager message to this receiver. With
+    /// `ack`, the sender waits for a `Fin { send_id: ack }` once the
+    /// message is matched or queued as unexpected.
     Eager {
         info: MatchInfo,
+        /// At most [`MAX_EAGER_LEN`].
         len: u32,
+        seq: u8,
         credits: u8,
         ack: Option<u16>,
     },
@@ -159,12 +195,15 @@ pub enum Wire {
         addr: u64,
         len: u32,
         recv_id: u16,
+        /// The generation of `recv_id`: the report names it too.
+        recv_gen: u16,
     },
     /// Sender to receiver: fragment `fragment` is in place.
     FragDone {
         send_id: u16,
         fragment: u32,
         recv_id: u16,
+        recv_gen: u16,
     },
     /// Receiver to sender: the large message is delivered.
     Fin { send_id: u16 },
@@ -285,6 +324,8 @@ impl RmaRefusal {
     }
 }
 
+/// Flag of a `Hello` op that is a `Params`.
+const PARAMS: u8 = 0x10;
 /// Flag of an `RmaNack` (and a `LenHigh`) whose id is a recv id.
 const READ: u8 = 0x10;
 /// Flag of a `Fin` op that is a `LenHigh`.
@@ -396,6 +437,19 @@ impl Wire {
     pub fn encode(&self) -> Message {
         let mut w;
         match self {
+            Wire::Params {
+                version,
+                id_bits,
+                fragment_size,
+                eager_size,
+            } => {
+                w = Writer::new(op::HELLO, None);
+                w.buf[0] |= PARAMS;
+                w.put(&version.to_le_bytes())
+                    .put(&[*id_bits])
+                    .put(&fragment_size.to_le_bytes())
+                    .put(&eager_size.to_le_bytes());
+            }
             Wire::Hello {
                 node,
                 ring,
@@ -425,11 +479,14 @@ impl Wire {
             Wire::Eager {
                 info,
                 len,
+                seq,
                 credits,
                 ack,
             } => {
+                debug_assert!(*len as usize <= MAX_EAGER_LEN && *seq < EAGER_SEQ_MOD);
+                let field = len | u32::from(*seq) << EAGER_LEN_BITS;
                 w = Writer::new(op::EAGER, Some(info));
-                w.put(&[*credits]).put(&len.to_le_bytes()).info(info);
+                w.put(&[*credits]).put(&field.to_le_bytes()).info(info);
                 if let Some(send_id) = ack {
                     // The longest layout ends at byte 22 (see the module doc).
                     debug_assert!(w.at <= ACK_AT);
@@ -455,6 +512,7 @@ impl Wire {
                 addr,
                 len,
                 recv_id,
+                recv_gen,
             } => {
                 w = Writer::new(op::GRANT, None);
                 w.put(&[0])
@@ -462,18 +520,21 @@ impl Wire {
                     .put(&fragment.to_le_bytes())
                     .put(&addr.to_le_bytes())
                     .put(&len.to_le_bytes())
-                    .put(&recv_id.to_le_bytes());
+                    .put(&recv_id.to_le_bytes())
+                    .put(&recv_gen.to_le_bytes());
             }
             Wire::FragDone {
                 send_id,
                 fragment,
                 recv_id,
+                recv_gen,
             } => {
                 w = Writer::new(op::FRAGDONE, None);
                 w.put(&[0])
                     .put(&send_id.to_le_bytes())
                     .put(&fragment.to_le_bytes())
-                    .put(&recv_id.to_le_bytes());
+                    .put(&recv_id.to_le_bytes())
+                    .put(&recv_gen.to_le_bytes());
             }
             Wire::Fin { send_id } => {
                 w = Writer::new(op::FIN, None);
@@ -582,6 +643,12 @@ impl Wire {
         let flags = buf[0] & 0xf0;
         let mut r = Reader { buf, at: 1 };
         Some(match buf[0] & 0x0f {
+            op::HELLO if flags & PARAMS != 0 => Wire::Params {
+                version: r.u16(),
+                id_bits: r.u8(),
+                fragment_size: r.u32(),
+                eager_size: r.u32(),
+            },
             op::HELLO => {
                 let slot_shift = r.u8();
                 let slots = r.u16();
@@ -617,10 +684,11 @@ impl Wire {
             }
             op::EAGER => {
                 let credits = r.u8();
-                let len = r.u32();
+                let field = r.u32();
                 Wire::Eager {
                     info: r.info(flags),
-                    len,
+                    len: field & ((1 << EAGER_LEN_BITS) - 1),
+                    seq: (field >> EAGER_LEN_BITS) as u8,
                     credits,
                     ack: (flags & ACK != 0)
                         .then(|| u16::from_le_bytes([buf[ACK_AT], buf[ACK_AT + 1]])),
@@ -645,6 +713,7 @@ impl Wire {
                     addr: r.u64(),
                     len: r.u32(),
                     recv_id: r.u16(),
+                    recv_gen: r.u16(),
                 }
             }
             op::FRAGDONE => {
@@ -653,6 +722,7 @@ impl Wire {
                     send_id: r.u16(),
                     fragment: r.u32(),
                     recv_id: r.u16(),
+                    recv_gen: r.u16(),
                 }
             }
             op::FIN if flags & LEN_HIGH != 0 => {
@@ -775,6 +845,12 @@ mod tests {
     #[test]
     fn every_message_round_trips() {
         let mut all = vec![
+            Wire::Params {
+                version: PROTOCOL_VERSION,
+                id_bits: ID_BITS,
+                fragment_size: u32::MAX,
+                eager_size: 1 << 14,
+            },
             Wire::Hello {
                 node: [9; NODE_LEN],
                 ring: 0x7f00_dead_beef,
@@ -787,11 +863,13 @@ mod tests {
                 addr: u64::MAX - 1,
                 len: 262_144,
                 recv_id: 9,
+                recv_gen: 0xfffe,
             },
             Wire::FragDone {
                 send_id: 3,
                 fragment: 4,
                 recv_id: 5,
+                recv_gen: 6,
             },
             Wire::Fin { send_id: 42 },
             Wire::LenHigh {
@@ -894,14 +972,22 @@ mod tests {
                     payload: InlineBytes::new(&(0..len as u8).collect::<Vec<_>>()),
                 });
             }
-            for ack in [None, Some(0), Some(0xbeef)] {
+            for (ack, seq) in [(None, 0), (Some(0), 31), (Some(0xbeef), 7)] {
                 all.push(Wire::Eager {
                     info,
                     len: 16384,
+                    seq,
                     credits: 3,
                     ack,
                 });
             }
+            all.push(Wire::Eager {
+                info,
+                len: MAX_EAGER_LEN as u32,
+                seq: EAGER_SEQ_MOD - 1,
+                credits: 0,
+                ack: None,
+            });
             all.push(Wire::Rts {
                 info,
                 send_id: 77,
@@ -928,6 +1014,7 @@ mod tests {
             addr: 0x1122_3344_5566_7788,
             len: 9,
             recv_id: 10,
+            recv_gen: 0,
         };
         let mut expected = [0u8; MESSAGE_LEN];
         expected[..22].copy_from_slice(&[
@@ -939,6 +1026,7 @@ mod tests {
             send_id: 3,
             fragment: 4,
             recv_id: 5,
+            recv_gen: 0,
         };
         let mut expected = [0u8; MESSAGE_LEN];
         expected[..10].copy_from_slice(&[6, 0, 3, 0, 4, 0, 0, 0, 5, 0]);
@@ -957,6 +1045,7 @@ mod tests {
         let plain = Wire::Eager {
             info,
             len: 0x0a0b,
+            seq: 0,
             credits: 2,
             ack: None,
         };
@@ -989,6 +1078,7 @@ mod tests {
         let acked = Wire::Eager {
             info,
             len: 0x0a0b,
+            seq: 0,
             credits: 2,
             ack: Some(0x0c0d),
         };

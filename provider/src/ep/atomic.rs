@@ -268,7 +268,7 @@ fn post_atomic(ep: &EpInner, op_name: &str, call: &Call) -> isize {
     ep.drain(&mut core);
     match posted {
         Ok(()) => 0,
-        Err(e) => map_post_error(e, op_name),
+        Err(e) => map_post_error(ep, e, op_name),
     }
 }
 

@@ -91,7 +91,7 @@ const RECV_FLAGS: u64 = ffi::FI_COMPLETION
     | ffi::FI_TAGGED
     | ffi::FI_RECV;
 
-pub(super) fn map_post_error(e: PostError, op: &str) -> isize {
+pub(super) fn map_post_error(ep: &EpInner, e: PostError, op: &str) -> isize {
     let code = match e {
         PostError::Again => return ret::EAGAIN as isize,
         PostError::TooLong => -(ffi::FI_EMSGSIZE as c_int),
@@ -101,7 +101,7 @@ pub(super) fn map_post_error(e: PostError, op: &str) -> isize {
         PostError::Unsupported => -(ffi::FI_EOPNOTSUPP as c_int),
         PostError::TooShort => ret::EINVAL,
     };
-    tracing::warn!("{op}: {e:?}");
+    ep.post_warnings.warn(op, format_args!("{op}: {e:?}"));
     code as isize
 }
 
@@ -122,7 +122,14 @@ impl Bufs {
     #[inline(always)]
     pub(super) unsafe fn read(self, ep: &EpInner, op: &str) -> Result<IovList, isize> {
         match self {
-            Bufs::One(buf, len) => Ok(IovList::One((buf as usize, len))),
+            Bufs::One(buf, len) => {
+                if buf.is_null() && len > 0 {
+                    ep.post_warnings
+                        .warn(op, format_args!("{op}: NULL buffer of {len} bytes"));
+                    return Err(ret::EINVAL as isize);
+                }
+                Ok(IovList::One((buf as usize, len)))
+            }
             // SAFETY: iov holds count iovecs (caller).
             Bufs::Iov(iov, count) => unsafe { iovs(ep, op, iov, count) },
         }
@@ -235,23 +242,33 @@ impl Request {
 fn post_send(ep: &EpInner, op: &str, iov: IovList, req: &Request) -> isize {
     let flags = req.flags.unwrap_or(ep.tx_op_flags);
     let Some(b) = ep.active.get() else {
-        tracing::warn!("{op}: the endpoint is not enabled");
+        ep.post_warnings
+            .warn(op, format_args!("{op}: the endpoint is not enabled"));
         return -(ffi::FI_EOPBADSTATE as c_int) as isize;
     };
     if flags & !SEND_FLAGS != 0 {
-        tracing::warn!("{op}: unsupported flags {:#x}", flags & !SEND_FLAGS);
+        ep.post_warnings.warn(
+            op,
+            format_args!("{op}: unsupported flags {:#x}", flags & !SEND_FLAGS),
+        );
         return ret::EBADFLAGS as isize;
     }
     let len = total_len(&iov);
     if (req.inject || flags & ffi::FI_INJECT != 0) && len > ep.inject_size {
-        tracing::warn!(
-            "{op}: {len} bytes exceed the inject size {}",
-            ep.inject_size
+        ep.post_warnings.warn(
+            op,
+            format_args!(
+                "{op}: {len} bytes exceed the inject size {}",
+                ep.inject_size
+            ),
         );
         return ret::EINVAL as isize;
     }
     let Some(dest) = b.av.as_ref().and_then(|av| av.lookup(req.addr)) else {
-        tracing::warn!("{op}: fi_addr {:#x} is not in the endpoint's AV", req.addr);
+        ep.post_warnings.warn(
+            op,
+            format_args!("{op}: fi_addr {:#x} is not in the endpoint's AV", req.addr),
+        );
         return ret::EINVAL as isize;
     };
     let completion = !b.tx_selective || flags & ffi::FI_COMPLETION != 0;
@@ -276,7 +293,7 @@ fn post_send(ep: &EpInner, op: &str, iov: IovList, req: &Request) -> isize {
     ep.drain(&mut core);
     match result {
         Ok(()) => 0,
-        Err(e) => map_post_error(e, op),
+        Err(e) => map_post_error(ep, e, op),
     }
 }
 
@@ -286,16 +303,23 @@ fn post_recv(ep: &EpInner, op: &str, iov: IovList, req: &Request) -> isize {
     let flags = req.flags.unwrap_or(ep.rx_op_flags);
     let tagged = req.tag.is_some();
     let Some(b) = ep.active.get() else {
-        tracing::warn!("{op}: the endpoint is not enabled");
+        ep.post_warnings
+            .warn(op, format_args!("{op}: the endpoint is not enabled"));
         return -(ffi::FI_EOPBADSTATE as c_int) as isize;
     };
     if flags & !RECV_FLAGS != 0 {
-        tracing::warn!("{op}: unsupported flags {:#x}", flags & !RECV_FLAGS);
+        ep.post_warnings.warn(
+            op,
+            format_args!("{op}: unsupported flags {:#x}", flags & !RECV_FLAGS),
+        );
         return ret::EBADFLAGS as isize;
     }
     let multi_recv = flags & ffi::FI_MULTI_RECV != 0;
     if multi_recv && (tagged || iov.len() != 1) {
-        tracing::warn!("{op}: FI_MULTI_RECV takes one untagged buffer");
+        ep.post_warnings.warn(
+            op,
+            format_args!("{op}: FI_MULTI_RECV takes one untagged buffer"),
+        );
         return ret::EINVAL as isize;
     }
     let src = req.addr;
@@ -305,7 +329,10 @@ fn post_recv(ep: &EpInner, op: &str, iov: IovList, req: &Request) -> isize {
             match b.av.as_ref().and_then(|av| av.lookup(src)) {
                 Some(addr) => Some(addr),
                 None => {
-                    tracing::warn!("{op}: fi_addr {src:#x} is not in the endpoint's AV");
+                    ep.post_warnings.warn(
+                        op,
+                        format_args!("{op}: fi_addr {src:#x} is not in the endpoint's AV"),
+                    );
                     return ret::EINVAL as isize;
                 }
             }
@@ -340,7 +367,12 @@ fn post_recv(ep: &EpInner, op: &str, iov: IovList, req: &Request) -> isize {
         if unsafe { core.claim(tagged, recv, flags & ffi::FI_DISCARD != 0) } {
             0
         } else {
-            tracing::warn!("{op}: FI_CLAIM without a message claimed by FI_PEEK for this context");
+            ep.post_warnings.warn(
+                op,
+                format_args!(
+                    "{op}: FI_CLAIM without a message claimed by FI_PEEK for this context"
+                ),
+            );
             ret::EINVAL as isize
         }
     } else {
@@ -367,11 +399,14 @@ unsafe fn iovs(
     count: usize,
 ) -> Result<IovList, isize> {
     if count > ep.iov_limit {
-        tracing::warn!("{op}: {count} iovs exceed the limit of {}", ep.iov_limit);
+        ep.post_warnings.warn(
+            op,
+            format_args!("{op}: {count} iovs exceed the limit of {}", ep.iov_limit),
+        );
         return Err(ret::EINVAL as isize);
     }
     if count > 0 && iov.is_null() {
-        tracing::warn!("{op}: NULL iov");
+        ep.post_warnings.warn(op, format_args!("{op}: NULL iov"));
         return Err(ret::EINVAL as isize);
     }
     if count == 0 {
@@ -379,6 +414,23 @@ unsafe fn iovs(
     }
     // SAFETY: iov points to count iovecs (caller).
     let slice = unsafe { std::slice::from_raw_parts(iov, count) };
+    // Lengths are added up all along the protocol: their sum must fit.
+    let mut total = 0usize;
+    for v in slice {
+        if v.iov_base.is_null() && v.iov_len > 0 {
+            ep.post_warnings.warn(
+                op,
+                format_args!("{op}: NULL iov_base of {} bytes", v.iov_len),
+            );
+            return Err(ret::EINVAL as isize);
+        }
+        let Some(sum) = total.checked_add(v.iov_len) else {
+            ep.post_warnings
+                .warn(op, format_args!("{op}: iov lengths add up past SIZE_MAX"));
+            return Err(ret::EINVAL as isize);
+        };
+        total = sum;
+    }
     if let [v] = slice {
         // What collecting one piece would give, without the Vec.
         return Ok(IovList::One((v.iov_base as usize, v.iov_len)));

@@ -2,6 +2,7 @@
 //! CQ and counter read of the domain runs), and how it is recognised and
 //! closed as a libfabric object.
 
+use std::collections::HashMap;
 use std::fmt;
 use std::os::raw::c_int;
 use std::sync::atomic::{AtomicBool, AtomicUsize};
@@ -71,6 +72,46 @@ pub struct EpInner {
     /// An RMA call on an endpoint opened without FI_RMA was refused with a
     /// warning: later ones are refused quietly.
     pub(super) warned_no_rma: AtomicBool,
+    /// Warnings of refused posts, rate-limited for this endpoint.
+    pub(super) post_warnings: PostWarnings,
+}
+
+/// A rate limit on the warnings of one endpoint's refused posts: an
+/// application that retries a failing call in a loop must not flood the
+/// log. At most [`PostWarnings::PER_SECOND`] a second for each entry point
+/// (`fi_send`, `fi_read`, ...); the next one says how many were left out.
+#[derive(Default)]
+pub(super) struct PostWarnings {
+    /// By entry point: (start of the current second, warned in it, left
+    /// out since the last warning).
+    state: std::sync::Mutex<HashMap<String, (std::time::Instant, u32, u64)>>,
+}
+
+impl PostWarnings {
+    pub(super) const PER_SECOND: u32 = 5;
+
+    /// Logs `args` for entry point `op` unless this second's share is used
+    /// up.
+    pub(super) fn warn(&self, op: &str, args: fmt::Arguments<'_>) {
+        let now = std::time::Instant::now();
+        let mut state = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        if !state.contains_key(op) {
+            state.insert(op.to_owned(), (now, 0, 0));
+        }
+        let (start, warned, left_out) = state.get_mut(op).expect("inserted above");
+        if now.duration_since(*start).as_secs() >= 1 {
+            (*start, *warned) = (now, 0);
+        }
+        if *warned >= Self::PER_SECOND {
+            *left_out += 1;
+            return;
+        }
+        *warned += 1;
+        match std::mem::take(left_out) {
+            0 => tracing::warn!("{args}"),
+            n => tracing::warn!("{args} ({n} similar warnings of this endpoint left out)"),
+        }
+    }
 }
 
 /// `fi_close` below, `fi_ep_bind` and `fi_enable` (bind.rs).

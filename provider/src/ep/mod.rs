@@ -179,6 +179,7 @@ pub unsafe fn open(
             active: OnceLock::new(),
             peers_reclaimed: AtomicUsize::new(0),
             warned_no_rma: AtomicBool::new(false),
+            post_warnings: Default::default(),
         }),
     });
     tracing::info!(

@@ -188,7 +188,7 @@ fn post_rma(ep: &EpInner, op: &str, iov: IovList, call: &RmaCall) -> isize {
     ep.drain(&mut core);
     match result {
         Ok(()) => 0,
-        Err(e) => map_post_error(e, op),
+        Err(e) => map_post_error(ep, e, op),
     }
 }
 

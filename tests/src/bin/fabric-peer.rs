@@ -38,6 +38,7 @@
 //! | `pending` | `ok sends=S recvs=R errors=E writes=W reads=R remote=C`: completions queued and not yet taken by `wait` |
 //! | `inject <dest> <len> <seed> [tag=T] [data=D]` | injects `len` bytes of pattern `seed`, retrying `-FI_EAGAIN` while progressing |
 //! | `try-send <dest> <len> [buf=N] [seed=S] [ctx=C] [tag=T] [data=D] [inject\|flags=a\|b]` | one raw send or inject call (no retry, no progress), from a buffer of `N` bytes (default `len`) of pattern `S` (default 7), freed right after an inject; with `flags`, `fi_sendmsg`/`fi_tsendmsg` as for `send`; `ok <rc>` |
+//! | `bad-send <dest>` | sends the provider must refuse unread: `fi_send` of a NULL buffer of 100 bytes, `fi_sendv` of iov lengths that wrap past 2^64, `fi_sendv` with a NULL `iov_base` of 5 bytes; `ok null=<rc> wrap=<rc> null-iov=<rc>` |
 //! | `limits` | `ok inject=<inject_size> max=<max_msg_size>` of the endpoint's `fi_info` |
 //! | `getinfo [caps=a\|b] [ep=msg\|rdm\|dgram] [tx-flags=a\|b]` | `fi_getinfo` with those hints (`tx-flags`: `tx_attr.op_flags`, named as for `send`); `ok <rc>` |
 //! | `close-domain` | `fi_close` on the domain, which is still in use; `ok <rc>` |
@@ -714,6 +715,26 @@ impl Peer {
             self.send_bufs.keep(ctx, buf);
         }
         Ok(code.to_string())
+    }
+
+    /// `bad-send <dest>`: sends the provider must refuse before reading a
+    /// byte: a NULL buffer with a length (`fi_send`), iov lengths whose sum
+    /// wraps past 2^64, and a NULL iov_base with a length (`fi_sendv`).
+    /// Prints `null=<rc> wrap=<rc> null-iov=<rc>`.
+    fn bad_send(&mut self, a: &Args) -> CmdResult {
+        let dest = a.num(0)?;
+        let buf = [7u8; 16];
+        let ep = &self.obj.ep;
+        // SAFETY: each call must be refused without reading its buffers
+        // (that is what is checked); buf lives through the calls.
+        let (null, wrap, null_iov) = unsafe {
+            (
+                ep.send(std::ptr::null(), 100, dest, Match::default(), 1),
+                ep.sendv(&[(buf.as_ptr(), usize::MAX), (buf.as_ptr(), 2)], dest, 2),
+                ep.sendv(&[(buf.as_ptr(), 4), (std::ptr::null(), 5)], dest, 3),
+            )
+        };
+        Ok(format!("null={null} wrap={wrap} null-iov={null_iov}"))
     }
 
     // --- Waiting ----------------------------------------------------------
@@ -1949,6 +1970,7 @@ impl Peer {
             "rcntr" => self.rcntr_wait(&Args::parse(std::iter::empty())),
             "rcntr-wait" => self.rcntr_wait(&a),
             "try-send" => self.try_send(&a),
+            "bad-send" => self.bad_send(&a),
             "limits" => Ok(format!(
                 "inject={} max={}",
                 self.obj.info.inject_size(),

@@ -72,6 +72,13 @@ where
             self.release_staged(&xfer);
             self.fail_xfer(xfer, ErrorKind::PeerUnreachable);
         }
+        let (theirs, others): (Vec<_>, Vec<_>) = std::mem::take(&mut self.rx_backlog)
+            .into_iter()
+            .partition(|x| x.peer == peer);
+        self.rx_backlog = others.into();
+        for xfer in theirs {
+            self.fail_xfer(xfer, ErrorKind::PeerUnreachable);
+        }
         self.fail_rma_with(peer);
         self.forget_atomics_of(peer);
         self.long_lengths.retain(|&(p, _, _), _| p != peer);

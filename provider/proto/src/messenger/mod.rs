@@ -73,6 +73,11 @@ use send::Waiter;
 /// Index of a peer in the table: peers are never removed.
 type PeerIdx = usize;
 
+/// Invalid messages of one peer after which it is fenced: its operations
+/// fail as if it were dead, and its messages are dropped. One stray
+/// message is a bug worth a warning; this many, a peer not to trust.
+pub(crate) const FENCE_AFTER: u32 = 16;
+
 /// A send request. The iov stays valid until the send's completion (or,
 /// for an inject or a `copy` send, until the call returns).
 #[derive(Clone, Debug)]
@@ -135,6 +140,11 @@ pub struct Messenger<M: Mailbox, D: DmaEngine> {
     events: VecDeque<Event<M::Addr>>,
     // recv::rendezvous
     rx_xfers: Slab<RxXfer<M::Addr>>,
+    /// Transfers a peer started (matched requests to send, its writes to
+    /// us) waiting for a free id, in order.
+    rx_backlog: VecDeque<RxXfer<M::Addr>>,
+    /// How many ids `rx_xfers` may hand out: all a wire id can name.
+    rx_id_limit: usize,
     rx_staging: BufferPool,
     deferred_grants: VecDeque<usize>,
     // rma
@@ -224,8 +234,10 @@ where
     /// messengers).
     pub fn new(mbx: M, dma: &DomainDma<D>, mut cfg: ProtoConfig) -> Result<Self, DmaError> {
         let dma = dma.view();
-        cfg.eager_size = cfg.eager_size.max(1);
-        cfg.fragment_size = cfg.fragment_size.max(4096);
+        // What the wire can carry: an eager length in 27 bits, a fragment
+        // length in 32.
+        cfg.eager_size = cfg.eager_size.clamp(1, crate::wire::MAX_EAGER_LEN);
+        cfg.fragment_size = cfg.fragment_size.clamp(4096, u32::MAX as usize);
         cfg.tx_size = cfg.tx_size.clamp(1, u16::MAX as usize);
         let slot_size = cfg.eager_size.next_power_of_two();
         let bounce_pool =
@@ -252,6 +264,8 @@ where
             matcher: Matcher::new(0),
             tx_ops: Slab::new(),
             rx_xfers: Slab::new(),
+            rx_backlog: VecDeque::new(),
+            rx_id_limit: ids::WIRE_IDS,
             rma_ops: Slab::new(),
             rma_pending: VecDeque::new(),
             atomic_rx: IdMap::default(),
@@ -316,7 +330,7 @@ where
 
     /// Whether operations are still in flight (sends, RMA, transfers).
     pub fn busy(&self) -> bool {
-        self.outstanding_sends > 0 || !self.rx_xfers.is_empty()
+        self.outstanding_sends > 0 || !self.rx_xfers.is_empty() || !self.rx_backlog.is_empty()
     }
 
     /// What the messenger carried so far.
@@ -332,7 +346,13 @@ where
     /// Drops a message of `peer` that does not fit what it may send
     /// (`what` says which), with a rate-limited warning: a broken or
     /// hostile peer must not flood the log, nor be acted upon.
+    ///
+    /// Each drop counts against the peer: after [`FENCE_AFTER`] of them it
+    /// is fenced (progress, [`Self::dispatch`]).
     pub(crate) fn drop_invalid(&mut self, peer: PeerIdx, what: &str) {
+        if let Some(state) = self.peers.get_mut(peer) {
+            state.violations = state.violations.saturating_add(1);
+        }
         let dropped = &mut self.dropped;
         dropped.total += 1;
         dropped.since_warning += 1;
@@ -368,6 +388,13 @@ where
     pub(crate) fn full_length(&mut self, peer: PeerIdx, read: bool, id: u16, low: u32) -> usize {
         let high = self.long_lengths.remove(&(peer, read, id)).unwrap_or(0);
         ((u64::from(high) << 32) | u64::from(low)) as usize
+    }
+
+    /// Fewer ids for rendezvous receives than the wire allows, to cross
+    /// the limit in tests.
+    #[cfg(test)]
+    pub(crate) fn limit_rx_ids(&mut self, limit: usize) {
+        self.rx_id_limit = limit;
     }
 
     /// How many peers were found dead so far.

@@ -11,10 +11,10 @@ use std::collections::VecDeque;
 use std::hash::Hash;
 
 use unimem_dma::{DmaBuf, DmaEngine, RegId};
-use unimem_mailbox::{Mailbox, Message};
+use unimem_mailbox::{Error as MailboxError, Mailbox, Message};
 
 use super::{post_error, Messenger, PeerIdx};
-use crate::wire::{Wire, NODE_LEN};
+use crate::wire::{Wire, ID_BITS, MAX_EAGER_LEN, NODE_LEN, PROTOCOL_VERSION};
 use crate::{PostError, WireNode};
 
 /// What waits in a peer's data queue, in send order.
@@ -52,6 +52,8 @@ pub(crate) struct TxRing {
     pub(crate) slots: usize,
     pub(crate) next: usize,
     pub(crate) credits: usize,
+    /// Sequence number of our next eager announcement to the peer.
+    pub(crate) seq: u8,
 }
 
 /// The eager ring we set aside for a peer.
@@ -62,6 +64,8 @@ pub(crate) struct RxRing {
     pub(crate) next: usize,
     /// Slots consumed and not yet handed back.
     pub(crate) owed: usize,
+    /// Sequence number of the next eager announcement we expect.
+    pub(crate) seq: u8,
 }
 
 /// A peer: its address and route (mailbox), node (DMA), eager rings and
@@ -75,6 +79,21 @@ pub(crate) struct Peer<A, R, N> {
     pub(crate) hello_sent: bool,
     /// Its hello arrived: we know its node, and whether it has a ring for us.
     pub(crate) hello_received: bool,
+    /// Its parameters arrived (the first message of a peer).
+    pub(crate) params_received: bool,
+    /// Longest message we send it eagerly: our eager size, or its own if
+    /// smaller (its slots are that size).
+    pub(crate) eager_limit: usize,
+    /// Fragment size of rendezvous transfers with it, both ways: the
+    /// smaller of ours and its own, so that both sides' staging buffers
+    /// hold one.
+    pub(crate) fragment_size: usize,
+    /// Refused at first contact (parameters we cannot work with) or fenced
+    /// for repeated invalid messages: dead to us, and its messages are
+    /// dropped.
+    pub(crate) refused: bool,
+    /// Its messages dropped as invalid so far.
+    pub(crate) violations: u32,
     pub(crate) control: VecDeque<Message>,
     pub(crate) data: VecDeque<DataItem>,
     /// In the messenger's list of peers with queued work.
@@ -112,8 +131,29 @@ where
         if let Some(index) = self.known_peer(addr) {
             return Ok(index);
         }
-        let route = self.mbx.connect(addr).map_err(post_error)?;
+        // The address was well formed (the AV took it): no endpoint behind
+        // it (closed, or its process gone) is unreachable, not invalid.
+        let route = self.mbx.connect(addr).map_err(|e| match e {
+            MailboxError::Invalid => PostError::Unreachable,
+            e => post_error(e),
+        })?;
         Ok(self.add_peer(*addr, Some(route)))
+    }
+
+    /// A peer we have not heard of yet, looked up because a receive is
+    /// directed at it: reachable, it is added (and greeted); gone (no
+    /// endpoint behind the address, or its process dead), it is added
+    /// dead. When the lookup itself fails (out of file descriptors, say),
+    /// nothing is known: `None`, and it is not taken for dead.
+    pub(crate) fn watch_peer(&mut self, addr: M::Addr) -> Option<PeerIdx> {
+        match self.mbx.connect(&addr) {
+            Ok(route) => Some(self.add_peer(addr, Some(route))),
+            Err(MailboxError::Dead | MailboxError::Invalid) => Some(self.add_peer(addr, None)),
+            Err(e) => {
+                tracing::debug!(%addr, "cannot look up the source of a directed receive: {e}");
+                None
+            }
+        }
     }
 
     /// The peer a message came from, known or not. If it cannot be reached
@@ -143,6 +183,11 @@ where
             rx: None,
             hello_sent: false,
             hello_received: false,
+            params_received: false,
+            eager_limit: self.cfg.eager_size,
+            fragment_size: self.cfg.fragment_size,
+            refused: false,
+            violations: 0,
             control: VecDeque::new(),
             data: VecDeque::new(),
             active: false,
@@ -176,6 +221,7 @@ where
                 slots,
                 next: 0,
                 owed: 0,
+                seq: 0,
             }),
             Err(e) => {
                 tracing::warn!("no dmable memory for a peer's eager ring: {e}; its eager messages will come by rendezvous");
@@ -188,10 +234,85 @@ where
             slot_shift: self.slot_size.trailing_zeros() as u8,
             slots: rx.as_ref().map_or(0, |rx| rx.slots as u16),
         };
+        let params = Wire::Params {
+            version: PROTOCOL_VERSION,
+            id_bits: ID_BITS,
+            fragment_size: self.cfg.fragment_size as u32,
+            eager_size: self.cfg.eager_size as u32,
+        };
         let state = &mut self.peers[peer];
         state.rx = rx;
         state.hello_sent = true;
+        self.queue_control(peer, params.encode());
         self.queue_control(peer, hello.encode());
+    }
+
+    /// A peer's first message: its protocol version and the parameters the
+    /// wire depends on. Sizes are adapted to (the smaller of both sides'
+    /// fragment and eager sizes is used with this peer); another version or
+    /// id width refuses the peer.
+    pub(crate) fn on_params(
+        &mut self,
+        peer: PeerIdx,
+        version: u16,
+        id_bits: u8,
+        fragment_size: u32,
+        eager_size: u32,
+    ) {
+        if self.peers[peer].params_received {
+            self.drop_invalid(peer, "second first contact (parameters)");
+            return;
+        }
+        if version != PROTOCOL_VERSION {
+            let ours = PROTOCOL_VERSION;
+            return self.refuse_peer(peer, "protocol version", ours.into(), version.into());
+        }
+        if id_bits != ID_BITS {
+            return self.refuse_peer(peer, "id width (bits)", ID_BITS.into(), id_bits.into());
+        }
+        let (theirs_fragment, theirs_eager) = (fragment_size as usize, eager_size as usize);
+        if theirs_fragment < 4096 || theirs_eager == 0 || theirs_eager > MAX_EAGER_LEN {
+            let what = "fragment size (eager size)";
+            return self.refuse_peer(
+                peer,
+                what,
+                self.cfg.fragment_size as u64,
+                fragment_size.into(),
+            );
+        }
+        let state = &mut self.peers[peer];
+        state.params_received = true;
+        state.fragment_size = self.cfg.fragment_size.min(theirs_fragment);
+        state.eager_limit = self.cfg.eager_size.min(theirs_eager);
+        if theirs_fragment != self.cfg.fragment_size || theirs_eager != self.cfg.eager_size {
+            tracing::info!(
+                addr = %state.addr,
+                fragment = state.fragment_size,
+                eager = state.eager_limit,
+                "peer has other sizes (fragment {theirs_fragment}, eager {theirs_eager}; ours {}, {}): using the smaller",
+                self.cfg.fragment_size,
+                self.cfg.eager_size
+            );
+        }
+        // Eager sends queued for it before it spoke that its slots cannot
+        // hold go by rendezvous.
+        let limit = state.eager_limit;
+        self.eager_by_rendezvous(peer, limit);
+    }
+
+    /// Refuses `peer`, whose `what` is `theirs` where ours is `ours`: one
+    /// log line naming both, then it is dead to us (its operations fail
+    /// with an error, its messages are dropped).
+    pub(crate) fn refuse_peer(&mut self, peer: PeerIdx, what: &str, ours: u64, theirs: u64) {
+        let addr = self.peers[peer].addr;
+        tracing::warn!(%addr, "peer refused: its {what} is {theirs}, ours {ours}");
+        self.fence(peer);
+    }
+
+    /// Cuts `peer` off: it counts as dead, and its messages are dropped.
+    pub(crate) fn fence(&mut self, peer: PeerIdx) {
+        self.peers[peer].refused = true;
+        self.fail_peer(peer);
     }
 
     pub(crate) fn queue_control(&mut self, peer: PeerIdx, message: Message) {
@@ -214,12 +335,29 @@ where
         slot_shift: u8,
         slots: u16,
     ) {
+        if self.peers[peer].hello_received {
+            self.drop_invalid(peer, "second hello");
+            return;
+        }
+        if !self.peers[peer].params_received {
+            // A peer of version 1 says hello first, without parameters.
+            return self.refuse_peer(peer, "protocol version", PROTOCOL_VERSION.into(), 1);
+        }
         let node = D::Node::from_wire(node);
+        // Its slots hold what it sends eagerly at most: smaller ones, or a
+        // ring past the address space, are not a ring.
+        let limit = self.peers[peer].eager_limit;
         let slot_size = 1usize.checked_shl(u32::from(slot_shift)).unwrap_or(0);
+        let ring_len = slot_size.checked_mul(slots as usize).unwrap_or(0);
+        let ring_fits = slot_size >= limit && ring.checked_add(ring_len as u64).is_some();
+        if slots > 0 && !ring_fits {
+            let what = "eager slot size";
+            return self.refuse_peer(peer, what, self.slot_size as u64, slot_size as u64);
+        }
         self.peers[peer].node = Some(node);
         self.peers[peer].hello_received = true;
-        if self.peers[peer].tx.is_none() && slot_size > 0 && slots > 0 {
-            match self.dma.register(node, ring, slot_size * slots as usize) {
+        if self.peers[peer].tx.is_none() && ring_len > 0 {
+            match self.dma.register(node, ring, ring_len) {
                 Ok(reg) => {
                     self.peers[peer].tx = Some(TxRing {
                         reg,
@@ -228,6 +366,7 @@ where
                         slots: slots as usize,
                         next: 0,
                         credits: slots as usize,
+                        seq: 0,
                     })
                 }
                 Err(e) => {

@@ -13,7 +13,7 @@ use unimem_mailbox::{Mailbox, Message};
 
 use super::send::rendezvous::Grant;
 use super::send::{EagerState, TxKind, Waiter};
-use super::Messenger;
+use super::{Messenger, FENCE_AFTER};
 use crate::dma::Token;
 use crate::wire::Wire;
 use crate::WireNode;
@@ -125,6 +125,7 @@ where
                     peer,
                     fragment,
                     recv_id,
+                    recv_gen,
                     staging,
                 }) => {
                     if let Some(staging) = staging {
@@ -137,6 +138,7 @@ where
                             send_id: op as u16,
                             fragment,
                             recv_id,
+                            recv_gen,
                         };
                         self.queue_control(peer, done.encode());
                     }
@@ -169,6 +171,9 @@ where
                 break;
             }
         }
+        if !self.rx_backlog.is_empty() {
+            self.start_backlog();
+        }
         self.retry_rma();
         self.serve_deferred_reads();
     }
@@ -180,7 +185,17 @@ where
             return;
         };
         let peer = self.peer_for_source(&src);
+        if self.peers[peer].refused {
+            // Refused at first contact, or fenced: nothing of it is acted on.
+            return;
+        }
         match wire {
+            Wire::Params {
+                version,
+                id_bits,
+                fragment_size,
+                eager_size,
+            } => self.on_params(peer, version, id_bits, fragment_size, eager_size),
             Wire::Hello {
                 node,
                 ring,
@@ -194,11 +209,12 @@ where
             Wire::Eager {
                 info,
                 len,
+                seq,
                 credits,
                 ack,
             } => {
                 self.add_credits(peer, credits);
-                self.on_eager(peer, src, info, len, ack);
+                self.on_eager(peer, src, info, len, seq, ack);
             }
             Wire::Rts {
                 info,
@@ -216,6 +232,7 @@ where
                 addr,
                 len,
                 recv_id,
+                recv_gen,
             } => self.on_grant(
                 peer,
                 Grant {
@@ -224,13 +241,15 @@ where
                     addr,
                     len: len as usize,
                     recv_id,
+                    recv_gen,
                 },
             ),
             Wire::FragDone {
                 send_id,
                 fragment,
                 recv_id,
-            } => self.on_fragment_done(peer, send_id, recv_id as usize, fragment),
+                recv_gen,
+            } => self.on_fragment_done(peer, send_id, recv_id as usize, recv_gen, fragment),
             Wire::Fin { send_id } => self.on_fin(peer, send_id as usize),
             Wire::LenHigh { id, read, high } => self.on_len_high(peer, id, read, high),
             Wire::Credit { credits } => self.add_credits(peer, credits),
@@ -273,6 +292,11 @@ where
             Wire::AtomicData { id, bytes } => self.on_atomic_data(peer, id, bytes.as_slice()),
             Wire::AtomicResult { id, bytes } => self.on_atomic_result(peer, id, bytes.as_slice()),
             Wire::AtomicReply { id, refusal } => self.on_atomic_reply(peer, id, refusal),
+        }
+        if self.peers[peer].violations >= FENCE_AFTER && !self.peers[peer].refused {
+            let addr = self.peers[peer].addr;
+            tracing::warn!(%addr, violations = FENCE_AFTER, "peer fenced: too many invalid messages; its operations fail");
+            self.fence(peer);
         }
     }
 }

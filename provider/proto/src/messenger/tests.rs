@@ -2201,6 +2201,7 @@ fn stray_rendezvous_messages_of_another_peer_are_dropped() {
             addr: buf.as_mut_ptr() as u64,
             len: FRAGMENT as u32,
             recv_id: 0,
+            recv_gen: 0,
         });
     }
     let _rogue_a = forge(a.addr(), &forged);
@@ -2210,6 +2211,7 @@ fn stray_rendezvous_messages_of_another_peer_are_dropped() {
             send_id: 0,
             fragment: 0,
             recv_id: 0,
+            recv_gen: 0,
         }],
     );
     for _ in 0..50 {
@@ -2233,6 +2235,7 @@ fn stray_rendezvous_messages_of_another_peer_are_dropped() {
             send_id: 0,
             fragment: 1,
             recv_id: 0,
+            recv_gen: 0,
         }],
     );
     let got = collect(&mut [&mut a, &mut b], 1, 1);
@@ -2411,4 +2414,345 @@ fn a_peer_that_acknowledges_and_closes_completes_the_send() {
         }),
         "the acknowledged send completes: {events:?}"
     );
+}
+
+// --- first contact ---------------------------------------------------------------
+
+/// Two endpoints configured with other eager and fragment sizes (as when
+/// ranks read different configuration files) adapt to each other at first
+/// contact: every size around both sides' thresholds arrives intact both
+/// ways, and nothing is dropped as invalid.
+#[test]
+fn peers_with_other_sizes_adapt_at_first_contact() {
+    let small = config();
+    let large = ProtoConfig {
+        eager_size: 4 * EAGER,
+        fragment_size: 4 * FRAGMENT,
+        ..config()
+    };
+    for (cfg_a, cfg_b) in [(small.clone(), large.clone()), (large, small)] {
+        let mut a = messenger_with(64, cfg_a);
+        let mut b = messenger_with(64, cfg_b);
+        let sizes = [
+            EAGER - 1,
+            EAGER,
+            EAGER + 1,
+            4 * EAGER,
+            4 * EAGER + 1,
+            FRAGMENT + 3,
+            4 * FRAGMENT + 1,
+            9 * FRAGMENT + 7,
+        ];
+        // The first sends leave before either side heard of the other.
+        for (round, &len) in sizes.iter().enumerate() {
+            for (from_a, seed) in [(true, round as u8), (false, round as u8 + 100)] {
+                let data = pattern(len, seed);
+                let mut buf = vec![0u8; len];
+                let (tx, rx) = if from_a {
+                    (&mut a, &mut b)
+                } else {
+                    (&mut b, &mut a)
+                };
+                send(tx, rx.addr(), &data, Some(len as u64), 1).unwrap();
+                post(rx, true, recv_spec(&mut buf, 2, None, len as u64, 0));
+                let (t, r) = if from_a { (0, 1) } else { (1, 0) };
+                let got = collect(&mut [&mut a, &mut b], r, 1);
+                assert_eq!(recv_done(&got[0]).len, len, "{len} from_a={from_a}");
+                assert!(buf == data, "{len} bytes from_a={from_a}: data differs");
+                collect(&mut [&mut a, &mut b], t, 1);
+            }
+        }
+        assert_eq!((a.dropped_messages(), b.dropped_messages()), (0, 0));
+        assert_eq!((a.peers_lost(), b.peers_lost()), (0, 0));
+    }
+}
+
+/// A peer of another protocol version, or one that says hello without its
+/// parameters (version 1), is refused: what we post to it fails with an
+/// error, a directed receive from it fails, its messages are dropped; other
+/// peers are untouched.
+#[test]
+fn a_peer_of_another_version_is_refused() {
+    let mut a = messenger();
+    let mut b = messenger();
+    for params in [true, false] {
+        let mut first = Vec::new();
+        if params {
+            first.push(Wire::Params {
+                version: crate::wire::PROTOCOL_VERSION + 1,
+                id_bits: crate::wire::ID_BITS,
+                fragment_size: FRAGMENT as u32,
+                eager_size: EAGER as u32,
+            });
+        }
+        first.push(Wire::Hello {
+            node: [0; crate::wire::NODE_LEN],
+            ring: 0,
+            slot_shift: 10,
+            slots: 0,
+        });
+        first.push(Wire::Inline {
+            info: MatchInfo::default(),
+            payload: crate::wire::InlineBytes::new(b"not for you"),
+        });
+        let rogue = forge(a.addr(), &first);
+        let rogue_addr = {
+            use unimem_mailbox::Mailbox as _;
+            rogue.addr()
+        };
+        let mut buf = [0u8; 64];
+        post(
+            &mut a,
+            false,
+            recv_spec(&mut buf, 9, Some(rogue_addr), 0, 0),
+        );
+        let lost = a.peers_lost();
+        let got = collect(&mut [&mut a], 0, 1);
+        let error = error_of(&got[0]);
+        assert_eq!((error.context, error.kind), (9, ErrorKind::PeerUnreachable));
+        assert_eq!(a.peers_lost(), lost + 1);
+        assert_eq!(
+            send(&mut a, rogue_addr, &[1; 100], None, 3),
+            Err(PostError::Unreachable)
+        );
+        // Its inline message was not delivered; b still talks to a.
+        let mut any = [0u8; 100];
+        post(&mut a, false, recv_spec(&mut any, 10, None, 0, 0));
+        let data = pattern(100, 3);
+        send(&mut b, a.addr(), &data, None, 4).unwrap();
+        let got = collect(&mut [&mut a, &mut b], 0, 1);
+        assert_eq!(recv_done(&got[0]).context, 10);
+        assert!(any[..] == data[..]);
+        collect(&mut [&mut a, &mut b], 1, 1);
+    }
+}
+
+/// An eager announcement that names no slot we expect (out of sequence),
+/// or claims more than an eager message holds, is dropped: the ring does
+/// not shift, and every later eager message of that peer arrives intact.
+#[test]
+fn a_stray_eager_announcement_does_not_shift_the_ring() {
+    let mut a = messenger();
+    let mut b = messenger();
+    first_contact(&mut a, &mut b);
+    let a_addr = a.addr();
+    for round in 0..20u8 {
+        // As if a had sent it: the source the mailbox reports.
+        let seq = (round + 7) % crate::wire::EAGER_SEQ_MOD;
+        let stray = Wire::Eager {
+            info: MatchInfo::default(),
+            len: if round % 2 == 0 {
+                64
+            } else {
+                10 * EAGER as u32
+            },
+            seq,
+            credits: 0,
+            ack: None,
+        };
+        if round % 4 == 1 {
+            b.dispatch(a_addr, &stray.encode());
+        }
+        let len = EAGER - round as usize;
+        let data = pattern(len, round);
+        let mut buf = vec![0u8; len];
+        post(&mut b, false, recv_spec(&mut buf, 1, None, 0, 0));
+        send(&mut a, b.addr(), &data, None, 2).unwrap();
+        let got = collect(&mut [&mut a, &mut b], 1, 1);
+        assert_eq!(recv_done(&got[0]).len, len);
+        assert!(buf == data, "round {round}: data differs");
+        collect(&mut [&mut a, &mut b], 0, 1);
+    }
+    assert_eq!(b.dropped_messages(), 5);
+    assert_eq!(b.peers_lost(), 0, "a few strays do not fence the peer");
+}
+
+/// A second Hello or a second set of parameters from a peer that already
+/// made first contact is dropped: its node and ring stay what they were.
+#[test]
+fn a_second_hello_is_dropped() {
+    let mut a = messenger();
+    let mut b = messenger();
+    first_contact(&mut a, &mut b);
+    let a_addr = a.addr();
+    b.dispatch(
+        a_addr,
+        &Wire::Hello {
+            node: [7; crate::wire::NODE_LEN],
+            ring: 0x1000,
+            slot_shift: 10,
+            slots: 4,
+        }
+        .encode(),
+    );
+    b.dispatch(
+        a_addr,
+        &Wire::Params {
+            version: crate::wire::PROTOCOL_VERSION,
+            id_bits: crate::wire::ID_BITS,
+            fragment_size: 1 << 20,
+            eager_size: 1 << 20,
+        }
+        .encode(),
+    );
+    assert_eq!(b.dropped_messages(), 2);
+    // Eager and rendezvous from b to a still use a's real ring and node.
+    for len in [EAGER, 3 * FRAGMENT + 1] {
+        let data = pattern(len, 9);
+        let mut buf = vec![0u8; len];
+        post(&mut a, false, recv_spec(&mut buf, 1, None, 0, 0));
+        send(&mut b, a_addr, &data, None, 2).unwrap();
+        let got = collect(&mut [&mut a, &mut b], 0, 1);
+        assert_eq!(recv_done(&got[0]).len, len);
+        assert!(buf == data);
+        collect(&mut [&mut a, &mut b], 1, 1);
+    }
+}
+
+/// A peer that keeps sending invalid messages is fenced: after
+/// `FENCE_AFTER` of them its operations fail and its messages are dropped;
+/// other peers are untouched.
+#[test]
+fn repeated_violations_fence_the_peer() {
+    let mut a = messenger();
+    let mut b = messenger();
+    first_contact(&mut a, &mut b);
+    let forged: Vec<Wire> = (0..FENCE_AFTER as u16)
+        .map(|id| Wire::Fin { send_id: 100 + id })
+        .collect();
+    let rogue = forge(a.addr(), &forged);
+    let rogue_addr = {
+        use unimem_mailbox::Mailbox as _;
+        rogue.addr()
+    };
+    let mut buf = [0u8; 8];
+    post(
+        &mut a,
+        false,
+        recv_spec(&mut buf, 5, Some(rogue_addr), 0, 0),
+    );
+    let got = collect(&mut [&mut a], 0, 1);
+    assert_eq!(error_of(&got[0]).context, 5);
+    assert_eq!(a.dropped_messages(), u64::from(FENCE_AFTER));
+    assert_eq!(
+        send(&mut a, rogue_addr, b"x", None, 1),
+        Err(PostError::Unreachable)
+    );
+    first_contact(&mut a, &mut b);
+}
+
+// --- ids -------------------------------------------------------------------------
+
+/// More rendezvous receives than there are ids: the transfers beyond wait
+/// for a free id, in order (none is reused while in use), and every one
+/// arrives intact. (The id space is cut to 8 here; the wire's is 2^16.)
+#[test]
+fn rendezvous_receives_beyond_the_id_space_wait_for_a_free_id() {
+    let mut a = messenger();
+    let mut b = messenger();
+    b.limit_rx_ids(8);
+    let limit = b.peer_xfer_limit();
+    assert_eq!(limit, 4);
+    let len = 2 * FRAGMENT + 3;
+    let count = 12;
+    let data: Vec<Vec<u8>> = (0..count).map(|i| pattern(len, i as u8)).collect();
+    let mut bufs: Vec<Vec<u8>> = (0..count).map(|_| vec![0u8; len]).collect();
+    for (i, buf) in bufs.iter_mut().enumerate() {
+        post(&mut b, true, recv_spec(buf, i, None, i as u64, 0));
+    }
+    for (i, d) in data.iter().enumerate() {
+        send(&mut a, b.addr(), d, Some(i as u64), 100 + i).unwrap();
+    }
+    let deadline = Instant::now() + HANG_GUARD;
+    let mut done = Vec::new();
+    let mut most = 0;
+    while done.len() < count {
+        assert!(Instant::now() < deadline, "only {} receives", done.len());
+        a.progress();
+        b.progress();
+        most = most.max(b.rx_xfers.len());
+        assert!(b.rx_xfers.len() <= limit, "{} transfers", b.rx_xfers.len());
+        while let Some(e) = b.next_event() {
+            done.push(recv_done(&e).context);
+        }
+    }
+    assert_eq!(most, limit, "the ids were all in use at some point");
+    done.sort_unstable();
+    assert_eq!(done, (0..count).collect::<Vec<_>>());
+    for (buf, d) in bufs.iter().zip(&data) {
+        assert!(buf == d, "data intact");
+    }
+    collect(&mut [&mut a, &mut b], 0, count);
+}
+
+/// A fragment report for an earlier transfer that held the same id (a
+/// late or replayed message) names an older generation: dropped, and the
+/// transfer holding the id now completes intact.
+#[test]
+fn a_late_fragment_report_for_a_reused_id_is_dropped() {
+    let mut a = messenger();
+    let mut b = messenger();
+    first_contact(&mut a, &mut b);
+    let len = 3 * FRAGMENT + 1;
+    let first = pattern(len, 1);
+    let mut buf = vec![0u8; len];
+    post(&mut b, false, recv_spec(&mut buf, 1, None, 0, 0));
+    send(&mut a, b.addr(), &first, None, 1).unwrap();
+    collect(&mut [&mut a, &mut b], 1, 1);
+    collect(&mut [&mut a, &mut b], 0, 1);
+    assert_eq!(b.rx_xfers.generation(0), 1, "transfer id 0 was used once");
+
+    let second = pattern(len, 2);
+    let mut buf2 = vec![0u8; len];
+    post(&mut b, false, recv_spec(&mut buf2, 2, None, 0, 0));
+    send(&mut a, b.addr(), &second, None, 2).unwrap();
+    // The request reaches b, which grants into transfer id 0 again; a has
+    // not put anything yet.
+    b.progress();
+    assert!(b.rx_xfers.get(0).is_some(), "id 0 reused");
+    let dropped = b.dropped_messages();
+    let late = Wire::FragDone {
+        send_id: 0,
+        fragment: 0,
+        recv_id: 0,
+        recv_gen: 0,
+    };
+    b.dispatch(a.addr(), &late.encode());
+    assert_eq!(b.dropped_messages(), dropped + 1, "late report dropped");
+    let got = collect(&mut [&mut a, &mut b], 1, 1);
+    assert_eq!(recv_done(&got[0]).context, 2);
+    assert!(buf2 == second, "data intact");
+    collect(&mut [&mut a, &mut b], 0, 1);
+}
+
+// --- liveness --------------------------------------------------------------------
+
+/// A receive directed at a peer that never sent anything fails once that
+/// peer is gone: at once when it is gone before the receive is posted,
+/// within the peer check when it dies after.
+#[test]
+fn a_directed_receive_from_a_silent_peer_that_dies_fails() {
+    let mut a = messenger_with(64, quick_peer_check());
+    let mut buf = [0u8; 16];
+
+    let b = messenger();
+    let b_addr = b.addr();
+    drop(b);
+    post(&mut a, false, recv_spec(&mut buf, 1, Some(b_addr), 0, 0));
+    let error = error_of(&a.next_event().expect("fails when posted")).clone();
+    assert_eq!((error.context, error.kind), (1, ErrorKind::PeerUnreachable));
+
+    let c = messenger();
+    let c_addr = c.addr();
+    post(&mut a, true, recv_spec(&mut buf, 2, Some(c_addr), 5, 0));
+    for _ in 0..100 {
+        a.progress();
+    }
+    assert!(a.next_event().is_none(), "a live silent peer is not dead");
+    let posted = Instant::now();
+    drop(c);
+    let got = collect(&mut [&mut a], 0, 1);
+    let error = error_of(&got[0]);
+    assert_eq!((error.context, error.kind), (2, ErrorKind::PeerUnreachable));
+    assert!(posted.elapsed() < Duration::from_secs(5));
 }

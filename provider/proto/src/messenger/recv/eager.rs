@@ -11,7 +11,7 @@ use unimem_dma::DmaEngine;
 use unimem_mailbox::Mailbox;
 
 use super::super::{Messenger, PeerIdx};
-use crate::wire::{MatchInfo, Wire};
+use crate::wire::{MatchInfo, Wire, EAGER_SEQ_MOD};
 use crate::WireNode;
 
 impl<M, D> Messenger<M, D>
@@ -26,20 +26,31 @@ where
     /// sent once the message is delivered into a posted receive or copied
     /// out of the slot as an unexpected message (both within `deliver`),
     /// which is match and delivery complete.
+    ///
+    /// Only the announcement of the slot we expect next (its sequence
+    /// number), of no more than our eager size, is taken: any other is
+    /// dropped, and the ring stays where it was.
     pub(crate) fn on_eager(
         &mut self,
         peer: PeerIdx,
         src: M::Addr,
         info: MatchInfo,
         len: u32,
+        seq: u8,
         ack: Option<u16>,
     ) {
+        let eager_size = self.cfg.eager_size;
         let Some(rx) = self.peers[peer].rx.as_mut() else {
-            tracing::warn!(%src, "eager message from a peer without our ring; dropped");
+            self.drop_invalid(peer, "eager message from a peer without our ring");
             return;
         };
+        if seq != rx.seq || len as usize > eager_size {
+            self.drop_invalid(peer, "eager announcement out of sequence or too long");
+            return;
+        }
+        rx.seq = (rx.seq + 1) % EAGER_SEQ_MOD;
         let slot = rx.memory.as_ptr().wrapping_add(rx.next * rx.slot_size);
-        let len = (len as usize).min(rx.slot_size);
+        let len = len as usize;
         rx.next = (rx.next + 1) % rx.slots;
         rx.owed += 1;
         self.deliver(peer, src, info, len, slot);

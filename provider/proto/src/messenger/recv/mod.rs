@@ -113,14 +113,19 @@ where
     pub unsafe fn post_recv(&mut self, tagged: bool, recv: PostedRecv<M::Addr>) {
         let context = recv.context;
         let multi = recv.multi_recv;
-        let dead_src = recv
-            .src
-            .and_then(|src| self.by_addr.get(&src).copied())
-            .filter(|&peer| self.peers[peer].dead);
+        let src = recv.src.map(|src| (src, self.known_peer(&src)));
         let mut next = self.matcher.post(tagged, recv);
         if next.is_none() {
-            if let Some(peer) = dead_src {
-                // Queued: nothing it could match is left from that peer.
+            // Queued, directed at a peer: one we never heard of is looked
+            // up now, so that the peer check watches it (it may have died
+            // before sending anything).
+            let peer = match src {
+                Some((_, Some(peer))) => Some(peer),
+                Some((src, None)) => self.watch_peer(src),
+                None => None,
+            };
+            if let Some(peer) = peer.filter(|&p| self.peers[p].dead) {
+                // Nothing it could match is left from that peer.
                 self.fail_receives_from(peer);
                 return;
             }

@@ -79,7 +79,7 @@ where
             return;
         }
         let xfer_len = msg_len.min(placement.capacity());
-        let (fragments, direct) = self.xfer_shape(&placement.iov, xfer_len);
+        let (fragments, direct) = self.xfer_shape(peer, &placement.iov, xfer_len);
         tracing::debug!(
             len = xfer_len,
             "rendezvous receive {}",
@@ -107,11 +107,34 @@ where
         });
     }
 
+    /// Ids a peer's transfers may hold at once: all but those kept for
+    /// our own reads (at most `tx_size` of them, up to half the ids).
+    pub(crate) fn peer_xfer_limit(&self) -> usize {
+        self.rx_id_limit - self.cfg.tx_size.min(self.rx_id_limit / 2)
+    }
+
     /// Starts granting transfer `xfer` (once its sender is known), or
     /// finishes it at once when it moves no byte. Returns its id.
+    ///
+    /// A transfer a peer started (not our read) waits, in order, while
+    /// the peers' transfers hold all the ids they may: an id is never
+    /// reused while in use (ids are 16 bits on the wire). It then has no
+    /// id yet, and `usize::MAX` is returned.
     pub(crate) fn insert_rx_xfer(&mut self, xfer: RxXfer<M::Addr>) -> usize {
+        if xfer.purpose != XferPurpose::RmaRead
+            && (!self.rx_backlog.is_empty() || self.rx_xfers.len() >= self.peer_xfer_limit())
+        {
+            self.rx_backlog.push_back(xfer);
+            return usize::MAX;
+        }
+        self.start_xfer_now(xfer)
+    }
+
+    /// [`Self::insert_rx_xfer`] once `xfer` may have an id.
+    fn start_xfer_now(&mut self, xfer: RxXfer<M::Addr>) -> usize {
         let (empty, waits) = (xfer.fragments == 0, xfer.send_id == NO_SEND_ID);
         let id = self.rx_xfers.insert(xfer);
+        debug_assert!(id < self.rx_id_limit);
         if waits {
             return id;
         }
@@ -123,9 +146,15 @@ where
         id
     }
 
-    /// Fragments of `len` bytes, and whether `iov` can take them directly.
-    pub(crate) fn xfer_shape(&self, iov: &crate::matching::IovList, len: usize) -> (u32, bool) {
-        let fragments = len.div_ceil(self.cfg.fragment_size) as u32;
+    /// Fragments of `len` bytes from `peer`, and whether `iov` can take
+    /// them directly.
+    pub(crate) fn xfer_shape(
+        &self,
+        peer: PeerIdx,
+        iov: &crate::matching::IovList,
+        len: usize,
+    ) -> (u32, bool) {
+        let fragments = len.div_ceil(self.peers[peer].fragment_size) as u32;
         let direct = iov.len() == 1 && self.dma.is_dmable(iov[0].0 as *const u8, len.max(1));
         (fragments, direct)
     }
@@ -158,10 +187,10 @@ where
     /// Grants the next fragment of `id` (which [`Self::wants_grant`]); false
     /// if no staging buffer is free.
     pub(crate) fn grant_next(&mut self, id: usize) -> bool {
-        let fragment_size = self.cfg.fragment_size;
         let Some(xfer) = self.rx_xfers.get_mut(id) else {
             return true;
         };
+        let fragment_size = self.peers[xfer.peer].fragment_size;
         let fragment = xfer.next_grant;
         let offset = fragment as usize * fragment_size;
         let len = fragment_size.min(xfer.xfer_len - offset);
@@ -183,23 +212,28 @@ where
             addr,
             len: len as u32,
             recv_id: id as u16,
+            recv_gen: self.rx_xfers.generation(id),
         };
         self.queue_control(peer, grant.encode());
         true
     }
 
     /// `peer` reports fragment `fragment` of its send `send_id` to our
-    /// transfer `id` in place; only a fragment we granted it counts.
+    /// transfer `id` (of generation `gen`) in place; only a fragment we
+    /// granted it counts: a late report for an earlier holder of the id
+    /// is told apart by its generation.
     pub(crate) fn on_fragment_done(
         &mut self,
         peer: PeerIdx,
         send_id: u16,
         id: usize,
+        gen: u16,
         fragment: u32,
     ) {
-        let fragment_size = self.cfg.fragment_size;
+        let fragment_size = self.peers[peer].fragment_size;
+        let current = self.rx_xfers.generation(id) == gen;
         let granted = self.rx_xfers.get(id).and_then(|x| {
-            (x.peer == peer && x.send_id == send_id)
+            (current && x.peer == peer && x.send_id == send_id)
                 .then(|| x.outstanding.iter().position(|&f| f == fragment))
                 .flatten()
         });
@@ -286,6 +320,14 @@ where
                     error: kind,
                 });
             }
+        }
+    }
+
+    /// Starts the transfers that waited for an id, as far as ids allow.
+    pub(crate) fn start_backlog(&mut self) {
+        while !self.rx_backlog.is_empty() && self.rx_xfers.len() < self.peer_xfer_limit() {
+            let xfer = self.rx_backlog.pop_front().expect("checked above");
+            self.start_xfer_now(xfer);
         }
     }
 

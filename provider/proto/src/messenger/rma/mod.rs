@@ -318,7 +318,18 @@ where
             }
             RmaKind::Read | RmaKind::Atomic | RmaKind::AtomicFetch => {
                 debug_assert_eq!(rma.kind, RmaKind::Read, "atomics go their own way");
-                let (fragments, direct) = self.xfer_shape(&rma.local, rma.len);
+                if self.rx_xfers.len() >= self.rx_id_limit {
+                    // Only with a tx_size past half the ids, all in use.
+                    tracing::warn!("no free transfer id for an RMA read; it fails");
+                    self.outstanding_sends -= 1;
+                    self.events.push_back(Event::RmaError {
+                        context: rma.context,
+                        kind: RmaKind::Read,
+                        error: ErrorKind::Invalid,
+                    });
+                    return;
+                }
+                let (fragments, direct) = self.xfer_shape(peer, &rma.local, rma.len);
                 let src = self.peers[peer].addr;
                 let recv_id = self.insert_rx_xfer(RxXfer {
                     purpose: XferPurpose::RmaRead,

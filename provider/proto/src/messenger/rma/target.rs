@@ -95,7 +95,7 @@ where
         };
         let len = len as usize;
         let iov = IovList::One((addr as usize, len));
-        let (fragments, direct) = self.xfer_shape(&iov, len);
+        let (fragments, direct) = self.xfer_shape(peer, &iov, len);
         self.insert_rx_xfer(RxXfer {
             purpose: XferPurpose::RmaWrite {
                 notice: notify.then_some(key),

@@ -65,7 +65,7 @@ where
         let state = &mut self.peers[peer];
         let Some(ring) = state.tx.as_mut() else {
             if state.hello_received {
-                self.eager_by_rendezvous(peer);
+                self.eager_by_rendezvous(peer, 0);
             }
             return false;
         };
@@ -178,7 +178,7 @@ where
     pub(crate) fn on_throttle(&mut self, peer: PeerIdx, on: bool) {
         self.peers[peer].throttled = on;
         if on {
-            self.eager_by_rendezvous(peer);
+            self.eager_by_rendezvous(peer, 0);
             self.mark_active(peer);
         }
     }
@@ -186,13 +186,17 @@ where
     /// A peer that offers no eager ring (it had no dmable memory for one, or
     /// we could not register it) gets queued eager messages by rendezvous,
     /// from wherever their data is (the application's buffers, a bounce
-    /// buffer, an inject's copy).
-    pub(crate) fn eager_by_rendezvous(&mut self, peer: PeerIdx) {
+    /// buffer, an inject's copy); so does one whose slots are smaller than
+    /// ours, the messages longer than `limit` (0: all).
+    pub(crate) fn eager_by_rendezvous(&mut self, peer: PeerIdx, limit: usize) {
         for item in self.peers[peer].data.iter_mut() {
             let DataItem::Eager { op } = *item else {
                 continue;
             };
             let tx = self.tx_ops.get_mut(op).expect("queued op exists");
+            if limit > 0 && tx.len <= limit {
+                continue;
+            }
             // Those that started (a throttled peer's) stay eager.
             if let TxKind::Eager(EagerState::Waiting(_)) = tx.kind {
                 let TxKind::Eager(EagerState::Waiting(payload)) =

@@ -21,7 +21,7 @@ use crate::dma::Token;
 use crate::iov::{gather, total_len};
 use crate::matching::IovList;
 use crate::pool::Buffer;
-use crate::wire::{inline_capacity, MatchInfo, Wire};
+use crate::wire::{inline_capacity, MatchInfo, Wire, EAGER_SEQ_MOD};
 use crate::{PostError, WireNode};
 
 /// Where the data of a send is until it leaves.
@@ -106,6 +106,7 @@ pub(crate) enum Waiter {
         peer: PeerIdx,
         fragment: u32,
         recv_id: u16,
+        recv_gen: u16,
         staging: Option<Buffer>,
     },
     /// A piece of a one-sided RMA operation: `len` bytes at `offset` of
@@ -159,10 +160,12 @@ where
         if len <= inline_capacity(&req.info) && !ack && !throttled {
             return self.send_inline(peer, &req, len);
         }
-        let kind = if len > self.cfg.eager_size {
-            TxKind::Rendezvous(Payload::User(req.iov))
-        } else if throttled {
+        // The peer's eager slots may be smaller than ours (first contact);
+        // a throttled message waits here for the receiver.
+        let kind = if len > self.peers[peer].eager_limit || throttled {
             TxKind::Rendezvous(if copy {
+                // Memory of its own: a rendezvous may wait long for the
+                // receiver, too long to hold a bounce buffer.
                 let mut bytes = vec![0u8; len].into_boxed_slice();
                 // SAFETY: the iov is valid during this call (caller).
                 unsafe { gather(&req.iov, 0, bytes.as_mut_ptr(), len) };
@@ -293,9 +296,11 @@ where
                         return true;
                     }
                     let credits = self.take_owed(peer);
+                    let seq = self.peers[peer].tx.as_ref().map_or(0, |ring| ring.seq);
                     let message = Wire::Eager {
                         info,
                         len: len as u32,
+                        seq,
                         credits,
                         ack: ack.then_some(op as u16),
                     };
@@ -340,6 +345,11 @@ where
             match self.mbx.send(route, &message) {
                 Ok(()) => {
                     let item = self.peers[peer].data.pop_front();
+                    if let Some(DataItem::Eager { .. }) = item {
+                        if let Some(ring) = self.peers[peer].tx.as_mut() {
+                            ring.seq = (ring.seq + 1) % EAGER_SEQ_MOD;
+                        }
+                    }
                     if let (Some(op), Some(DataItem::Inline { .. } | DataItem::Eager { .. })) =
                         (op, item)
                     {

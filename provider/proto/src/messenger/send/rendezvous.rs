@@ -29,6 +29,7 @@ pub(crate) struct Grant {
     pub(crate) addr: u64,
     pub(crate) len: usize,
     pub(crate) recv_id: u16,
+    pub(crate) recv_gen: u16,
 }
 
 impl<M, D> Messenger<M, D>
@@ -40,11 +41,11 @@ where
 {
     /// Puts one granted fragment; false if no staging buffer is free.
     pub(crate) fn put_fragment(&mut self, grant: Grant) -> bool {
-        let fragment_size = self.cfg.fragment_size;
         let Some(tx) = self.tx_ops.get(grant.op) else {
             tracing::warn!(op = grant.op, "grant for an unknown send");
             return true;
         };
+        let fragment_size = self.peers[tx.peer].fragment_size;
         let TxKind::Rendezvous(payload) = &tx.kind else {
             tracing::warn!(op = grant.op, "grant for a send that is not a rendezvous");
             return true;
@@ -125,6 +126,7 @@ where
                     peer,
                     fragment: grant.fragment,
                     recv_id: grant.recv_id,
+                    recv_gen: grant.recv_gen,
                     staging,
                 });
                 debug_assert_eq!(id, token);
@@ -147,7 +149,7 @@ where
     /// Only a grant of a fragment of one of our rendezvous sends to that
     /// peer is acted upon.
     pub(crate) fn on_grant(&mut self, peer: PeerIdx, grant: Grant) {
-        let fragment_size = self.cfg.fragment_size;
+        let fragment_size = self.peers[peer].fragment_size;
         let fits = self.tx_ops.get(grant.op).is_some_and(|tx| {
             tx.peer == peer
                 && matches!(tx.kind, TxKind::Rendezvous(_))

@@ -1,0 +1,138 @@
+//! Peers that do not agree with us, through the real libfabric core and the
+//! unimem provider, in separate `fabric-peer` processes: endpoints started
+//! with other sizes adapt to each other at first contact (issue 12, row 14),
+//! and the data arrives intact; nothing hangs (every command of the
+//! cluster has a deadline).
+
+use unimem_fi::base::ffi;
+use unimem_tests::cluster::{is_provider_warning, Cluster, Msg, Order};
+use unimem_tests::fabric::rc;
+
+fn cluster(test: &str) -> Cluster {
+    Cluster::new(env!("CARGO_BIN_EXE_fabric-peer"), test)
+}
+
+/// Sizes around both sides' thresholds, and messages of many fragments.
+fn messages(small: usize, large: usize) -> Vec<Msg> {
+    let mut lens = vec![0, 22, 23, 1000];
+    for edge in [small, large] {
+        lens.extend([edge - 1, edge, edge + 1]);
+    }
+    lens.extend([3 * large + 5, 1 << 20]);
+    lens.iter()
+        .enumerate()
+        .flat_map(|(i, &len)| {
+            [
+                Msg::new(len, i as u64 + 1),
+                Msg::new(len, i as u64 + 101).tag(0xab00 + i as u64).data(7),
+            ]
+        })
+        .collect()
+}
+
+/// Two ranks of one job that read different configuration files: one with
+/// a small `FI_UNIMEM_SEGMENT_SIZE` (resp. `FI_UNIMEM_EAGER_SIZE`), the
+/// other with a large one. Every message arrives intact both ways, each
+/// side having taken the smaller size for this peer; no warning.
+#[test]
+fn endpoints_with_other_sizes_adapt_to_each_other() {
+    let cases = [
+        ("FI_UNIMEM_SEGMENT_SIZE", 65536, 262144),
+        ("FI_UNIMEM_EAGER_SIZE", 1024, 8192),
+    ];
+    for (var, small, large) in cases {
+        for small_first in [true, false] {
+            let mut c = cluster(&format!("sizes-{var}-{small_first}"));
+            let (first, second) = if small_first {
+                (small, large)
+            } else {
+                (large, small)
+            };
+            c.env(var, &first.to_string()).spawn(1);
+            c.env(var, &second.to_string()).spawn(1);
+            c.connect_all();
+            let msgs = messages(small, large);
+            c.transfer(0, 1, &msgs, Order::Posted);
+            c.transfer(1, 0, &msgs, Order::Posted);
+            c.transfer(0, 1, &msgs, Order::Posted);
+            c.finish();
+        }
+    }
+}
+
+/// Sends that name memory they cannot have: a NULL buffer with a length,
+/// iov lengths that add up past 2^64, a NULL iov_base with a length. Each
+/// is refused with `-FI_EINVAL` (no segfault, no 0-byte message sent);
+/// the endpoint still works and the peer received nothing else.
+#[test]
+fn sends_of_impossible_buffers_are_refused() {
+    let mut c = cluster("bad-bufs");
+    c.spawn(2).connect_all();
+    for _ in 0..3 {
+        let reply = c.cmd(0, "bad-send 1");
+        let einval = i64::from(rc::EINVAL);
+        assert_eq!(reply.field("null"), einval, "fi_send(NULL, 100)");
+        assert_eq!(reply.field("wrap"), einval, "fi_sendv, lengths wrap");
+        assert_eq!(reply.field("null-iov"), einval, "fi_sendv, NULL iov_base");
+    }
+    c.transfer(0, 1, &[Msg::new(10, 1), Msg::new(70_000, 2)], Order::Posted);
+    c.finish_with_warnings();
+}
+
+/// A send to an endpoint that closed (its process gone, its objects
+/// removed) before we ever sent to it fails with `-FI_EHOSTUNREACH`, not
+/// `-FI_EINVAL`: the address was good. Repeated, it is warned about a few
+/// times a second, not once per call; the endpoint still works.
+#[test]
+fn a_send_to_a_closed_endpoint_is_unreachable() {
+    let mut c = cluster("closed");
+    c.spawn(3).connect_all();
+    let gone = c.peers.remove(2);
+    gone.finish();
+    let unreachable = -(ffi::FI_EHOSTUNREACH as i64);
+    for _ in 0..50 {
+        assert_eq!(c.cmd(0, "try-send 2 10").num(), unreachable);
+        assert_eq!(c.cmd(0, "try-send 2 100000").num(), unreachable);
+    }
+    c.transfer(
+        0,
+        1,
+        &[Msg::new(100, 1), Msg::new(100_000, 2)],
+        Order::Posted,
+    );
+    let stderr = c.finish_with_warnings().swap_remove(0);
+    let warnings = stderr
+        .lines()
+        .filter(|l| is_provider_warning(l) && l.contains("Unreachable"))
+        .count();
+    assert!(
+        (1..=20).contains(&warnings),
+        "{warnings} warnings for 100 refused sends:\n{stderr}"
+    );
+}
+
+/// A receive directed (`FI_DIRECTED_RECV`) at a peer that never sent
+/// anything fails with `FI_EHOSTUNREACH` once that peer dies: one killed
+/// before the receive is posted, one killed after, both before any
+/// traffic. Within the peer-check bound, not never.
+#[test]
+fn a_directed_receive_from_a_peer_dead_before_any_traffic_fails() {
+    let mut c = cluster("silent-dead");
+    c.env("FI_UNIMEM_PEER_CHECK_MS", "20");
+    c.spawn(3).connect_all();
+    c.kill(2);
+    let started = std::time::Instant::now();
+    c.cmd(0, "recv 2 100 5");
+    c.cmd(0, "recv 1 100 6 tag=3");
+    c.cmd(0, "progress");
+    c.kill(1);
+    let errors = c.cmd(0, "wait errors=2").completions();
+    let mut ctxs: Vec<u64> = errors.iter().map(|e| e.ctx).collect();
+    ctxs.sort_unstable();
+    assert_eq!(ctxs, [5, 6]);
+    for e in &errors {
+        assert_eq!(e.err, ffi::FI_EHOSTUNREACH, "{e}");
+    }
+    assert!(started.elapsed() < std::time::Duration::from_secs(10));
+    c.finish_with_warnings();
+}
