@@ -5,6 +5,7 @@
 //! rather than silently reaching a new process that happens to reuse the pid.
 
 use std::fmt;
+use std::io;
 
 /// A job tag, hashed to 32 bits so that it fits in fixed-size addresses and
 /// object names. Processes talk only within one job.
@@ -51,9 +52,14 @@ impl NodeId {
     }
 
     /// Whether the process this id names is still running. A pid now used by
-    /// another process (different start time) counts as dead.
+    /// another process (different start time) counts as dead; a look that
+    /// fails (see [`read_start_time`]) counts as alive.
     pub fn is_alive(&self) -> bool {
-        process_start_time(self.pid).is_some_and(|start| start as u32 == self.nonce)
+        match read_start_time(self.pid) {
+            Ok(Some(start)) => start as u32 == self.nonce,
+            Ok(None) => false,
+            Err(_) => true,
+        }
     }
 }
 
@@ -64,12 +70,35 @@ impl fmt::Display for NodeId {
 }
 
 /// Start time of process `pid` in clock ticks since boot (field 22 of
-/// `/proc/<pid>/stat`), or `None` when no such process exists.
+/// `/proc/<pid>/stat`), or `None` when no such process exists or the look
+/// fails.
 pub fn process_start_time(pid: u32) -> Option<u64> {
+    read_start_time(pid).ok().flatten()
+}
+
+/// Start time of process `pid`: `Ok(None)` when no such process runs (or
+/// it is a zombie), `Err` when we could not look (out of file
+/// descriptors, `/proc` unreadable): "unknown", which liveness checks must
+/// never take for "dead".
+pub fn read_start_time(pid: u32) -> io::Result<Option<u64>> {
     if pid == 0 {
-        return None;
+        return Ok(None);
     }
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let stat = match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        Ok(stat) => stat,
+        Err(e)
+            if e.raw_os_error() == Some(libc::ENOENT) || e.raw_os_error() == Some(libc::ESRCH) =>
+        {
+            return Ok(None)
+        }
+        Err(e) => return Err(e),
+    };
+    Ok(parse_start_time(&stat))
+}
+
+/// Field 22 of a `/proc/<pid>/stat` text; `None` for a zombie or a text
+/// that does not parse.
+fn parse_start_time(stat: &str) -> Option<u64> {
     // The command name (field 2) may hold spaces and parentheses: fields
     // after it are counted from the last ')'.
     let rest = &stat[stat.rfind(')')? + 1..];
@@ -82,9 +111,13 @@ pub fn process_start_time(pid: u32) -> Option<u64> {
     start.parse().ok()
 }
 
-/// Whether some process with this pid and start time exists.
+/// Whether some process with this pid and start time exists (or we could
+/// not look: see [`read_start_time`]).
 pub fn process_alive(pid: u32, start_time: u64) -> bool {
-    process_start_time(pid) == Some(start_time)
+    match read_start_time(pid) {
+        Ok(start) => start == Some(start_time),
+        Err(_) => true,
+    }
 }
 
 /// Monotonic time in nanoseconds, comparable between processes of one host

@@ -207,3 +207,19 @@ fn receiver_without_room_for_an_eager_ring() {
     let stderr = c.finish_with_warnings().swap_remove(1);
     assert_warned(&stderr, &["no dmable memory for a peer's eager ring"]);
 }
+
+/// A process out of file descriptors cannot read `/proc`: its checks of
+/// its peers' liveness must take that for "unknown", not for a death
+/// (which used to fail every operation with its peers). Child 0 progresses
+/// for 600 ms (six peer checks) without a free descriptor, then carries
+/// messages of every protocol to child 1.
+#[test]
+fn out_of_file_descriptors_no_peer_is_taken_for_dead() {
+    let mut c = cluster("fd-exhaustion");
+    c.spawn(2).connect_all();
+    still_works(&mut c);
+    let held = c.cmd(0, "exhaust-fds 600");
+    assert!(held.field("held") > 0, "{}", held.ok);
+    still_works(&mut c);
+    c.finish();
+}

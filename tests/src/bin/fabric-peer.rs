@@ -55,6 +55,7 @@
 //! | `cntr-wait [write=W] [read=R] [write-err=E] [read-err=F]` | reads the counters until each is at least the value given; `ok` with the values as `cntr` |
 //! | `sleep-no-progress <ms\|wake>` | prints `sleeping`, then makes no libfabric call for `ms` milliseconds, or until the input line `wake`; meanwhile it answers `mr-sum` and `get` lines (which make no libfabric call) with a data line (their `ok` text) |
 //! | `atomic <dest> <key> <offset> <write\|fetch\|compare> <dt> <op> <count> [ops=a,b,..] [cmp=a,b,..] [ctx=C] [v\|msg[=a\|b]\|inject] [rma-iovs=N] [null-ops] [try] [nowait]` | an atomic of `count` elements of datatype `dt` (`i8`..`u64`, `float`, `double`, `fcomplex`, `dcomplex`, `ldouble`, `ldcomplex`, or a number) and operation `op` (`min`, `max`, `sum`, `prod`, `lor`, `land`, `bor`, `band`, `lxor`, `bxor`, `read`, `write`, `cswap`, `cswap-ne`, `cswap-le`, `cswap-lt`, `cswap-ge`, `cswap-gt`, `mswap`, or a number) at `offset` of region `key` at `dest`: `fi_atomic`/`fi_fetch_atomic`/`fi_compare_atomic`, their `v` and `msg` forms (flags named as for `send`; the target range in `N` entries, default 1), or `fi_inject_atomic`; operand and compare elements are the bits given (one value: every element), with `null-ops` the operand buffers are NULL (for `FI_ATOMIC_READ`, which ignores them); the result buffer starts as guard bytes. Retries `-FI_EAGAIN` while progressing (`try`: one call); then (not for an inject, nor with `nowait`) waits for its completion: `ok rc=R flags=F err=E old=a,b,.. guard=G` (`err` 0 for success; `guard`: nothing written past the result, for an error nothing at all) |
+//! | `exhaust-fds <ms>` | opens `/dev/null` until the process is out of file descriptors, progresses for `ms` milliseconds so, then closes them; `ok held=N` |
 //! | `atomic-wait <ctx>` | waits for the completion of atomic `ctx` (an inject's error: `0`), answered as `atomic` |
 //! | `valid <dt> <op>` | `ok write=rc/count fetch=rc/count compare=rc/count qwrite=rc/count/size qfetch=.. qcompare=..`: the three `*valid` queries and `fi_query_atomic` with flags 0, `FI_FETCH_ATOMIC`, `FI_COMPARE_ATOMIC` |
 //! | `get <key> <offset> <dt> <count>` | `ok a,b,..`: the elements of the region (little-endian bits, decimal) |
@@ -1591,6 +1592,19 @@ impl Peer {
         Ok(String::new())
     }
 
+    /// `exhaust-fds <ms>`: progress while out of file descriptors.
+    fn exhaust_fds(&mut self, a: &Args) -> CmdResult {
+        let until = Instant::now() + Duration::from_millis(a.num(0)?);
+        let mut held = Vec::new();
+        while let Ok(file) = std::fs::File::open("/dev/null") {
+            held.push(file);
+        }
+        while Instant::now() < until {
+            self.poll();
+        }
+        Ok(format!("held={}", held.len()))
+    }
+
     /// `rcntr` (no thresholds) and `rcntr-wait`.
     fn rcntr_wait(&mut self, a: &Args) -> CmdResult {
         let deadline = Instant::now() + self.wait_limit;
@@ -1960,6 +1974,7 @@ impl Peer {
             "cntr" => self.cntr_wait(&Args::parse(std::iter::empty())),
             "cntr-wait" => self.cntr_wait(&a),
             "sleep-no-progress" => self.sleep_no_progress(&a),
+            "exhaust-fds" => self.exhaust_fds(&a),
             "atomic" => self.atomic(&a),
             "atomic-wait" => self.atomic_wait(a.num(0)?),
             "valid" => self.valid(&a),
