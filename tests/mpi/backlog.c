@@ -10,7 +10,8 @@
  * waits in the sender's provider). Then the receiver posts its receives
  * in send order and checks every message (same source and tag: they
  * match in send order). Rank 0 prints how long its first Isend loop took
- * (a note, never checked: a bound on time would be a benchmark).
+ * (a note, never checked: a bound on time would be a benchmark;
+ * scripts/bench-sendq sets MPI_SUITE_COMPUTE_MS for a longer compute phase).
  */
 #define NAME "backlog"
 #define _POSIX_C_SOURCE 200809L
@@ -67,7 +68,8 @@ int main(int argc, char **argv)
         MPI_Waitall(n, req, MPI_STATUSES_IGNORE);
     } else if (partner < nranks) {
         phase("compute");
-        sleep_ms(COMPUTE_MS);
+        const char *ms = getenv("MPI_SUITE_COMPUTE_MS");
+        sleep_ms(ms ? atoi(ms) : COMPUTE_MS);
         phase("receive from rank %d", partner);
         memset(buf, 0, off[n]);
         for (int i = 0; i < n; i++)
