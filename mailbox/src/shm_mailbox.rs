@@ -274,6 +274,10 @@ pub struct ShmMailbox {
     stalled_since: Option<(u32, u64)>,
     abandoned: u64,
     corrupt: u64,
+    /// This process's pid, which our claims on peers' slots carry (not the
+    /// address's: a service address has none, and a claim without a pid
+    /// is a corrupt word to its receiver).
+    pid: u32,
 }
 
 static RECLAIM_AT_START: Once = Once::new();
@@ -328,11 +332,18 @@ impl ShmMailbox {
             stalled_since: None,
             abandoned: 0,
             corrupt: 0,
+            pid: std::process::id(),
         })
     }
 
     pub fn depth(&self) -> usize {
         self.ring.depth() as usize
+    }
+
+    /// What our claim on a peer's slot `pos` holds while we write it.
+    #[inline]
+    fn claim_word(&self, pos: u32) -> u64 {
+        state(pos, CLAIMED, self.pid)
     }
 
     /// Messages skipped because their sender died while writing them.
@@ -514,7 +525,7 @@ impl Mailbox for ShmMailbox {
             return Err(Error::Dead);
         }
         let tail = ring.tail();
-        let claim_as = |pos| state(pos, CLAIMED, self.addr.node.pid);
+        let claim_as = |pos| self.claim_word(pos);
         let mut pos = tail.load(Ordering::Relaxed);
         let mut resyncs = 0;
         loop {
@@ -746,6 +757,43 @@ mod tests {
         let mut server = server;
         let (src, m) = server.poll().unwrap();
         assert_eq!((src, m), (client.addr(), message(7)));
+    }
+
+    /// A service address carries no pid, but its owner's claims do: the
+    /// receiver waits for a claimed slot of a service sender instead of
+    /// taking it for corrupt and skipping it (the message was lost and
+    /// `fi_rdm_pingpong -s` hung when the sender was preempted mid-send).
+    #[test]
+    fn claim_of_a_service_sender_is_waited_for() {
+        let cfg = config("svc-claim", 4);
+        let server = ShmMailbox::open_service(&cfg, "9229").unwrap();
+        assert!(server.addr().is_service());
+        let mut client = ShmMailbox::open(&cfg).unwrap();
+        let to_client = server.connect(&client.addr()).unwrap();
+        // The server claimed slot 0 and has not filled it yet.
+        to_client
+            .ring
+            .slot(0)
+            .state
+            .store(server.claim_word(0), Ordering::SeqCst);
+        to_client.ring.tail().store(1, Ordering::SeqCst);
+        server.send(&to_client, &message(2)).unwrap();
+        for _ in 0..10_000 {
+            assert!(client.poll().is_none(), "overtook a claimed slot");
+        }
+        assert_eq!(client.corrupt, 0, "a sound claim taken for corrupt");
+        // SAFETY: the claim above is ours (the test plays the server).
+        unsafe {
+            *to_client.ring.slot(0).source.get() = server.addr().to_bytes();
+            *to_client.ring.slot(0).message.get() = message(1);
+        }
+        to_client
+            .ring
+            .slot(0)
+            .state
+            .store(state(0, FULL, 0), Ordering::Release);
+        assert_eq!(client.poll().unwrap(), (server.addr(), message(1)));
+        assert_eq!(client.poll().unwrap(), (server.addr(), message(2)));
     }
 
     #[test]
