@@ -627,6 +627,12 @@ impl Cluster {
         }
     }
 
+    /// The unimem job of the children (`FI_UNIMEM_JOB`), for other
+    /// processes that join it (a hostile `unimem-node`, say).
+    pub fn job(&self) -> &str {
+        &self.job
+    }
+
     /// Sets an environment variable of the children spawned from now on.
     pub fn env(&mut self, key: &str, value: &str) -> &mut Self {
         self.env.retain(|(k, _)| k != key);

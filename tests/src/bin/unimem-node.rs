@@ -16,6 +16,15 @@
 //!   prints `buffer <node> <addr> <len>`, then serves `hash <off> <len>`
 //!   (prints `hash <fnv>`), `check <off> <len> <seed>` (prints `ok` or
 //!   `mismatch <index>`) and `exit`.
+//! - `forge <dest> <count> <seed>`: a hostile peer. Sends `count` forged
+//!   protocol messages to `dest`: well-formed wire messages of every kind
+//!   (FIN, grants, fragment reports, eager announcements, hellos, credits,
+//!   RMA and atomic answers) with ids, sequence numbers, lengths and
+//!   addresses drawn at random from small ranges (so that many name
+//!   transfers the victim really has in flight with another peer), mixed
+//!   with raw random bytes. Every 8 messages it opens a new mailbox, a new
+//!   peer to the victim, so that fencing one does not end the attack.
+//!   Prints `forged <count> busy <n>`.
 
 use std::io::BufRead;
 use std::process::ExitCode;
@@ -37,6 +46,9 @@ fn main() -> ExitCode {
         ("mailbox", [depth]) => mailbox(job, depth.parse().unwrap()),
         ("dma-owner", [len]) => dma_owner(job, len.parse().unwrap()),
         ("exit-uncleanly", []) => exit_uncleanly(job),
+        ("forge", [dest, count, seed]) => {
+            forge(job, dest, count.parse().unwrap(), seed.parse().unwrap())
+        }
         _ => Err(format!("unknown role or arguments: {role} {rest:?}")),
     };
     match result {
@@ -186,5 +198,104 @@ fn dma_owner(job: JobId, len: usize) -> Result<(), String> {
             Some(other) => return Err(format!("unknown command {other}")),
         }
     }
+    Ok(())
+}
+
+/// A small xorshift generator: the forger needs variety, not quality.
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0
+    }
+
+    fn below(&mut self, n: u64) -> u64 {
+        self.next() % n
+    }
+}
+
+/// One forged message: a well-formed wire message with values a sound
+/// peer would not send, or 24 random bytes.
+fn forged_message(rng: &mut Rng) -> [u8; 24] {
+    use unimem_proto::wire::{Chunk, MatchInfo, RmaRefusal, Wire};
+    let id = rng.below(64) as u16;
+    let addr = rng.next();
+    let len = rng.below(1 << 20) as u32;
+    let wire = match rng.below(12) {
+        0 => Wire::Fin { send_id: id },
+        1 => Wire::Grant {
+            send_id: id,
+            fragment: rng.below(8) as u32,
+            addr,
+            len,
+            recv_id: rng.below(64) as u16,
+            recv_gen: rng.below(4) as u16,
+        },
+        2 => Wire::FragDone {
+            send_id: id,
+            fragment: rng.below(8) as u32,
+            recv_id: rng.below(64) as u16,
+            recv_gen: rng.below(4) as u16,
+        },
+        3 => Wire::Eager {
+            info: MatchInfo {
+                tag: Some(rng.below(4)),
+                data: None,
+            },
+            len: rng.below(20_000) as u32,
+            seq: rng.below(32) as u8,
+            credits: rng.below(256) as u8,
+            ack: (rng.below(2) == 0).then_some(id),
+        },
+        4 => Wire::Hello {
+            node: std::array::from_fn(|_| rng.next() as u8),
+            ring: addr,
+            slot_shift: rng.below(64) as u8,
+            slots: rng.next() as u16,
+        },
+        5 => Wire::Credit {
+            credits: rng.next() as u8,
+        },
+        6 => Wire::LenHigh {
+            id,
+            read: rng.below(2) == 0,
+            high: rng.next() as u32,
+        },
+        7 => Wire::ReadReady {
+            send_id: id,
+            recv_id: rng.below(64) as u16,
+        },
+        8 => Wire::RmaNack {
+            id,
+            read: rng.below(2) == 0,
+            error: RmaRefusal::Denied,
+        },
+        9 => Wire::AtomicResult {
+            id,
+            bytes: Chunk::new(&addr.to_le_bytes()),
+        },
+        10 => Wire::AtomicReply { id, refusal: None },
+        _ => return std::array::from_fn(|_| rng.next() as u8),
+    };
+    wire.encode()
+}
+
+fn forge(job: JobId, dest: &str, count: u64, seed: u64) -> Result<(), String> {
+    let mut rng = Rng(seed | 1);
+    let mut busy = 0;
+    let mut sent = 0;
+    while sent < count {
+        // A new peer every 8 messages: the victim fences each after a few.
+        let mbx = open_mailbox(job, 2)?;
+        let peer = connect(&mbx, dest)?;
+        for _ in 0..8.min(count - sent) {
+            busy += send_retrying(&mbx, &peer, &forged_message(&mut rng))?;
+            sent += 1;
+        }
+    }
+    println!("forged {sent} busy {busy}");
     Ok(())
 }

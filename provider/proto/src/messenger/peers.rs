@@ -9,8 +9,10 @@
 
 use std::collections::VecDeque;
 use std::hash::Hash;
+use std::sync::atomic::AtomicU64;
 
 use unimem_dma::{DmaBuf, DmaEngine, RegId};
+use unimem_mailbox::shm::rate_limited;
 use unimem_mailbox::{Error as MailboxError, Mailbox, Message};
 
 use super::{post_error, Messenger, PeerIdx};
@@ -165,7 +167,12 @@ where
         let route = match self.mbx.connect(src) {
             Ok(route) => Some(route),
             Err(e) => {
-                tracing::warn!(%src, "cannot reach back to a sender: {e}");
+                // Any process can send from an address it then closes.
+                static LAST: AtomicU64 = AtomicU64::new(0);
+                rate_limited(
+                    &LAST,
+                    || tracing::warn!(%src, "cannot reach back to a sender: {e}"),
+                );
                 None
             }
         };
@@ -305,7 +312,12 @@ where
     /// with an error, its messages are dropped).
     pub(crate) fn refuse_peer(&mut self, peer: PeerIdx, what: &str, ours: u64, theirs: u64) {
         let addr = self.peers[peer].addr;
-        tracing::warn!(%addr, "peer refused: its {what} is {theirs}, ours {ours}");
+        // One line per peer, but a process can open new peers at will.
+        static LAST: AtomicU64 = AtomicU64::new(0);
+        rate_limited(
+            &LAST,
+            || tracing::warn!(%addr, "peer refused: its {what} is {theirs}, ours {ours}"),
+        );
         self.fence(peer);
     }
 

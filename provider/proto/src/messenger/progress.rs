@@ -181,7 +181,8 @@ where
     /// Hands one arrived mailbox message to its handler.
     pub(crate) fn dispatch(&mut self, src: M::Addr, message: &Message) {
         let Some(wire) = Wire::decode(message) else {
-            tracing::warn!(%src, "malformed message dropped");
+            let peer = self.peer_for_source(&src);
+            self.drop_invalid(peer, "malformed message");
             return;
         };
         let peer = self.peer_for_source(&src);

@@ -321,7 +321,7 @@ where
             .filter(|r| r.peer == peer && matches!(r.state, RmaState::Assisted))
             .and_then(|r| r.atomic.as_deref_mut())
         else {
-            tracing::warn!(id, "atomic result for an unknown operation dropped");
+            self.drop_invalid(peer, "atomic result for an unknown operation");
             return;
         };
         let room = (args.count * args.datatype.size()).saturating_sub(args.old.len());
@@ -336,18 +336,14 @@ where
             .get(op)
             .filter(|r| r.peer == peer && matches!(r.state, RmaState::Assisted))
         else {
-            tracing::warn!(id, "atomic answer for an unknown operation dropped");
+            self.drop_invalid(peer, "atomic answer for an unknown operation");
             return;
         };
         let args = rma.atomic.as_deref().expect("an atomic operation");
         let error = match refusal {
             Some(refusal) => Some(super::refusal_error(refusal)),
             None if args.wants_old() && args.old.len() != rma.len => {
-                tracing::warn!(
-                    id,
-                    got = args.old.len(),
-                    "atomic answer with short old values"
-                );
+                self.drop_invalid(peer, "atomic answer with short old values");
                 Some(ErrorKind::Invalid)
             }
             None => {
@@ -414,9 +410,9 @@ where
             expected,
         };
         if self.atomic_rx.insert((peer, id), pending).is_some() {
-            tracing::warn!(
-                id,
-                "atomic request replaced one still waiting for its operands"
+            self.drop_invalid(
+                peer,
+                "atomic request replacing one still waiting for its operands",
             );
         }
         if expected == 0 {

@@ -217,7 +217,7 @@ where
     /// The target of our read `recv_id` serves it with its send `send_id`.
     pub(crate) fn on_read_ready(&mut self, peer: PeerIdx, send_id: u16, recv_id: u16) {
         let Some(xfer) = self.rx_xfers.get_mut(recv_id as usize) else {
-            tracing::warn!(recv_id, "read answer for an unknown transfer dropped");
+            self.drop_invalid(peer, "read answer for an unknown transfer");
             return;
         };
         if xfer.purpose != XferPurpose::RmaRead
@@ -225,10 +225,7 @@ where
             || xfer.send_id != NO_SEND_ID
             || send_id == NO_SEND_ID
         {
-            tracing::warn!(
-                recv_id,
-                "read answer that does not fit its transfer dropped"
-            );
+            self.drop_invalid(peer, "read answer that does not fit its transfer");
             return;
         }
         xfer.send_id = send_id;
@@ -249,7 +246,7 @@ where
                 x.purpose == XferPurpose::RmaRead && x.peer == peer && x.send_id == NO_SEND_ID
             });
             if !fits {
-                tracing::warn!(id, "read refusal for an unknown transfer dropped");
+                self.drop_invalid(peer, "read refusal for an unknown transfer");
                 return;
             }
             let xfer = self.rx_xfers.remove(id).expect("checked above");
@@ -260,7 +257,7 @@ where
                 .get(id)
                 .is_some_and(|t| matches!(t.class, TxClass::Write { .. }) && t.peer == peer);
             if !fits {
-                tracing::warn!(id, "write refusal for an unknown write dropped");
+                self.drop_invalid(peer, "write refusal for an unknown write");
                 return;
             }
             // Its request left the queue; no grant came, nothing moved.
