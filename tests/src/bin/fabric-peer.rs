@@ -64,7 +64,7 @@
 //! | `mr-cntr <key> <read\|write\|rw>` | opens a counter and binds it to region `key` (`fi_mr_bind`) with `FI_REMOTE_READ`/`FI_REMOTE_WRITE` |
 //! | `rcntr` | `ok remote-write=W remote-read=R mr0=M ..`: the remote counters (`$FABRIC_PEER_RMA_EVENT`) and those of `mr-cntr`, in order |
 //! | `rcntr-wait [remote-write=W] [remote-read=R] [mr0=M ..]` | reads them until each is at least the value given; `ok` as `rcntr` |
-//! | `traffic rank=R [to=a,b] [from=N] count=C lens=l,m [tagged] [window=W] [within=ms]` | sends `C` stamped messages to each `to` (retrying `-FI_EAGAIN` while progressing) while receiving `C` from each of `N` senders, checking contents and per-sender order; `ok sent=.. received=.. eagain=..` |
+//! | `traffic rank=R [to=a,b] [from=N] count=C lens=l,m [tagged] [window=W] [hold=ms] [within=ms]` | sends `C` stamped messages to each `to` (retrying `-FI_EAGAIN` while progressing) while receiving `C` from each of `N` senders, checking contents and per-sender order; `ok sent=.. received=.. eagain=..`; with `hold`, once its first sends are posted it makes no libfabric call for `ms` milliseconds (a sender that stalls with its transfers started) |
 //!
 //! Numbers are decimal or `0x` hexadecimal; `ctx` numbers name operations
 //! in completions. A watchdog ends the process after
@@ -1190,6 +1190,7 @@ impl Peer {
             lens: a.list("lens")?.into_iter().map(|l| l as usize).collect(),
             tagged: a.flag("tagged"),
             window: a.opt("window")?.unwrap_or(256) as usize,
+            hold: Duration::from_millis(a.opt("hold")?.unwrap_or(0)),
             within: a
                 .opt("within")?
                 .map_or(self.wait_limit, Duration::from_millis),
@@ -1703,6 +1704,8 @@ struct Traffic {
     lens: Vec<usize>,
     tagged: bool,
     window: usize,
+    /// No libfabric call for this long once the first sends are posted.
+    hold: Duration,
     /// How long it may take.
     within: Duration,
 }
@@ -1721,12 +1724,25 @@ struct Receiving {
     /// Per sender: its source address, and (sequence, post number) of each
     /// message in completion order.
     heard: HashMap<u32, (u64, Vec<(u64, u64)>)>,
-    /// Completion order must be send order too (no rendezvous message
-    /// can overtake: all fit the eager size).
+    /// Completion order must be send order too: every message fits one
+    /// mailbox message (inline), so none can be overtaken. (Eager-sized
+    /// ones can: a receiver that holds too much unexpected data throttles
+    /// its sender, whose eager messages then go by rendezvous and complete
+    /// after later inline ones; their matching order is still checked.)
     strict: bool,
 }
 
 impl Traffic {
+    /// What the provider carries inline (`fi_unimem(7)`): 22 bytes, less
+    /// 1 + 8 for a tag of 8 significant bytes (ranks and sequence numbers).
+    fn inline_capacity(&self) -> usize {
+        if self.tagged {
+            13
+        } else {
+            22
+        }
+    }
+
     fn len_of(&self, seq: u64) -> usize {
         self.lens[(seq % self.lens.len() as u64) as usize]
     }
@@ -1738,7 +1754,7 @@ impl Traffic {
             slots: vec![(vec![0; max_len], 0); self.window.min(expected as usize)],
             posts: 0,
             heard: HashMap::new(),
-            strict: max_len <= peer.obj.info.inject_size(),
+            strict: max_len <= self.inline_capacity(),
         };
         for slot in 0..rx.slots.len() {
             self.post_recv(peer, &mut rx, slot)?;
@@ -1747,8 +1763,12 @@ impl Traffic {
         let total_sends = self.to.len() as u64 * self.count;
         let (mut sent, mut received, mut refused) = (0u64, 0u64, 0u64);
         let deadline = Instant::now() + self.within;
+        let mut hold = self.hold;
         while received < expected || sent < total_sends {
             let mut busy = self.post_sends(peer, &mut next_send, &mut refused)?;
+            if !hold.is_zero() {
+                std::thread::sleep(std::mem::take(&mut hold));
+            }
             busy |= peer.poll();
             for event in std::mem::take(&mut peer.traffic) {
                 match event {

@@ -153,13 +153,16 @@ where
         // when it would fit inline: an inline message has no room for the
         // send id the target's `Fin` names.
         let ack = req.delivery_complete && !req.inject;
+        // An inline message goes as it is even to a receiver that throttles
+        // us: its data costs the receiver no more than the rendezvous
+        // announcement that would replace it, and it completes in send order.
+        if len <= inline_capacity(&req.info) && !ack {
+            return self.send_inline(peer, &req, len);
+        }
         // The receiver holds too much of our unexpected data: messages
         // with data wait here, announced by rendezvous, until it matches
         // them (in order with the rest: the same queue).
         let throttled = self.peers[peer].throttled && len > 0;
-        if len <= inline_capacity(&req.info) && !ack && !throttled {
-            return self.send_inline(peer, &req, len);
-        }
         // The peer's eager slots may be smaller than ours (first contact);
         // a throttled message waits here for the receiver.
         let kind = if len > self.peers[peer].eager_limit || throttled {
