@@ -212,3 +212,32 @@ fn forged_protocol_messages_of_another_process_are_dropped() {
 /// The cluster's eager size and segment size (see `Cluster::new`).
 const EAGER_EDGE: usize = 16384;
 const SEGMENT_EDGE: usize = 65536;
+
+/// Issue 12, row 9: more rendezvous receives waiting at once than 16-bit
+/// wire ids can name. Two senders post 33,000 rendezvous messages each
+/// (eager size 0: every message past the inline size goes by rendezvous)
+/// to one receiver that posts 66,000 receives, then stall for a second
+/// with their transfers started, so that the receiver has 66,000
+/// rendezvous to serve (64,512 ids are there for them). Its 16-bit receive id used to wrap and the job
+/// hung; now a rendezvous waits for a free id, and every message arrives
+/// intact and in order per sender.
+#[test]
+fn more_rendezvous_receives_than_wire_ids() {
+    // Tens of thousands of rendezvous take a while in a debug build.
+    unimem_tests::cluster::set_answer_timeout(std::time::Duration::from_secs(300));
+    let mut c = cluster("ids");
+    c.env("FI_UNIMEM_EAGER_SIZE", "0")
+        .env("FI_UNIMEM_TX_SIZE", "40000")
+        .env("FI_UNIMEM_MBX_DEPTH", "65536");
+    c.spawn(3).connect_all();
+    let traffic = "count=33000 lens=100 within=280000";
+    let replies = c.all(&[
+        (0, format!("traffic rank=0 from=2 window=66000 {traffic}")),
+        (1, format!("traffic rank=1 to=0 hold=1000 {traffic}")),
+        (2, format!("traffic rank=2 to=0 hold=1000 {traffic}")),
+    ]);
+    assert_eq!(replies[0].field("received"), 66_000);
+    assert_eq!(replies[1].field("sent"), 33_000);
+    assert_eq!(replies[2].field("sent"), 33_000);
+    c.finish();
+}
