@@ -20,10 +20,22 @@
 //! - a real message of H's own messenger caught on its way out and replaced
 //!   by such a mutation (or dropped, or sent twice): hostile input inside
 //!   live transfers;
+//! - an answer A would expect from B, forged by H from A's latest messages:
+//!   a fragment report for A's grant, a FIN for A's request to send, a
+//!   refusal or grant for A's RMA request, a reply for A's atomic;
 //! - a fully random 24-byte message;
+//! - a valid request on the range A exposes to H (write, read, atomic)
+//!   that H then never carries through;
 //! - a write into shared memory H can legitimately reach: the eager ring A
 //!   set aside for it (slots it fills), the receive buffers A posted for it
 //!   (granted to it), and the range A exposes to it under its key.
+//!
+//! H and B do not progress in every execution, so that forgeries race the
+//! real answers. In one round of five H is *polite*: only valid requests
+//! and writes into its memory, so that it is never fenced and can hold
+//! whatever A lends a peer (ids, places in the transmit queue) for
+//! thousands of executions; the queues and id spaces of A and B are
+//! small (`tx_size` 64, 128 receive ids) to make that reachable.
 //!
 //! # Traffic
 //!
@@ -66,7 +78,9 @@
 //!   what A granted it; and what A grants H is memory dedicated to H
 //!   (dmable receive buffers, written in place; a dmable exposed range)
 //!   for the whole campaign, so that a late put of H never lands in memory
-//!   reused for B. Directory entries and key tables are per process, not
+//!   reused for B. Only polite rounds (which forge no fragment report) also
+//!   write into ordinary memory A exposes to H, through A's staging
+//!   buffers. Directory entries and key tables are per process, not
 //!   per endpoint: H cannot own any of its own here, and does not mutate
 //!   them.
 //! - The random numbers come from SplitMix64, seeded by
@@ -383,10 +397,16 @@ const H_RANGE: usize = 8 * FRAGMENT;
 /// H's own dmable memory: its send, receive and RMA buffers.
 const H_ARENA: usize = 256 << 10;
 
-/// Steps and time after which an operation between A and B that has not
-/// completed counts as hung (both must pass).
-const HANG_STEPS: u64 = 100_000;
-const HANG_TIME: Duration = Duration::from_secs(20);
+/// Ids for rendezvous receives of A and B: 64 for the peers' transfers
+/// (48 for one peer's), 64 kept for their own reads (as many as
+/// `tx_size`).
+const RX_IDS: usize = 128;
+/// Steps after which an operation between A and B that has not completed
+/// counts as hung: nothing in A's and B's way to each other waits for the
+/// clock, so steps, not time, are the measure.
+const HANG_STEPS: u64 = 3_000;
+/// How long the end of a campaign may take to complete what is open.
+const FINISH_TIME: Duration = Duration::from_secs(20);
 /// How long A may take to end its operations with a gone H.
 const DRAIN_TIME: Duration = Duration::from_secs(20);
 
@@ -398,7 +418,9 @@ fn config() -> ProtoConfig {
         fragment_size: FRAGMENT,
         rendezvous_window: 2,
         staging_buffers: 3,
-        tx_size: 256,
+        // Small queues and id spaces (below), so that a hostile peer can
+        // reach their limits within a round.
+        tx_size: 64,
         // A notices a gone H quickly: rounds are short.
         peer_check: Some(Duration::from_millis(2)),
         unexpected_limit: 64 << 10,
@@ -475,6 +497,31 @@ struct Op {
     at: Instant,
 }
 
+impl OpKind {
+    /// What it is, for a failure report.
+    fn describe(&self) -> String {
+        match self {
+            OpKind::Send { mem, len, .. } => format!(
+                "send of {len} bytes ({})",
+                if mem.is_some() { "in place" } else { "copied" }
+            ),
+            OpKind::Recv { len, mem, .. } => {
+                format!("receive of {len} bytes into {} bytes", mem.len)
+            }
+            OpKind::HRecv { slot } => format!("receive from H in slot {slot}"),
+            OpKind::Write { range, at, len, .. } => {
+                format!("RMA write of {len} bytes at {at} of range {range}")
+            }
+            OpKind::Read { range, at, len, .. } => {
+                format!("RMA read of {len} bytes at {at} of range {range}")
+            }
+            OpKind::Atomic { words, old, .. } => {
+                format!("atomic on {} words of array {words}", old.len())
+            }
+        }
+    }
+}
+
 /// A or B.
 struct Endpoint {
     who: Who,
@@ -529,6 +576,13 @@ struct World {
     h_range: Mem,
     h_key: u64,
     _h_handle: KeyHandle,
+    /// A's ordinary memory exposed to H, which only polite rounds use:
+    /// writes into it go through A's staging buffers, which a forged
+    /// fragment report could hand back to A (and on to B) before H's
+    /// honest put lands.
+    h_heap: Mem,
+    h_heap_key: u64,
+    _h_heap_handle: KeyHandle,
     /// Keys H must not name (A's and B's exposures to each other).
     private_keys: Vec<u64>,
     step: u64,
@@ -537,6 +591,9 @@ struct World {
     stats: Stats,
     /// `peers_lost` of A when the current H arrived.
     lost_before: usize,
+    /// This round's H sends only valid requests (and writes into its
+    /// memory): it is never fenced, and may hold what A lends it.
+    polite: bool,
 }
 
 #[derive(Default, Debug)]
@@ -546,6 +603,7 @@ struct Stats {
     fenced: u64,
     injected: u64,
     answers: u64,
+    requests: u64,
     intercepted: u64,
     random: u64,
     shm_writes: u64,
@@ -583,7 +641,8 @@ impl Endpoint {
     fn new(who: Who, job: JobId, region: &Arc<DmaRegion>, keys: &Arc<KeyTable>) -> Endpoint {
         let tap = Tap::open(job);
         let state = tap.state.clone();
-        let m = Messenger::with_private_dma(tap, engine(region), config()).expect("messenger");
+        let mut m = Messenger::with_private_dma(tap, engine(region), config()).expect("messenger");
+        m.limit_rx_ids(RX_IDS);
         let rw = Access::REMOTE_READ.union(Access::REMOTE_WRITE);
         let guard = if who == Who::A { 0xa5 } else { 0xb5 };
         let ranges = [true, false]
@@ -664,6 +723,9 @@ impl World {
         let h_key = fresh_key();
         let rw = Access::REMOTE_READ.union(Access::REMOTE_WRITE);
         let _h_handle = expose(&keys, h_key, &h_range, rw);
+        let h_heap = Mem::new(&region, false, H_RANGE, 0xa9);
+        let h_heap_key = fresh_key();
+        let _h_heap_handle = expose(&keys, h_heap_key, &h_heap, rw);
         let private_keys = [&a, &b]
             .into_iter()
             .flat_map(|e| {
@@ -683,12 +745,16 @@ impl World {
             h_range,
             h_key,
             _h_handle,
+            h_heap,
+            h_heap_key,
+            _h_heap_handle,
             private_keys,
             step: 0,
             rng: Rng(seed),
             seed,
             stats: Stats::default(),
             lost_before: 0,
+            polite: false,
         }
     }
 
@@ -1225,6 +1291,7 @@ impl World {
             next_send: 0,
         });
         self.lost_before = self.eps[0].m.peers_lost();
+        self.polite = self.rng.percent(20);
         // First contact both ways: A posts its receives for H (and greets
         // it), H sends and A answers.
         self.h_post_receives();
@@ -1537,7 +1604,7 @@ impl World {
                 }
             }
             Some(Wire::RmaWrite { key, .. } | Wire::AtomicReq { key, .. })
-                if self.private_keys.contains(&key) =>
+                if self.private_keys.contains(&key) || (!self.polite && key == self.h_heap_key) =>
             {
                 message[1..9].copy_from_slice(&self.h_key.to_le_bytes());
             }
@@ -1700,6 +1767,46 @@ impl World {
         }
     }
 
+    /// A request H may send: a write, read or atomic on its own range,
+    /// with a fresh id. A serves it (and waits for H's part, which may
+    /// never come).
+    fn valid_request(&mut self) -> Message {
+        let (key, base) = if self.polite && self.rng.percent(50) {
+            (self.h_heap_key, self.h_heap.addr())
+        } else {
+            (self.h_key, self.h_range.addr())
+        };
+        let at = self.rng.below(H_RANGE - 8);
+        let len = self.rng.range(1, H_RANGE - at) as u32;
+        // The target's own address, as initiators send it.
+        let addr = (base + at) as u64;
+        let id = self.rng.next() as u16;
+        let wire = match self.rng.below(3) {
+            0 => Wire::RmaWrite {
+                key,
+                addr,
+                len,
+                send_id: id,
+            },
+            1 => Wire::RmaRead {
+                key,
+                addr,
+                len,
+                recv_id: id,
+            },
+            _ => Wire::AtomicReq {
+                key,
+                addr: addr & !7,
+                op: AtomicOp::Sum as u8,
+                datatype: Datatype::U64 as u8,
+                count: 1,
+                id,
+                fetch: self.rng.percent(50),
+            },
+        };
+        wire.encode()
+    }
+
     fn random_message(&mut self) -> Message {
         let mut message = [0u8; MESSAGE_LEN];
         for chunk in message.chunks_mut(8) {
@@ -1749,7 +1856,17 @@ impl World {
     /// One hostile input, progress, and the checks.
     fn execute(&mut self) {
         let mut intercept = false;
-        match self.rng.below(100) {
+        let choice = if self.polite {
+            // Valid requests, or writes into H's memory.
+            if self.rng.percent(60) {
+                95
+            } else {
+                80
+            }
+        } else {
+            self.rng.below(100)
+        };
+        match choice {
             0..=24 => {
                 let mut message = self.pick_history().unwrap_or_else(|| self.random_message());
                 if self.rng.percent(90) {
@@ -1778,12 +1895,17 @@ impl World {
                 intercept = true;
                 self.h.as_ref().unwrap().tap.lock().intercept = true;
             }
-            60..=74 => {
+            60..=69 => {
                 let message = self.random_message();
                 self.inject(message);
                 self.stats.random += 1;
             }
-            _ => self.shm_write(),
+            70..=89 => self.shm_write(),
+            _ => {
+                let message = self.valid_request();
+                self.inject(message);
+                self.stats.requests += 1;
+            }
         }
         // H first, so that a caught message reaches A in this execution.
         // H and B are not always scheduled: a forgery then finds the
@@ -1873,7 +1995,10 @@ impl World {
                 ));
             }
         }
-        if !self.h_slots.iter().all(|(m, _)| m.guards_intact()) || !self.h_range.guards_intact() {
+        if !self.h_slots.iter().all(|(m, _)| m.guards_intact())
+            || !self.h_range.guards_intact()
+            || !self.h_heap.guards_intact()
+        {
             self.fail("A: a write past the memory it granted H");
         }
     }
@@ -1881,17 +2006,20 @@ impl World {
     fn check_hangs(&self) {
         for ep in &self.eps {
             for (context, op) in &ep.ops {
-                if op.peer != Who::H
-                    && self.step - op.step > HANG_STEPS
-                    && op.at.elapsed() > HANG_TIME
-                {
-                    self.fail(&format!(
-                        "{:?}: operation {context} with {:?} hangs ({} steps, {:?})",
+                if op.peer != Who::H && self.step - op.step > HANG_STEPS {
+                    let what = format!(
+                        "{:?}: operation {context} with {:?} hangs ({} steps, {:?}): {}; H polite: {}, fenced: {}\nA: {}\nB: {}",
                         ep.who,
                         op.peer,
                         self.step - op.step,
-                        op.at.elapsed()
-                    ));
+                        op.at.elapsed(),
+                        op.kind.describe(),
+                        self.polite,
+                        self.h.is_some() && self.h_fenced(),
+                        self.eps[0].m.debug_state(),
+                        self.eps[1].m.debug_state()
+                    );
+                    self.fail(&what);
                 }
             }
         }
@@ -1902,7 +2030,7 @@ impl World {
         if self.h.is_some() {
             self.end_hostile();
         }
-        let deadline = Instant::now() + HANG_TIME;
+        let deadline = Instant::now() + FINISH_TIME;
         while self
             .eps
             .iter()
@@ -1945,7 +2073,7 @@ fn campaign(seed: u64, execs: u64) -> Stats {
     while world.stats.execs < execs {
         if world.h.is_none() {
             world.new_hostile();
-            round_left = world.rng.range(1000, 6000) as u64;
+            round_left = world.rng.range(1000, 4000) as u64;
             fenced_at = None;
         }
         world.execute();
