@@ -52,8 +52,8 @@
 //!
 //! - No panic (any panic fails the test, which prints the seed).
 //! - Every operation A and B post to each other completes, with success,
-//!   within a bound (steps and seconds); A's operations with H complete or
-//!   fail once H is gone, within a bound. A completion for an operation
+//!   within 3000 steps; A's operations with H complete or fail once H is
+//!   gone, within 20 seconds (A notices by its peer check, on the clock). A completion for an operation
 //!   never posted, or a second one, is a failure.
 //! - Data between A and B is byte-exact: a receive holds exactly its
 //!   message's pattern and nothing beyond it, a send buffer is unchanged,
