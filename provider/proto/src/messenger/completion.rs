@@ -64,6 +64,7 @@ where
                 });
             }
             TxClass::ReadResponse { notice } => {
+                self.peers[tx.peer].reads_served -= 1;
                 if let Some(key) = notice {
                     self.events.push_back(Event::RemoteAccess {
                         key,
@@ -97,7 +98,10 @@ where
                 });
                 return;
             }
-            TxClass::ReadResponse { .. } => return,
+            TxClass::ReadResponse { .. } => {
+                self.peers[tx.peer].reads_served -= 1;
+                return;
+            }
         }
         self.events.push_back(Event::Error(OpError {
             context: tx.context,

@@ -50,6 +50,11 @@ where
         let state = &mut self.peers[peer];
         state.dead = true;
         state.route = None;
+        // Everything of it fails here: what it may still send (it can be
+        // alive, when a transfer to it failed) must start nothing new,
+        // which nothing would ever end (a transfer of a dead peer holds its
+        // id for good).
+        state.refused = true;
         state.control.clear();
         let queued: Vec<DataItem> = state.data.drain(..).collect();
         for item in queued {
@@ -65,6 +70,7 @@ where
         for op in self.tx_ops.ids_where(|o| o.peer == peer) {
             self.fail_send(op);
         }
+        self.peers[peer].rx_ids = 0;
         for id in self.rx_xfers.ids_where(|x| x.peer == peer) {
             let xfer = self.rx_xfers.remove(id).expect("listed above");
             // Its slot may be reused: it must not keep a place in the queue.

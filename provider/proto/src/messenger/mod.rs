@@ -391,15 +391,81 @@ where
     }
 
     /// Fewer ids for rendezvous receives than the wire allows, to cross
-    /// the limit in tests.
-    #[cfg(test)]
-    pub(crate) fn limit_rx_ids(&mut self, limit: usize) {
+    /// the limit in tests (the unit tests, and the fuzz harness,
+    /// `tests/fuzz.rs`, which is why it is public).
+    #[doc(hidden)]
+    pub fn limit_rx_ids(&mut self, limit: usize) {
         self.rx_id_limit = limit;
     }
 
     /// How many peers were found dead so far.
     pub fn peers_lost(&self) -> usize {
         self.peers_lost
+    }
+
+    /// What waits for what inside, for the fuzz harness's failure reports.
+    #[doc(hidden)]
+    pub fn debug_state(&self) -> String {
+        let peers: Vec<String> = self
+            .peers
+            .iter()
+            .enumerate()
+            .filter(|(_, p)| !p.dead)
+            .map(|(i, p)| {
+                format!(
+                    "peer {i}: ids {} staging {} reads {} atomics {} control {} data {} throttled {} throttling {} tx credits {:?}",
+                    p.rx_ids,
+                    p.staging_held,
+                    p.reads_served,
+                    p.atomics_pending,
+                    p.control.len(),
+                    p.data.len(),
+                    p.throttled,
+                    p.throttling,
+                    p.tx.as_ref().map(|t| t.credits)
+                )
+            })
+            .collect();
+        // The transfers (the first hundred), with their peer's state.
+        let xfers: Vec<String> = self
+            .rx_xfers
+            .ids_where(|_| true)
+            .into_iter()
+            .take(100)
+            .filter_map(|id| self.rx_xfers.get(id).map(|x| (id, x)))
+            .map(|(id, x)| {
+                format!(
+                    "{id}: peer {}{} {:?} sid {} granted/done/all {}/{}/{} direct {}",
+                    x.peer,
+                    if self.peers[x.peer].dead {
+                        " (dead)"
+                    } else {
+                        ""
+                    },
+                    x.purpose,
+                    x.send_id,
+                    x.next_grant,
+                    x.done,
+                    x.fragments,
+                    x.direct
+                )
+            })
+            .collect();
+        format!(
+            "xfers [{}] sends {} rx_xfers {} backlog {} deferred grants {:?} deferred fragments {} deferred reads {} rma pending {} staging rx {} tx {} dma waiters {}; {}",
+            xfers.join(", "),
+            self.outstanding_sends,
+            self.rx_xfers.len(),
+            self.rx_backlog.len(),
+            self.deferred_grants,
+            self.deferred_fragments.len(),
+            self.deferred_reads.len(),
+            self.rma_pending.len(),
+            self.rx_staging.available(),
+            self.tx_staging.available(),
+            self.dma_waiters.len(),
+            peers.join("; ")
+        )
     }
 }
 

@@ -90,9 +90,9 @@ pub(crate) struct Peer<A, R, N> {
     /// smaller of ours and its own, so that both sides' staging buffers
     /// hold one.
     pub(crate) fragment_size: usize,
-    /// Refused at first contact (parameters we cannot work with) or fenced
-    /// for repeated invalid messages: dead to us, and its messages are
-    /// dropped.
+    /// Refused at first contact (parameters we cannot work with), fenced
+    /// for repeated invalid messages, or failed (found dead, or a transfer
+    /// to it failed): dead to us, and its messages are dropped.
     pub(crate) refused: bool,
     /// Its messages dropped as invalid so far.
     pub(crate) violations: u32,
@@ -101,6 +101,17 @@ pub(crate) struct Peer<A, R, N> {
     /// In the messenger's list of peers with queued work.
     pub(crate) active: bool,
     pub(crate) dead: bool,
+    /// Ids its rendezvous transfers to us hold (`recv::rendezvous`).
+    pub(crate) rx_ids: usize,
+    /// Its reads we are answering: places of our transmit queue they
+    /// hold (`rma::target`).
+    pub(crate) reads_served: usize,
+    /// Our staging buffers its fragments were granted, not yet reported
+    /// (`recv::rendezvous`).
+    pub(crate) staging_held: usize,
+    /// Its atomics on our memory still waiting for their operands
+    /// (`rma::atomic`).
+    pub(crate) atomics_pending: usize,
     /// Bytes of its unexpected messages we hold (see `unexpected_limit`).
     pub(crate) unexpected_held: usize,
     /// We asked it to throttle (our `Throttle { on: true }` is the latest).
@@ -199,6 +210,10 @@ where
             data: VecDeque::new(),
             active: false,
             dead,
+            rx_ids: 0,
+            reads_served: 0,
+            staging_held: 0,
+            atomics_pending: 0,
             unexpected_held: 0,
             throttling: false,
             throttled: false,

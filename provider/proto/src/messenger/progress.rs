@@ -157,12 +157,19 @@ where
     }
 
     pub(crate) fn retry_deferred(&mut self) {
-        while let Some(&id) = self.deferred_grants.front() {
+        let mut at = 0;
+        while let Some(&id) = self.deferred_grants.get(at) {
             // It may have been granted up to its window since it queued.
             if self.wants_grant(id) && !self.grant_next(id) {
-                break;
+                if self.rx_staging.available() == 0 {
+                    break;
+                }
+                // Its peer holds its share of the staging buffers: the
+                // transfers behind it may go.
+                at += 1;
+                continue;
             }
-            self.deferred_grants.pop_front();
+            self.deferred_grants.remove(at);
             self.continue_granting(id);
         }
         while let Some(grant) = self.deferred_fragments.pop_front() {

@@ -2174,6 +2174,84 @@ fn forge(to: MailboxAddr, messages: &[Wire]) -> ShmMailbox {
     rogue
 }
 
+/// A peer that asks for atomics on our ordinary memory and never sends
+/// their operands holds three quarters of the places for such atomics at
+/// most: another peer's atomic is still carried out, not refused. (Found
+/// while aiming the fuzz harness at what one peer can hold of a target:
+/// before, such a peer could take every place.)
+#[test]
+fn a_peer_that_never_sends_its_operands_does_not_block_the_others_atomics() {
+    use crate::messenger::rma::atomic::{MAX_PENDING_ATOMICS, MAX_PENDING_ATOMICS_PER_PEER};
+    use unimem_mailbox::Mailbox as _;
+    let mut a = messenger();
+    let mut b = messenger();
+    first_contact(&mut a, &mut b);
+    let mut target = vec![0u64; 4];
+    let key = fresh_key();
+    let rw = Access::REMOTE_READ.union(Access::REMOTE_WRITE);
+    let _h = expose(key, target.as_mut_ptr() as usize, 32, rw);
+    let rogue = mailbox(64, Profile::Native);
+    let route = rogue.connect(&b.addr()).unwrap();
+    let mut forged = vec![
+        Wire::Params {
+            version: crate::wire::PROTOCOL_VERSION,
+            id_bits: crate::wire::ID_BITS,
+            fragment_size: FRAGMENT as u32,
+            eager_size: EAGER as u32,
+        },
+        Wire::Hello {
+            node: [0; crate::wire::NODE_LEN],
+            ring: 0,
+            slot_shift: 10,
+            slots: 0,
+        },
+    ];
+    forged.extend(
+        (0..MAX_PENDING_ATOMICS as u16 + 10).map(|id| Wire::AtomicReq {
+            key,
+            addr: target.as_ptr() as u64,
+            op: AtomicOp::Sum as u8,
+            datatype: Datatype::U64 as u8,
+            count: 1,
+            id,
+            fetch: false,
+        }),
+    );
+    for m in &forged {
+        while let Err(unimem_mailbox::Error::Busy) = rogue.send(&route, &m.encode()) {
+            b.progress();
+        }
+    }
+    for _ in 0..20 {
+        b.progress();
+    }
+    assert_eq!(b.atomic_rx.len(), MAX_PENDING_ATOMICS_PER_PEER);
+    let operand = words(&[5]);
+    let req = atomic_req(
+        b.addr(),
+        AtomicCall::Write,
+        AtomicOp::Sum,
+        Datatype::U64,
+        &operand,
+        &[],
+        &mut [],
+        key,
+        0,
+    );
+    let event = run_atomic(&mut a, &mut b, req);
+    assert!(
+        matches!(
+            event,
+            Event::Rma {
+                kind: RmaKind::Atomic,
+                ..
+            }
+        ),
+        "{event:?}"
+    );
+    assert_eq!(target[0], 5);
+}
+
 /// FINs, grants and fragment reports that name another peer's transfers
 /// (or none) are dropped, counted and warned about; the real transfers
 /// complete intact and on time, not early.
@@ -2369,6 +2447,80 @@ fn rma_read_waits_for_room_in_the_targets_transmit_queue() {
     assert!(bufs.iter().all(|b| *b == big));
     collect(&mut [&mut a, &mut b], 1, 2);
     assert!(!a.busy() && !b.busy());
+}
+
+/// A peer that reads and never takes the data (grants nothing) holds a
+/// quarter of the target's transmit queue at most: the target's own sends
+/// are still accepted, and another peer's read is served, in full. (Found
+/// by the fuzz harness's hostile endpoint: before, such reads filled the
+/// queue, and every other read waited behind them.)
+#[test]
+fn a_peer_that_reads_and_never_takes_the_data_does_not_fill_the_queue() {
+    let mut a = messenger();
+    let mut b = messenger_with(
+        64,
+        ProtoConfig {
+            tx_size: 8,
+            ..config()
+        },
+    );
+    first_contact(&mut a, &mut b);
+    first_contact(&mut b, &mut a);
+    let target = pattern(3 * FRAGMENT + 5, 7);
+    let key = fresh_key();
+    let _h = expose(
+        key,
+        target.as_ptr() as usize,
+        target.len(),
+        Access::REMOTE_READ,
+    );
+    let mut first = vec![
+        Wire::Params {
+            version: crate::wire::PROTOCOL_VERSION,
+            id_bits: crate::wire::ID_BITS,
+            fragment_size: FRAGMENT as u32,
+            eager_size: EAGER as u32,
+        },
+        Wire::Hello {
+            node: [0; crate::wire::NODE_LEN],
+            ring: 0,
+            slot_shift: 10,
+            slots: 0,
+        },
+    ];
+    first.extend((0..12u16).map(|recv_id| Wire::RmaRead {
+        key,
+        addr: target.as_ptr() as u64,
+        len: target.len() as u32,
+        recv_id,
+    }));
+    let _rogue = forge(b.addr(), &first);
+    for _ in 0..20 {
+        b.progress();
+    }
+    // b's own sends still find room.
+    let data = pattern(2 * FRAGMENT, 3);
+    let mut buf = vec![0u8; data.len()];
+    post(&mut a, false, recv_spec(&mut buf, 1, None, 0, 0));
+    send(&mut b, a.addr(), &data, None, 2).unwrap();
+    // a's read is served.
+    let mut back = vec![0u8; target.len()];
+    rma(
+        &mut a,
+        RmaKind::Read,
+        rma_req(b.addr(), back.as_mut_ptr(), back.len(), key, 0),
+    );
+    let got = collect(&mut [&mut a, &mut b], 0, 2);
+    assert!(
+        got.contains(&Event::Rma {
+            context: 0x77,
+            kind: RmaKind::Read,
+            completion: true
+        }),
+        "{got:?}"
+    );
+    assert!(back == target, "read intact");
+    assert!(buf == data, "send intact");
 }
 
 /// A receiver that acknowledges a send and closes at once: its FIN is in
@@ -2645,14 +2797,16 @@ fn repeated_violations_fence_the_peer() {
 
 /// More rendezvous receives than there are ids: the transfers beyond wait
 /// for a free id, in order (none is reused while in use), and every one
-/// arrives intact. (The id space is cut to 8 here; the wire's is 2^16.)
+/// arrives intact. (The id space is cut to 8 here, 4 for the peers'
+/// transfers, 3 of them for one peer's; the wire's is 2^16.)
 #[test]
 fn rendezvous_receives_beyond_the_id_space_wait_for_a_free_id() {
     let mut a = messenger();
     let mut b = messenger();
     b.limit_rx_ids(8);
-    let limit = b.peer_xfer_limit();
-    assert_eq!(limit, 4);
+    assert_eq!(b.peer_xfer_limit(), 4);
+    let limit = b.per_peer_xfer_limit();
+    assert_eq!(limit, 3);
     let len = 2 * FRAGMENT + 3;
     let count = 12;
     let data: Vec<Vec<u8>> = (0..count).map(|i| pattern(len, i as u8)).collect();
@@ -2683,6 +2837,167 @@ fn rendezvous_receives_beyond_the_id_space_wait_for_a_free_id() {
         assert!(buf == d, "data intact");
     }
     collect(&mut [&mut a, &mut b], 0, count);
+}
+
+/// A peer that starts transfers and never ends them (here: writes to a
+/// key of ours whose grants it never answers) holds its share of the ids
+/// at most: another peer's rendezvous still gets ids and arrives, intact.
+/// (Found by the fuzz harness's hostile endpoint: before, one peer could
+/// take every id, and every other peer's rendezvous waited for it.)
+#[test]
+fn a_peer_that_never_ends_its_transfers_does_not_stall_the_others() {
+    let mut a = messenger();
+    let mut b = messenger();
+    b.limit_rx_ids(8);
+    first_contact(&mut a, &mut b);
+    let target = b.dma.alloc(8 * FRAGMENT).unwrap();
+    let key = fresh_key();
+    let rw = Access::REMOTE_READ.union(Access::REMOTE_WRITE);
+    let _h = expose(key, target.as_ptr() as usize, 8 * FRAGMENT, rw);
+    let mut first = vec![
+        Wire::Params {
+            version: crate::wire::PROTOCOL_VERSION,
+            id_bits: crate::wire::ID_BITS,
+            fragment_size: FRAGMENT as u32,
+            eager_size: EAGER as u32,
+        },
+        Wire::Hello {
+            node: [0; crate::wire::NODE_LEN],
+            ring: 0,
+            slot_shift: 10,
+            slots: 0,
+        },
+    ];
+    // More writes than there are ids; none is ever reported.
+    first.extend((0..8u16).map(|send_id| Wire::RmaWrite {
+        key,
+        // The target's own address, as initiators send it.
+        addr: target.as_ptr() as u64,
+        len: FRAGMENT as u32,
+        send_id,
+    }));
+    let _rogue = forge(b.addr(), &first);
+    for _ in 0..20 {
+        b.progress();
+    }
+    assert_eq!(b.rx_xfers.len(), b.per_peer_xfer_limit());
+    let len = 2 * FRAGMENT + 3;
+    let data: Vec<Vec<u8>> = (0..4).map(|i| pattern(len, i as u8)).collect();
+    let mut bufs: Vec<Vec<u8>> = (0..4).map(|_| vec![0u8; len]).collect();
+    for (i, buf) in bufs.iter_mut().enumerate() {
+        post(&mut b, false, recv_spec(buf, i, Some(a.addr()), 0, 0));
+    }
+    for (i, d) in data.iter().enumerate() {
+        send(&mut a, b.addr(), d, None, 10 + i).unwrap();
+    }
+    let got = collect(&mut [&mut a, &mut b], 1, 4);
+    let mut contexts: Vec<usize> = got.iter().map(|e| recv_done(e).context).collect();
+    contexts.sort_unstable();
+    assert_eq!(contexts, [0, 1, 2, 3]);
+    assert!(bufs == data, "data intact");
+    collect(&mut [&mut a, &mut b], 0, 4);
+}
+
+/// A peer whose fragments into ordinary memory are granted (each into a
+/// staging buffer) and never put holds all but one staging buffer at most
+/// (of the 3 here):
+/// another peer's staged transfers still run, and arrive intact. (Found
+/// by the fuzz harness's hostile endpoint: before, such a peer held every
+/// staging buffer, and every other transfer waited behind its own.)
+#[test]
+fn a_peer_that_never_puts_its_fragments_does_not_hold_every_staging_buffer() {
+    let mut a = messenger();
+    let mut b = messenger();
+    first_contact(&mut a, &mut b);
+    // Ordinary memory: writes into it go through staging buffers.
+    let mut target = vec![0u8; 8 * FRAGMENT];
+    let key = fresh_key();
+    let rw = Access::REMOTE_READ.union(Access::REMOTE_WRITE);
+    let _h = expose(key, target.as_mut_ptr() as usize, target.len(), rw);
+    let mut first = vec![
+        Wire::Params {
+            version: crate::wire::PROTOCOL_VERSION,
+            id_bits: crate::wire::ID_BITS,
+            fragment_size: FRAGMENT as u32,
+            eager_size: EAGER as u32,
+        },
+        Wire::Hello {
+            node: [0; crate::wire::NODE_LEN],
+            ring: 0,
+            slot_shift: 10,
+            slots: 0,
+        },
+    ];
+    first.extend((0..4u16).map(|send_id| Wire::RmaWrite {
+        key,
+        addr: target.as_ptr() as u64,
+        len: 2 * FRAGMENT as u32,
+        send_id,
+    }));
+    let _rogue = forge(b.addr(), &first);
+    for _ in 0..20 {
+        b.progress();
+    }
+    assert_eq!(b.rx_staging.available(), 3 - b.per_peer_staging());
+    let len = 3 * FRAGMENT + 3;
+    let data: Vec<Vec<u8>> = (0..3).map(|i| pattern(len, i as u8)).collect();
+    let mut bufs: Vec<Vec<u8>> = (0..3).map(|_| vec![0u8; len]).collect();
+    for (i, buf) in bufs.iter_mut().enumerate() {
+        post(&mut b, false, recv_spec(buf, i, Some(a.addr()), 0, 0));
+    }
+    for (i, d) in data.iter().enumerate() {
+        send(&mut a, b.addr(), d, None, 10 + i).unwrap();
+    }
+    collect(&mut [&mut a, &mut b], 1, 3);
+    assert!(bufs == data, "data intact");
+    collect(&mut [&mut a, &mut b], 0, 3);
+}
+
+/// Once a peer is failed (found dead, or a transfer to it failed while it
+/// still runs), what it still sends starts nothing: no transfer, read or
+/// atomic of it holds an id, a place in the queue or memory for good.
+/// (Found by the fuzz harness: writes of hostile peers failed this way
+/// kept their ids until none was left for anyone else.)
+#[test]
+fn a_failed_peer_starts_nothing_more() {
+    let mut a = messenger();
+    let mut b = messenger();
+    first_contact(&mut a, &mut b);
+    let target = b.dma.alloc(4 * FRAGMENT).unwrap();
+    let key = fresh_key();
+    let rw = Access::REMOTE_READ.union(Access::REMOTE_WRITE);
+    let _h = expose(key, target.as_ptr() as usize, 4 * FRAGMENT, rw);
+    let a_addr = a.addr();
+    let peer = b.known_peer(&a_addr).unwrap();
+    b.fail_peer(peer);
+    let addr = target.as_ptr() as u64;
+    for message in [
+        Wire::RmaWrite {
+            key,
+            addr,
+            len: FRAGMENT as u32,
+            send_id: 1,
+        },
+        Wire::RmaRead {
+            key,
+            addr,
+            len: FRAGMENT as u32,
+            recv_id: 1,
+        },
+        Wire::AtomicReq {
+            key,
+            addr,
+            op: AtomicOp::Sum as u8,
+            datatype: Datatype::U64 as u8,
+            count: 1,
+            id: 1,
+            fetch: false,
+        },
+    ] {
+        b.dispatch(a_addr, &message.encode());
+    }
+    assert!(!b.busy(), "nothing of the failed peer is in flight");
+    assert!(b.atomic_rx.is_empty());
 }
 
 /// A fragment report for an earlier transfer that held the same id (a

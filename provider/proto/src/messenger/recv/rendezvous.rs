@@ -7,7 +7,7 @@
 //! `deferred_grants` (transfers waiting for a staging buffer) and the
 //! receive-side staging pool.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::hash::Hash;
 
 use unimem_dma::DmaEngine;
@@ -107,22 +107,39 @@ where
         });
     }
 
-    /// Ids a peer's transfers may hold at once: all but those kept for
-    /// our own reads (at most `tx_size` of them, up to half the ids).
+    /// Ids the peers' transfers may hold at once, all together: all but
+    /// those kept for our own reads (at most `tx_size` of them, up to half
+    /// the ids).
     pub(crate) fn peer_xfer_limit(&self) -> usize {
         self.rx_id_limit - self.cfg.tx_size.min(self.rx_id_limit / 2)
+    }
+
+    /// Ids one peer's transfers may hold at once: three quarters of those,
+    /// so that a peer that starts transfers and never ends them (its
+    /// writes to a key of ours, say) cannot stall everyone else's.
+    pub(crate) fn per_peer_xfer_limit(&self) -> usize {
+        let all = self.peer_xfer_limit();
+        (all - all / 4).max(1)
+    }
+
+    /// Whether a transfer of `peer` may take an id now.
+    fn xfer_id_free(&self, peer: PeerIdx) -> bool {
+        self.rx_xfers.len() < self.peer_xfer_limit()
+            && self.peers[peer].rx_ids < self.per_peer_xfer_limit()
     }
 
     /// Starts granting transfer `xfer` (once its sender is known), or
     /// finishes it at once when it moves no byte. Returns its id.
     ///
-    /// A transfer a peer started (not our read) waits, in order, while
-    /// the peers' transfers hold all the ids they may: an id is never
-    /// reused while in use (ids are 16 bits on the wire). It then has no
-    /// id yet, and `usize::MAX` is returned.
+    /// A transfer a peer started (not our read) waits, behind the earlier
+    /// ones of that peer, while the peers' transfers hold all the ids they
+    /// may, or its peer's hold its share: an id is never reused while in
+    /// use (ids are 16 bits on the wire). It then has no id yet, and
+    /// `usize::MAX` is returned.
     pub(crate) fn insert_rx_xfer(&mut self, xfer: RxXfer<M::Addr>) -> usize {
         if xfer.purpose != XferPurpose::RmaRead
-            && (!self.rx_backlog.is_empty() || self.rx_xfers.len() >= self.peer_xfer_limit())
+            && (!self.xfer_id_free(xfer.peer)
+                || self.rx_backlog.iter().any(|w| w.peer == xfer.peer))
         {
             self.rx_backlog.push_back(xfer);
             return usize::MAX;
@@ -133,6 +150,9 @@ where
     /// [`Self::insert_rx_xfer`] once `xfer` may have an id.
     fn start_xfer_now(&mut self, xfer: RxXfer<M::Addr>) -> usize {
         let (empty, waits) = (xfer.fragments == 0, xfer.send_id == NO_SEND_ID);
+        if xfer.purpose != XferPurpose::RmaRead {
+            self.peers[xfer.peer].rx_ids += 1;
+        }
         let id = self.rx_xfers.insert(xfer);
         debug_assert!(id < self.rx_id_limit);
         if waits {
@@ -168,15 +188,43 @@ where
         })
     }
 
+    /// Staging buffers one peer's transfers may hold at once: three
+    /// quarters of them, and never the last one (unless there is only
+    /// one), so that a peer that is granted fragments and never puts them
+    /// cannot hold every staging buffer, and stall every staged transfer
+    /// of the others.
+    pub(crate) fn per_peer_staging(&self) -> usize {
+        let all = self.cfg.staging_buffers.max(1);
+        (all - (all / 4).max(1)).max(1)
+    }
+
+    /// Whether transfer `id` wants a grant that would take a staging buffer
+    /// its peer's share allows.
+    fn may_stage(&self, id: usize) -> bool {
+        self.wants_grant(id)
+            && self.rx_xfers.get(id).is_some_and(|x| {
+                !x.direct && self.peers[x.peer].staging_held < self.per_peer_staging()
+            })
+    }
+
     /// Grants fragments of transfer `id` up to its window. Transfers waiting
-    /// for staging buffers are served in turn: while some wait, `id` queues
-    /// behind them (once: a queued transfer is granted up to its window
-    /// when its turn comes).
+    /// for staging buffers are served in turn: a staged transfer queues
+    /// behind those waiting that their peers' shares allow (once: a queued
+    /// transfer is granted up to its window when its turn comes). A direct
+    /// one needs no staging buffer, and never waits.
     pub(crate) fn continue_granting(&mut self, id: usize) {
         while self.wants_grant(id) {
-            let queued = !self.deferred_grants.is_empty();
-            if (queued && self.deferred_grants.front() != Some(&id)) || !self.grant_next(id) {
-                if !self.deferred_grants.contains(&id) {
+            let staged = self.rx_xfers.get(id).is_some_and(|x| !x.direct);
+            let queued = self.deferred_grants.iter().position(|&d| d == id);
+            let ahead = queued.unwrap_or(self.deferred_grants.len());
+            let behind = staged
+                && self
+                    .deferred_grants
+                    .iter()
+                    .take(ahead)
+                    .any(|&d| self.may_stage(d));
+            if behind || !self.grant_next(id) {
+                if queued.is_none() {
                     self.deferred_grants.push_back(id);
                 }
                 return;
@@ -185,8 +233,9 @@ where
     }
 
     /// Grants the next fragment of `id` (which [`Self::wants_grant`]); false
-    /// if no staging buffer is free.
+    /// if no staging buffer is free, or its peer holds its share of them.
     pub(crate) fn grant_next(&mut self, id: usize) -> bool {
+        let share = self.per_peer_staging();
         let Some(xfer) = self.rx_xfers.get_mut(id) else {
             return true;
         };
@@ -197,9 +246,13 @@ where
         let addr = if xfer.direct {
             (xfer.placement.iov[0].0 + offset) as u64
         } else {
+            if self.peers[xfer.peer].staging_held >= share {
+                return false;
+            }
             let Some(staging) = self.rx_staging.get() else {
                 return false;
             };
+            self.peers[xfer.peer].staging_held += 1;
             xfer.staged.insert(fragment, staging);
             self.rx_staging.addr(staging) as u64
         };
@@ -257,6 +310,7 @@ where
                 )
             };
             self.rx_staging.put(staging);
+            self.peers[peer].staging_held -= 1;
         }
         xfer.done += 1;
         if xfer.done == xfer.fragments {
@@ -268,6 +322,9 @@ where
 
     pub(crate) fn finish_rx(&mut self, id: usize) {
         let xfer = self.rx_xfers.remove(id).expect("transfer exists");
+        if xfer.purpose != XferPurpose::RmaRead {
+            self.peers[xfer.peer].rx_ids -= 1;
+        }
         self.deferred_grants.retain(|&d| d != id);
         self.queue_control(
             xfer.peer,
@@ -323,18 +380,38 @@ where
         }
     }
 
-    /// Starts the transfers that waited for an id, as far as ids allow.
+    /// Starts the transfers that waited for an id, as far as ids allow,
+    /// each peer's in order: one peer at its share does not hold back
+    /// another's.
     pub(crate) fn start_backlog(&mut self) {
-        while !self.rx_backlog.is_empty() && self.rx_xfers.len() < self.peer_xfer_limit() {
-            let xfer = self.rx_backlog.pop_front().expect("checked above");
+        let mut waiting = std::mem::take(&mut self.rx_backlog);
+        let mut held: Vec<PeerIdx> = Vec::new();
+        let mut kept = VecDeque::with_capacity(waiting.len());
+        while let Some(xfer) = waiting.pop_front() {
+            if self.rx_xfers.len() >= self.peer_xfer_limit() {
+                kept.push_back(xfer);
+                kept.append(&mut waiting);
+                break;
+            }
+            if held.contains(&xfer.peer) || !self.xfer_id_free(xfer.peer) {
+                if !held.contains(&xfer.peer) {
+                    held.push(xfer.peer);
+                }
+                kept.push_back(xfer);
+                continue;
+            }
             self.start_xfer_now(xfer);
         }
+        // Whatever queued meanwhile comes after what waited before.
+        kept.append(&mut self.rx_backlog);
+        self.rx_backlog = kept;
     }
 
     pub(crate) fn release_staged(&mut self, xfer: &RxXfer<M::Addr>) {
         for &staging in xfer.staged.values() {
             self.rx_staging.put(staging);
         }
+        self.peers[xfer.peer].staging_held -= xfer.staged.len();
     }
 
     /// A request to send from `peer`: the transfer starts when a receive

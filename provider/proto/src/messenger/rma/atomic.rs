@@ -122,7 +122,10 @@ pub(crate) struct PendingAtomic {
 }
 
 /// Most atomics of peers whose operands are still arriving.
-const MAX_PENDING_ATOMICS: usize = 4096;
+pub(crate) const MAX_PENDING_ATOMICS: usize = 4096;
+/// Most of them of one peer: a peer that asks and never sends the
+/// operands must not leave the others' atomics refused.
+pub(crate) const MAX_PENDING_ATOMICS_PER_PEER: usize = MAX_PENDING_ATOMICS * 3 / 4;
 
 impl<M, D> Messenger<M, D>
 where
@@ -388,7 +391,11 @@ where
             self.reply_atomic(peer, id, Some(RmaRefusal::Invalid));
             return;
         };
-        if self.atomic_rx.len() >= MAX_PENDING_ATOMICS {
+        let replaces = self.atomic_rx.contains_key(&(peer, id));
+        if !replaces
+            && (self.atomic_rx.len() >= MAX_PENDING_ATOMICS
+                || self.peers[peer].atomics_pending >= MAX_PENDING_ATOMICS_PER_PEER)
+        {
             self.reply_atomic(peer, id, Some(RmaRefusal::Busy));
             return;
         }
@@ -409,6 +416,9 @@ where
             operands: Vec::with_capacity(expected),
             expected,
         };
+        if !replaces {
+            self.peers[peer].atomics_pending += 1;
+        }
         if self.atomic_rx.insert((peer, id), pending).is_some() {
             self.drop_invalid(
                 peer,
@@ -442,6 +452,7 @@ where
             .atomic_rx
             .remove(&(peer, id))
             .expect("checked by the caller");
+        self.peers[peer].atomics_pending -= 1;
         let args = AtomicArgs {
             call: pending.call,
             op: pending.op,
@@ -507,6 +518,7 @@ where
     /// A dead peer's atomics still waiting for operands are dropped.
     pub(crate) fn forget_atomics_of(&mut self, peer: PeerIdx) {
         self.atomic_rx.retain(|&(p, _), _| p != peer);
+        self.peers[peer].atomics_pending = 0;
     }
 }
 

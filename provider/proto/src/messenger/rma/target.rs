@@ -8,10 +8,11 @@
 //! the range (its purpose `RmaWrite`: it ends without a receive
 //! completion); a read a rendezvous send of the range (class
 //! `ReadResponse`: it ends without a send completion). A read's answer
-//! takes a place in our transmit queue (its send id): while the queue is
-//! full, reads wait in `deferred_reads`, in arrival order, and progress
-//! serves them as places free up (checked again then: the region may be
-//! gone).
+//! takes a place in our transmit queue (its send id), and one peer's
+//! reads a quarter of it at most: while the queue (or the peer's share) is
+//! full, reads wait in `deferred_reads`, each peer's in arrival order, and
+//! progress serves them as places free up (checked again then: the region
+//! may be gone).
 //!
 //! Owns: `deferred_reads`. Touches `tx_ops`, `rx_xfers` and the events,
 //! through the rendezvous' own methods.
@@ -139,8 +140,9 @@ where
             recv_id,
         };
         // Our answers take send ids, which are bounded by tx_size: with
-        // the queue full (or reads already waiting), it waits its turn.
-        if self.outstanding_sends >= self.cfg.tx_size || !self.deferred_reads.is_empty() {
+        // the queue full, its peer's share of it taken, or reads of its
+        // peer already waiting, it waits its turn.
+        if !self.read_may_start(peer) || self.deferred_reads.iter().any(|r| r.peer == peer) {
             if self.check_read(&read).is_none() {
                 return;
             }
@@ -150,16 +152,46 @@ where
         self.serve_read(read);
     }
 
-    /// Serves the reads that waited for a place in our transmit queue.
+    /// Answers to one peer's reads may hold a quarter of our transmit
+    /// queue at most: a peer that reads and never takes the data (grants
+    /// nothing) must not leave us without room for our own sends, nor for
+    /// other peers' reads.
+    fn per_peer_reads(&self) -> usize {
+        (self.cfg.tx_size / 4).max(1)
+    }
+
+    fn read_may_start(&self, peer: PeerIdx) -> bool {
+        self.outstanding_sends < self.cfg.tx_size
+            && self.peers[peer].reads_served < self.per_peer_reads()
+    }
+
+    /// Serves the reads that waited for a place in our transmit queue,
+    /// each peer's in order: a peer at its share does not hold back
+    /// another's.
     pub(crate) fn serve_deferred_reads(&mut self) {
-        while self.outstanding_sends < self.cfg.tx_size {
-            let Some(read) = self.deferred_reads.pop_front() else {
-                return;
-            };
+        if self.deferred_reads.is_empty() {
+            return;
+        }
+        let mut waiting = std::mem::take(&mut self.deferred_reads);
+        let mut held: Vec<PeerIdx> = Vec::new();
+        while let Some(read) = waiting.pop_front() {
             // A dead reader's transfer is gone: nothing to answer.
-            if !self.peers[read.peer].dead {
-                self.serve_read(read);
+            if self.peers[read.peer].dead {
+                continue;
             }
+            if self.outstanding_sends >= self.cfg.tx_size {
+                self.deferred_reads.push_back(read);
+                self.deferred_reads.append(&mut waiting);
+                break;
+            }
+            if held.contains(&read.peer) || !self.read_may_start(read.peer) {
+                if !held.contains(&read.peer) {
+                    held.push(read.peer);
+                }
+                self.deferred_reads.push_back(read);
+                continue;
+            }
+            self.serve_read(read);
         }
     }
 
@@ -195,6 +227,7 @@ where
             recv_id,
         } = read;
         self.outstanding_sends += 1;
+        self.peers[peer].reads_served += 1;
         let op = self.tx_ops.insert(TxOp {
             class: TxClass::ReadResponse {
                 notice: notify.then_some(key),
