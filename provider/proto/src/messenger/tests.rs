@@ -2192,20 +2192,7 @@ fn a_peer_that_never_sends_its_operands_does_not_block_the_others_atomics() {
     let _h = expose(key, target.as_mut_ptr() as usize, 32, rw);
     let rogue = mailbox(64, Profile::Native);
     let route = rogue.connect(&b.addr()).unwrap();
-    let mut forged = vec![
-        Wire::Params {
-            version: crate::wire::PROTOCOL_VERSION,
-            id_bits: crate::wire::ID_BITS,
-            fragment_size: FRAGMENT as u32,
-            eager_size: EAGER as u32,
-        },
-        Wire::Hello {
-            node: [0; crate::wire::NODE_LEN],
-            ring: 0,
-            slot_shift: 10,
-            slots: 0,
-        },
-    ];
+    let mut forged = rogue_first_contact();
     forged.extend(
         (0..MAX_PENDING_ATOMICS as u16 + 10).map(|id| Wire::AtomicReq {
             key,
@@ -2474,20 +2461,7 @@ fn a_peer_that_reads_and_never_takes_the_data_does_not_fill_the_queue() {
         target.len(),
         Access::REMOTE_READ,
     );
-    let mut first = vec![
-        Wire::Params {
-            version: crate::wire::PROTOCOL_VERSION,
-            id_bits: crate::wire::ID_BITS,
-            fragment_size: FRAGMENT as u32,
-            eager_size: EAGER as u32,
-        },
-        Wire::Hello {
-            node: [0; crate::wire::NODE_LEN],
-            ring: 0,
-            slot_shift: 10,
-            slots: 0,
-        },
-    ];
+    let mut first = rogue_first_contact();
     first.extend((0..12u16).map(|recv_id| Wire::RmaRead {
         key,
         addr: target.as_ptr() as u64,
@@ -2854,20 +2828,7 @@ fn a_peer_that_never_ends_its_transfers_does_not_stall_the_others() {
     let key = fresh_key();
     let rw = Access::REMOTE_READ.union(Access::REMOTE_WRITE);
     let _h = expose(key, target.as_ptr() as usize, 8 * FRAGMENT, rw);
-    let mut first = vec![
-        Wire::Params {
-            version: crate::wire::PROTOCOL_VERSION,
-            id_bits: crate::wire::ID_BITS,
-            fragment_size: FRAGMENT as u32,
-            eager_size: EAGER as u32,
-        },
-        Wire::Hello {
-            node: [0; crate::wire::NODE_LEN],
-            ring: 0,
-            slot_shift: 10,
-            slots: 0,
-        },
-    ];
+    let mut first = rogue_first_contact();
     // More writes than there are ids; none is ever reported.
     first.extend((0..8u16).map(|send_id| Wire::RmaWrite {
         key,
@@ -2914,20 +2875,7 @@ fn a_peer_that_never_puts_its_fragments_does_not_hold_every_staging_buffer() {
     let key = fresh_key();
     let rw = Access::REMOTE_READ.union(Access::REMOTE_WRITE);
     let _h = expose(key, target.as_mut_ptr() as usize, target.len(), rw);
-    let mut first = vec![
-        Wire::Params {
-            version: crate::wire::PROTOCOL_VERSION,
-            id_bits: crate::wire::ID_BITS,
-            fragment_size: FRAGMENT as u32,
-            eager_size: EAGER as u32,
-        },
-        Wire::Hello {
-            node: [0; crate::wire::NODE_LEN],
-            ring: 0,
-            slot_shift: 10,
-            slots: 0,
-        },
-    ];
+    let mut first = rogue_first_contact();
     first.extend((0..4u16).map(|send_id| Wire::RmaWrite {
         key,
         addr: target.as_ptr() as u64,
@@ -3070,4 +3018,23 @@ fn a_directed_receive_from_a_silent_peer_that_dies_fails() {
     let error = error_of(&got[0]);
     assert_eq!((error.context, error.kind), (2, ErrorKind::PeerUnreachable));
     assert!(posted.elapsed() < Duration::from_secs(5));
+}
+
+/// The first contact of a forged peer: our parameters, and a hello that
+/// names no node and offers no eager ring.
+fn rogue_first_contact() -> Vec<Wire> {
+    vec![
+        Wire::Params {
+            version: crate::wire::PROTOCOL_VERSION,
+            id_bits: crate::wire::ID_BITS,
+            fragment_size: FRAGMENT as u32,
+            eager_size: EAGER as u32,
+        },
+        Wire::Hello {
+            node: [0; crate::wire::NODE_LEN],
+            ring: 0,
+            slot_shift: 10,
+            slots: 0,
+        },
+    ]
 }
