@@ -383,7 +383,9 @@ impl SharedRange {
         };
         let object = SharedObject::open_checked(name, accept)?;
         let fd = open_existing(&object.name)?;
-        if end > file_size(fd.0)? || end > object.len() || !is_data(fd.0, offset, end) {
+        let st = file_stat(fd.0)?;
+        let size = u64::try_from(st.st_size).unwrap_or(0);
+        if end as u64 > size || end > object.len() || !is_data(fd.0, &st, offset, end) {
             static LAST: AtomicU64 = AtomicU64::new(0);
             rate_limited(&LAST, || {
                 tracing::warn!(
@@ -559,16 +561,15 @@ fn populate(start: NonNull<u8>, len: usize) {
 /// of it committed (the whole object allocated), or written by its owner
 /// (see [`populate`]; tmpfs reports committed pages not yet written as a
 /// hole), so that touching it allocates nothing and cannot fault.
-fn is_data(fd: libc::c_int, offset: usize, end: usize) -> bool {
-    // An object with as many blocks as bytes has no hole at all: one fstat.
-    // SEEK_HOLE is the exact test, but tmpfs walks every page from `offset`
-    // to the first hole, the end of a fully committed object: a peer that
-    // registers a multi-GiB buffer fragment by fragment paid a scan of it
-    // for each (a 2 GiB one-copy rendezvous took minutes).
-    if let Ok(st) = file_stat(fd) {
-        if st.st_size >= 0 && (st.st_blocks as u64).saturating_mul(512) >= st.st_size as u64 {
-            return true;
-        }
+/// `st` is the object's `fstat`, which the caller has already read.
+fn is_data(fd: libc::c_int, st: &libc::stat, offset: usize, end: usize) -> bool {
+    // An object with as many blocks as bytes has no hole at all: no system
+    // call. SEEK_HOLE is the exact test, but tmpfs walks every page from
+    // `offset` to the first hole, the end of a fully committed object: a
+    // peer that registers a multi-GiB buffer fragment by fragment paid a
+    // scan of it for each (a 2 GiB one-copy rendezvous took minutes).
+    if st.st_size >= 0 && (st.st_blocks as u64).saturating_mul(512) >= st.st_size as u64 {
+        return true;
     }
     // SAFETY: a plain system call on a descriptor we hold.
     let hole = unsafe { libc::lseek(fd, offset as libc::off_t, libc::SEEK_HOLE) };
@@ -754,8 +755,13 @@ mod tests {
         let len = 64 * HEADER_SIZE;
         commit(fd.0, 0, len).unwrap();
         // Committed: every page allocated, none can fault.
-        assert!(is_data(fd.0, 0, len));
-        assert!(is_data(fd.0, 32 * HEADER_SIZE, len));
+        assert!(is_data(fd.0, &file_stat(fd.0).unwrap(), 0, len));
+        assert!(is_data(
+            fd.0,
+            &file_stat(fd.0).unwrap(),
+            32 * HEADER_SIZE,
+            len
+        ));
         // Written, as owners do: tmpfs then also reports no hole.
         let page = vec![1u8; HEADER_SIZE];
         for at in (0..len).step_by(HEADER_SIZE) {
@@ -768,9 +774,14 @@ mod tests {
         // SAFETY: a plain system call on a descriptor we hold.
         let rc = unsafe { libc::ftruncate(fd.0, (2 * len) as libc::off_t) };
         assert_eq!(rc, 0);
-        assert!(is_data(fd.0, 0, len));
-        assert!(!is_data(fd.0, 0, len + HEADER_SIZE));
-        assert!(!is_data(fd.0, len, 2 * len));
+        assert!(is_data(fd.0, &file_stat(fd.0).unwrap(), 0, len));
+        assert!(!is_data(
+            fd.0,
+            &file_stat(fd.0).unwrap(),
+            0,
+            len + HEADER_SIZE
+        ));
+        assert!(!is_data(fd.0, &file_stat(fd.0).unwrap(), len, 2 * len));
         // SAFETY: shm_unlink of a valid C string.
         unsafe { libc::shm_unlink(c.as_ptr()) };
     }
