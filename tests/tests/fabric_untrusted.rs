@@ -7,7 +7,7 @@
 //! deadline).
 
 use unimem_fi::base::ffi;
-use unimem_tests::cluster::{is_provider_warning, Cluster, Msg, Order};
+use unimem_tests::cluster::{is_provider_warning, Cluster, Msg, Order, EAGER, SEGMENT};
 use unimem_tests::fabric::rc;
 
 fn cluster(test: &str) -> Cluster {
@@ -153,7 +153,7 @@ fn a_directed_receive_from_a_peer_dead_before_any_traffic_fails() {
 fn forged_protocol_messages_of_another_process_are_dropped() {
     let mut c = cluster("forged");
     c.spawn(2).connect_all();
-    let forgers: Vec<std::process::Child> = (0..2)
+    let mut forgers: Vec<std::process::Child> = (0..2)
         .map(|i| {
             std::process::Command::new(env!("CARGO_BIN_EXE_unimem-node"))
                 .args([
@@ -168,9 +168,8 @@ fn forged_protocol_messages_of_another_process_are_dropped() {
                 .expect("start unimem-node forge")
         })
         .collect();
-    let msgs = messages(EAGER_EDGE, SEGMENT_EDGE);
+    let msgs = messages(EAGER, SEGMENT);
     let mut rounds = 0;
-    let mut forgers = forgers;
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(120);
     // Traffic until both forgers are done (each waits for room in its
     // victim's mailbox, which only the victim's progress makes), and at
@@ -208,10 +207,6 @@ fn forged_protocol_messages_of_another_process_are_dropped() {
         );
     }
 }
-
-/// The cluster's eager size and segment size (see `Cluster::new`).
-const EAGER_EDGE: usize = 16384;
-const SEGMENT_EDGE: usize = 65536;
 
 /// Issue 12, row 9: more rendezvous receives waiting at once than 16-bit
 /// wire ids can name. Two senders post 33,000 rendezvous messages each

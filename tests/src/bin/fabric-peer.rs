@@ -1733,14 +1733,13 @@ struct Receiving {
 }
 
 impl Traffic {
-    /// What the provider carries inline (`fi_unimem(7)`): 22 bytes, less
-    /// 1 + 8 for a tag of 8 significant bytes (ranks and sequence numbers).
+    /// What the provider carries inline, with a tag of 8 significant bytes
+    /// at most (ranks and sequence numbers) when tagged.
     fn inline_capacity(&self) -> usize {
-        if self.tagged {
-            13
-        } else {
-            22
-        }
+        unimem_proto::wire::inline_capacity(&unimem_proto::wire::MatchInfo {
+            tag: self.tagged.then_some(u64::MAX),
+            data: None,
+        })
     }
 
     fn len_of(&self, seq: u64) -> usize {
