@@ -17,8 +17,9 @@ use unimem_mailbox::shm::{SharedObject, SharedRange, HEADER_SIZE};
 use unimem_mailbox::{IdMap, NodeId, Profile, TimingModel};
 
 use crate::error::DmaError;
+use crate::gens::{GenTable, GEN_PAGE};
 use crate::keys::{self, Exposure};
-use crate::region::{directory, directory_name, segment_name, DmaBuf, DmaRegion};
+use crate::region::{directory, directory_name, gen_table_name, segment_name, DmaBuf, DmaRegion};
 use crate::{DmaEngine, DmaId, RegId};
 
 const PAGE_SIZE: u64 = 4096;
@@ -32,6 +33,23 @@ struct Registration {
     /// Page-aligned mapping that covers `[start, end)`.
     mapping: SharedRange,
     mapping_start: u64,
+    /// The segment's generation table, the segment's first data address
+    /// (page 0 of the table), and the generations of the registration's
+    /// pages when it was made: a transfer checks the pages it touches.
+    gens: Arc<GenTable>,
+    segment_base: u64,
+    snapshot: Vec<u32>,
+}
+
+impl Registration {
+    /// The first page (of the segment) of `[addr, end)`, which lies in the
+    /// registration, and the range's page count.
+    /// (An empty range touches no page.)
+    fn pages(&self, addr: u64, end: u64) -> (usize, usize) {
+        let first = ((addr - self.segment_base) / GEN_PAGE as u64) as usize;
+        let last = ((end - self.segment_base).div_ceil(GEN_PAGE as u64)) as usize;
+        (first, last.saturating_sub(first))
+    }
 }
 
 /// A peer's directory, kept mapped while we hold registrations there.
@@ -39,6 +57,8 @@ struct RemoteNode {
     directory: SharedObject,
     /// Its key table, once a key of it was resolved.
     keys: Option<SharedObject>,
+    /// Generation tables of its segments, by index, once registered in.
+    gens: Vec<Option<Arc<GenTable>>>,
 }
 
 #[derive(Clone, Copy, PartialEq, Eq)]
@@ -118,6 +138,7 @@ impl ShmDmaEngine {
                 RemoteNode {
                     directory,
                     keys: None,
+                    gens: Vec::new(),
                 },
             );
         }
@@ -164,15 +185,53 @@ impl ShmDmaEngine {
                     _ if e.kind() == std::io::ErrorKind::InvalidData => DmaError::OutOfBounds,
                     _ => DmaError::Io(e),
                 })?;
-        Ok(Registration {
+        let gens = self.gen_table(node, index, owner)?;
+        let mut registration = Registration {
             node,
             start: addr,
             end,
             mapping,
             mapping_start,
-        })
+            gens,
+            segment_base: base,
+            snapshot: Vec::new(),
+        };
+        let (first, count) = registration.pages(addr, end);
+        registration.snapshot = registration
+            .gens
+            .snapshot(first, count)
+            .ok_or(DmaError::OutOfBounds)?;
+        Ok(registration)
     }
 
+    /// The generation table of `node`'s segment `index`, opened on first
+    /// use (its owner must be the segment's).
+    fn gen_table(
+        &mut self,
+        node: NodeId,
+        index: usize,
+        owner: (u32, u64),
+    ) -> Result<Arc<GenTable>, DmaError> {
+        let remote = self.nodes.get_mut(&node).ok_or(DmaError::NoSuchNode)?;
+        if let Some(Some(table)) = remote.gens.get(index) {
+            return Ok(Arc::clone(table));
+        }
+        let object = SharedObject::open_checked(&gen_table_name(&node, index), |header| {
+            header.owner_pid() == owner.0 && header.owner_start() == owner.1
+        })
+        .map_err(|e| match e.raw_os_error() {
+            Some(libc::ENOENT) | Some(libc::ESTALE) => DmaError::DeadNode,
+            _ => DmaError::Io(e),
+        })?;
+        let table = Arc::new(GenTable::from_peer(object).ok_or(DmaError::OutOfBounds)?);
+        if remote.gens.len() <= index {
+            remote.gens.resize(index + 1, None);
+        }
+        remote.gens[index] = Some(Arc::clone(&table));
+        Ok(table)
+    }
+
+    #[allow(clippy::too_many_arguments)]
     fn transfer(
         &mut self,
         direction: Direction,
@@ -180,6 +239,7 @@ impl ShmDmaEngine {
         len: usize,
         reg: RegId,
         remote_addr: u64,
+        granted: Option<u16>,
     ) -> Result<DmaId, DmaError> {
         let remote_end = remote_addr
             .checked_add(len as u64)
@@ -188,23 +248,37 @@ impl ShmDmaEngine {
         if len > 0 && !self.region.contains(local, len) {
             return Err(DmaError::LocalNotDmable);
         }
-        let remote = self.mapped(reg, remote_addr, remote_end)?;
-        // SAFETY: `[remote, remote + len)` lies inside the registration's
-        // mapping (`mapped`) and `[local, local + len)` inside our dmable
-        // region; the two never overlap, being different mappings, even of
-        // the same node.
-        unsafe {
-            match direction {
-                Direction::Put => std::ptr::copy_nonoverlapping(local as *const u8, remote, len),
-                Direction::Get => std::ptr::copy_nonoverlapping(remote, local as *mut u8, len),
+        self.pinned(reg, remote_addr, remote_end, granted, |remote| {
+            // SAFETY: `[remote, remote + len)` lies inside the registration's
+            // mapping (`pinned`) and `[local, local + len)` inside our dmable
+            // region; the two never overlap, being different mappings, even
+            // of the same node.
+            unsafe {
+                match direction {
+                    Direction::Put => {
+                        std::ptr::copy_nonoverlapping(local as *const u8, remote, len)
+                    }
+                    Direction::Get => std::ptr::copy_nonoverlapping(remote, local as *mut u8, len),
+                }
             }
-        }
+            Ok(())
+        })?;
         Ok(self.complete_after(len))
     }
 
-    /// Where `[remote_addr, remote_end)` of registration `reg` is mapped
-    /// here, if the range lies inside the registration.
-    fn mapped(&self, reg: RegId, remote_addr: u64, remote_end: u64) -> Result<*mut u8, DmaError> {
+    /// Runs `access` on where `[remote_addr, remote_end)` of registration
+    /// `reg` is mapped here, if the range lies inside the registration and
+    /// its owner freed none of it since the registration was made (and,
+    /// with `granted`, since it granted it), with the owner's frees held
+    /// off until `access` is done (`gens.rs`).
+    fn pinned(
+        &self,
+        reg: RegId,
+        remote_addr: u64,
+        remote_end: u64,
+        granted: Option<u16>,
+        access: impl FnOnce(*mut u8) -> Result<(), DmaError>,
+    ) -> Result<(), DmaError> {
         let registration = self
             .registrations
             .get(&reg.0)
@@ -212,10 +286,28 @@ impl ShmDmaEngine {
         if remote_addr < registration.start || remote_end > registration.end {
             return Err(DmaError::OutOfBounds);
         }
+        let (first, count) = registration.pages(remote_addr, remote_end);
+        let (reg_first, _) = registration.pages(registration.start, registration.end);
+        let expected = registration
+            .snapshot
+            .get(first - reg_first..)
+            .and_then(|pages| pages.get(..count))
+            .unwrap_or(&[]);
+        let _pin = registration.gens.pin();
+        let (current, token) = registration
+            .gens
+            .check(first, expected)
+            .ok_or(DmaError::OutOfBounds)?;
+        if !current {
+            return Err(DmaError::Stale);
+        }
+        if granted.is_some_and(|granted| granted != token) {
+            return Err(DmaError::Revoked);
+        }
         let offset = (remote_addr - registration.mapping_start) as usize;
         // SAFETY: the registered range lies inside the mapping, which starts
         // at mapping_start: `offset` is inside it.
-        Ok(unsafe { registration.mapping.base().add(offset) })
+        access(unsafe { registration.mapping.base().add(offset) })
     }
 
     /// Queues the completion of a transfer of `len` bytes at its modeled time.
@@ -250,6 +342,10 @@ impl DmaEngine for ShmDmaEngine {
         self.region.contains(addr as usize, len)
     }
 
+    fn grant_token(&self, addr: *const u8, len: usize) -> Option<u16> {
+        self.region.grant_token(addr as usize, len)
+    }
+
     fn register(&mut self, node: NodeId, addr: u64, len: usize) -> Result<RegId, DmaError> {
         let started = monotonic_ns();
         if len == 0 {
@@ -264,6 +360,24 @@ impl DmaEngine for ShmDmaEngine {
         self.registrations.insert(id, registration);
         spin_until(started + self.timing.registration_ns);
         Ok(RegId(id))
+    }
+
+    /// The segment's mapping stays valid while its owner lives (segments
+    /// never shrink): the route is taken again from the generations, at
+    /// the model's registration cost.
+    fn revalidate(&mut self, reg: RegId) -> Result<(), DmaError> {
+        let started = monotonic_ns();
+        let registration = self
+            .registrations
+            .get_mut(&reg.0)
+            .ok_or(DmaError::NotRegistered)?;
+        let (first, count) = registration.pages(registration.start, registration.end);
+        registration.snapshot = registration
+            .gens
+            .snapshot(first, count)
+            .ok_or(DmaError::OutOfBounds)?;
+        spin_until(started + self.timing.registration_ns);
+        Ok(())
     }
 
     fn deregister(&mut self, reg: RegId) -> Result<(), DmaError> {
@@ -285,7 +399,25 @@ impl DmaEngine for ShmDmaEngine {
         reg: RegId,
         remote_addr: u64,
     ) -> Result<DmaId, DmaError> {
-        self.transfer(Direction::Put, local as usize, len, reg, remote_addr)
+        self.transfer(Direction::Put, local as usize, len, reg, remote_addr, None)
+    }
+
+    fn put_granted(
+        &mut self,
+        local: *const u8,
+        len: usize,
+        reg: RegId,
+        remote_addr: u64,
+        token: u16,
+    ) -> Result<DmaId, DmaError> {
+        self.transfer(
+            Direction::Put,
+            local as usize,
+            len,
+            reg,
+            remote_addr,
+            Some(token),
+        )
     }
 
     fn get(
@@ -295,7 +427,7 @@ impl DmaEngine for ShmDmaEngine {
         reg: RegId,
         remote_addr: u64,
     ) -> Result<DmaId, DmaError> {
-        self.transfer(Direction::Get, local as usize, len, reg, remote_addr)
+        self.transfer(Direction::Get, local as usize, len, reg, remote_addr, None)
     }
 
     fn resolve_key(&mut self, node: NodeId, key: u64) -> Result<Exposure, DmaError> {
@@ -325,10 +457,11 @@ impl DmaEngine for ShmDmaEngine {
         let remote_end = remote_addr
             .checked_add(len as u64)
             .ok_or(DmaError::LengthOverflow)?;
-        let at = self.mapped(reg, remote_addr, remote_end)?;
-        // SAFETY: `[at, at + len)` lies inside the registration's mapping
-        // (`mapped`); update_elements checks the alignment.
-        unsafe { crate::atomic::update_elements(at, width, count, update, old)? };
+        self.pinned(reg, remote_addr, remote_end, None, |at| {
+            // SAFETY: `[at, at + len)` lies inside the registration's mapping
+            // (`pinned`); update_elements checks the alignment.
+            unsafe { crate::atomic::update_elements(at, width, count, update, old) }
+        })?;
         Ok(self.complete_after(len))
     }
 

@@ -31,6 +31,13 @@ pub enum DmaError {
     KeyInUse,
     /// The key does not grant the access asked for.
     AccessDenied,
+    /// The owner freed memory of the registered range since it was
+    /// registered: the registration no longer reaches what it named.
+    /// Registering the range again gives a current one.
+    Stale,
+    /// The owner freed memory of the range since it granted it: the grant
+    /// is void (its receive is gone), and no registration revives it.
+    Revoked,
     /// The host refused a resource.
     Io(io::Error),
 }
@@ -50,6 +57,8 @@ impl fmt::Display for DmaError {
             DmaError::NoSuchKey => f.write_str("no such key"),
             DmaError::KeyInUse => f.write_str("key already in use"),
             DmaError::AccessDenied => f.write_str("key does not grant this access"),
+            DmaError::Stale => f.write_str("registration is stale: the owner freed that memory"),
+            DmaError::Revoked => f.write_str("grant is void: the owner freed that memory"),
             DmaError::Io(e) => write!(f, "DMA resource error: {e}"),
         }
     }

@@ -20,16 +20,17 @@
 use std::os::raw::{c_int, c_void};
 
 /// Name of the function the heap exports: `extern "C" fn() -> *const HeapAbi`.
-pub const HEAP_ABI_SYMBOL: &std::ffi::CStr = c"unimem_heap_abi_v1";
+pub const HEAP_ABI_SYMBOL: &std::ffi::CStr = c"unimem_heap_abi_v2";
 /// First field of [`HeapAbi`].
-pub const HEAP_ABI_MAGIC: u64 = u64::from_le_bytes(*b"UMHEAPv1");
+pub const HEAP_ABI_MAGIC: u64 = u64::from_le_bytes(*b"UMHEAPv2");
 /// Version of [`HeapAbi`] (also in the symbol's name).
-pub const HEAP_ABI_VERSION: u32 = 1;
+pub const HEAP_ABI_VERSION: u32 = 2;
 /// Version of the layout of a region's shared objects (directory and
 /// segments, see `region.rs`): both libraries must read the same layout.
 /// Bump it with any change of `Directory`, `SegmentEntry`,
-/// `DIRECTORY_OFFSET`, `MAX_SEGMENTS` or the object names.
-pub const REGION_LAYOUT: u32 = 1;
+/// `DIRECTORY_OFFSET`, `MAX_SEGMENTS`, the generation tables (`gens.rs`)
+/// or the object names. 2: generation tables, page-aligned allocations.
+pub const REGION_LAYOUT: u32 = 2;
 
 /// Identity of the heap's region: the node peers address.
 #[repr(C)]
@@ -65,6 +66,10 @@ pub struct HeapAbi {
     pub free: unsafe extern "C" fn(ptr: *mut c_void),
     /// Bytes of the region allocated, for everyone.
     pub in_use: unsafe extern "C" fn() -> usize,
+    /// The grant token of `[addr, addr + len)` (0..=65535, see
+    /// [`crate::DmaRegion::grant_token`]), or -1 if that is not the
+    /// region's memory.
+    pub grant_token: unsafe extern "C" fn(addr: usize, len: usize) -> i32,
 }
 
 /// The preloaded heap's table, if a heap that speaks this version is in

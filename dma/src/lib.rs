@@ -10,6 +10,7 @@ mod alloc;
 mod atomic;
 mod engine;
 mod error;
+mod gens;
 pub mod heap_abi;
 mod keys;
 mod region;
@@ -55,6 +56,11 @@ pub trait DmaEngine: Send {
     /// Prepares the route to `[addr, addr + len)` of `node`: the costly step.
     fn register(&mut self, node: Self::Node, addr: u64, len: usize) -> Result<RegId, DmaError>;
 
+    /// Makes registration `reg`, found [`DmaError::Stale`], current again:
+    /// the owner freed memory of its range and allocated it anew, and the
+    /// route must be prepared again (the costly step, as in `register`).
+    fn revalidate(&mut self, reg: RegId) -> Result<(), DmaError>;
+
     /// Releases a registration.
     fn deregister(&mut self, reg: RegId) -> Result<(), DmaError>;
 
@@ -63,7 +69,9 @@ pub trait DmaEngine: Send {
     fn forget_node(&mut self, node: Self::Node);
 
     /// Starts copying `len` bytes from local `local` to `remote_addr`, which
-    /// must lie in registration `reg`.
+    /// must lie in registration `reg`. A registration of memory its owner
+    /// freed since is refused with [`DmaError::Stale`] (so are `get` and
+    /// `atomic`): owners invalidate what peers hold before reusing memory.
     fn put(
         &mut self,
         local: *const u8,
@@ -71,6 +79,24 @@ pub trait DmaEngine: Send {
         reg: RegId,
         remote_addr: u64,
     ) -> Result<DmaId, DmaError>;
+
+    /// [`Self::put`] into memory its owner granted with `token` (the owner's
+    /// [`Self::grant_token`] of that range then): refused with
+    /// [`DmaError::Revoked`], no byte moved, if the owner freed any of it
+    /// since.
+    fn put_granted(
+        &mut self,
+        local: *const u8,
+        len: usize,
+        reg: RegId,
+        remote_addr: u64,
+        token: u16,
+    ) -> Result<DmaId, DmaError>;
+
+    /// What a grant of local dmable `[addr, addr + len)` carries so that
+    /// [`Self::put_granted`] can tell the memory was not freed since; `None`
+    /// if the range is not dmable memory of this node.
+    fn grant_token(&self, addr: *const u8, len: usize) -> Option<u16>;
 
     /// Starts copying `len` bytes from `remote_addr` in `reg` to `local`.
     fn get(

@@ -27,10 +27,13 @@ use unimem_mailbox::{JobId, NodeId};
 
 use crate::alloc::RangeAllocator;
 use crate::error::DmaError;
+use crate::gens::{GenTable, GEN_PAGE};
 use crate::heap_abi::{self, HeapAbi, HeapRegionId};
 
-/// Every allocation is aligned to (and rounded up to) a cache line.
-pub const ALLOC_ALIGN: usize = 64;
+/// Every allocation is aligned to (and rounded up to) a page: the unit in
+/// which a free invalidates what peers hold (`gens.rs`), so that freeing a
+/// block never touches a neighbour's pages.
+pub const ALLOC_ALIGN: usize = GEN_PAGE;
 /// Most segments one region can hold (the directory is one page).
 pub const MAX_SEGMENTS: usize = 240;
 /// Accepted segment sizes (`dma_segment_size`), in bytes: a region of
@@ -126,6 +129,11 @@ pub(crate) fn segment_name(node: &NodeId, index: usize) -> String {
     object_name(node.job, &format!("{}-seg{index}", node.pid))
 }
 
+/// The generation table of segment `index` (see `gens.rs`).
+pub(crate) fn gen_table_name(node: &NodeId, index: usize) -> String {
+    object_name(node.job, &format!("{}-gen{index}", node.pid))
+}
+
 /// The directory inside a mapped directory object.
 pub(crate) fn directory(object: &SharedObject) -> &Directory {
     // SAFETY: directory objects are at least a header page long and the
@@ -137,6 +145,8 @@ pub(crate) fn directory(object: &SharedObject) -> &Directory {
 
 struct Segment {
     object: SharedObject,
+    /// Generations of its pages, bumped by every free.
+    gens: Arc<GenTable>,
     allocator: RangeAllocator,
     class: MemClass,
     /// Data bytes committed in `/dev/shm` so far (from the start).
@@ -454,11 +464,33 @@ impl DmaRegion {
         }
     }
 
+    /// The token a grant of `[addr, addr + len)` carries (see
+    /// `GenTable::token`); `None` if that is not this region's memory.
+    pub fn grant_token(&self, addr: usize, len: usize) -> Option<u16> {
+        match &self.backing {
+            Backing::Own(own) => {
+                let (gens, first, count) = own.pages_of(addr, len)?;
+                gens.token(first, count)
+            }
+            Backing::Heap(abi) => {
+                // SAFETY: the heap's grant_token only reads its tables.
+                let token = unsafe { (abi.grant_token)(addr, len) };
+                u16::try_from(token).ok()
+            }
+        }
+    }
+
     fn free(&self, buf: &DmaBuf) {
         match &self.backing {
-            Backing::Own(own) => own.segments.lock().list[buf.segment]
-                .allocator
-                .free(buf.offset, buf.rounded),
+            Backing::Own(own) => {
+                // Peers' hold on the block ends before it can serve again;
+                // the wait (if a peer is mid-copy) is outside the lock.
+                let gens = Arc::clone(&own.segments.lock().list[buf.segment].gens);
+                gens.invalidate(buf.offset / GEN_PAGE, buf.rounded / GEN_PAGE);
+                own.segments.lock().list[buf.segment]
+                    .allocator
+                    .free(buf.offset, buf.rounded)
+            }
             // SAFETY: the pointer came from this heap's alloc and goes back
             // once (from DmaBuf's drop).
             Backing::Heap(abi) => unsafe { (abi.free)(buf.ptr.as_ptr().cast()) },
@@ -467,6 +499,18 @@ impl DmaRegion {
 }
 
 impl Own {
+    /// The generation table of the segment holding `[addr, addr + len)`,
+    /// and the pages of the range in it.
+    fn pages_of(&self, addr: usize, len: usize) -> Option<(Arc<GenTable>, usize, usize)> {
+        let end = addr.checked_add(len.max(1))?;
+        let segments = self.segments.lock();
+        let seg = segments.list.iter().find(|seg| seg.contains(addr, len))?;
+        let offset = addr - seg.data() as usize;
+        let first = offset / GEN_PAGE;
+        let last = (end - seg.data() as usize).div_ceil(GEN_PAGE);
+        Some((Arc::clone(&seg.gens), first, last - first))
+    }
+
     /// Commits segment `index` up to `end` data bytes (in [`COMMIT_CHUNK`]
     /// steps) and tells peers in the directory. `ENOSPC` from a full
     /// `/dev/shm` is an error here, with one line in the log.
@@ -547,9 +591,14 @@ impl Own {
                 DmaError::Io(e)
             }
         })?;
+        let gens = GenTable::create(&gen_table_name(node, index), len).map_err(|e| {
+            tracing::warn!("cannot make a dmable segment's generation table in /dev/shm: {e}");
+            DmaError::Io(e)
+        })?;
         object.publish();
         let segment = Segment {
             object,
+            gens: Arc::new(gens),
             allocator: RangeAllocator::new(len),
             class,
             committed: 0,
@@ -713,7 +762,7 @@ mod tests {
         // leaves no room for another such one.
         let big = region.alloc(3 << 20).unwrap();
         assert!(matches!(region.alloc(3 << 20), Err(DmaError::OutOfMemory)));
-        assert_eq!(region.in_use(), 128 + (3 << 20));
+        assert_eq!(region.in_use(), ALLOC_ALIGN + (3 << 20));
         drop(big);
         drop(a);
         assert_eq!(region.in_use(), 0);

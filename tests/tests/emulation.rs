@@ -199,8 +199,8 @@ fn a_process_removes_its_own_objects_when_it_exits_without_closing() {
     let _children = children_may_reclaim();
     let job_name = format!("exit-hook-{}", std::process::id());
     let mut child = Peer::spawn(NODE, &[&job_name, "exit-uncleanly"]);
-    // A mailbox, a region directory and one segment.
-    assert_eq!(child.expect("removed"), "3");
+    // A mailbox, a region directory, one segment and its generation table.
+    assert_eq!(child.expect("removed"), "4");
     assert!(child.wait_success());
     assert!(list_objects(Some(JobId::from_name(&job_name))).is_empty());
 }

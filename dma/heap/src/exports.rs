@@ -322,6 +322,10 @@ unsafe extern "C" fn abi_in_use() -> usize {
     heap::abi_in_use()
 }
 
+unsafe extern "C" fn abi_grant_token(addr: usize, len: usize) -> i32 {
+    heap::abi_grant_token(addr, len).map_or(-1, i32::from)
+}
+
 static ABI: HeapAbi = HeapAbi {
     magic: HEAP_ABI_MAGIC,
     version: HEAP_ABI_VERSION,
@@ -331,10 +335,11 @@ static ABI: HeapAbi = HeapAbi {
     alloc: abi_alloc,
     free: abi_free,
     in_use: abi_in_use,
+    grant_token: abi_grant_token,
 };
 
 /// The handshake (`unimem_dma::heap_abi::HEAP_ABI_SYMBOL`).
 #[no_mangle]
-pub extern "C" fn unimem_heap_abi_v1() -> *const HeapAbi {
+pub extern "C" fn unimem_heap_abi_v2() -> *const HeapAbi {
     &ABI
 }

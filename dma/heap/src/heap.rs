@@ -380,6 +380,13 @@ pub fn abi_free(ptr: *mut c_void) {
     enter(|heap| drop(heap.internal.remove(&(ptr as usize))));
 }
 
+pub fn abi_grant_token(addr: usize, len: usize) -> Option<u16> {
+    if !RANGES.contains(addr, len.max(1)) {
+        return None;
+    }
+    enter(|heap| heap.region.as_ref()?.grant_token(addr, len)).flatten()
+}
+
 pub fn abi_in_use() -> usize {
     enter(|heap| heap.region.as_ref().map_or(0, |r| r.in_use())).unwrap_or(0)
 }

@@ -53,6 +53,9 @@ struct Shared<D: DmaEngine> {
     /// Per view slot: the tokens of its transfers that another view polled,
     /// waiting for it to look. `None`: no view in that slot.
     routed: Vec<Option<Vec<Token>>>,
+    /// Registrations found stale (their owner freed the memory) and made
+    /// again.
+    stale: u64,
 }
 
 impl<D: DmaEngine> Shared<D> {
@@ -112,6 +115,7 @@ impl<D: DmaEngine> DomainDma<D> {
                 regcache: RegCache::new(regcache),
                 owners: VecDeque::new(),
                 routed: Vec::new(),
+                stale: 0,
             })),
         }
     }
@@ -152,6 +156,11 @@ impl<D: DmaEngine> DomainDma<D> {
         self.shared.lock().engine.is_dmable(addr, len)
     }
 
+    /// See [`DmaEngine::grant_token`].
+    pub fn grant_token(&self, addr: *const u8, len: usize) -> Option<u16> {
+        self.shared.lock().engine.grant_token(addr, len)
+    }
+
     /// Drops (and deregisters) the cached registrations of `node`, for
     /// every view: its memory went away or changed. Transfers in flight
     /// keep theirs until they complete.
@@ -171,6 +180,12 @@ impl<D: DmaEngine> DomainDma<D> {
     /// The registration cache's counters.
     pub fn regcache_stats(&self) -> Stats {
         self.shared.lock().regcache.stats()
+    }
+
+    /// Registrations found stale so far (see
+    /// [`DmaSession::with_registration`]).
+    pub fn stale_registrations(&self) -> u64 {
+        self.shared.lock().stale
     }
 
     /// Views attached now.
@@ -211,6 +226,11 @@ impl<D: DmaEngine> DmaView<D> {
     /// Whether `[addr, addr + len)` is dmable memory of this node.
     pub fn is_dmable(&self, addr: *const u8, len: usize) -> bool {
         self.domain.is_dmable(addr, len)
+    }
+
+    /// See [`DmaEngine::grant_token`].
+    pub fn grant_token(&self, addr: *const u8, len: usize) -> Option<u16> {
+        self.domain.grant_token(addr, len)
     }
 
     /// Registers `[addr, addr + len)` of `node` for this view alone, outside
@@ -280,6 +300,25 @@ impl<D: DmaEngine> DmaSession<'_, D> {
         Ok(())
     }
 
+    /// [`Self::put`] into memory the owner granted with `grant` (see
+    /// [`DmaEngine::put_granted`]).
+    pub fn put_granted(
+        &mut self,
+        local: *const u8,
+        len: usize,
+        reg: RegId,
+        remote_addr: u64,
+        grant: u16,
+        token: Token,
+    ) -> Result<(), DmaError> {
+        let id = self
+            .shared
+            .engine
+            .put_granted(local, len, reg, remote_addr, grant)?;
+        self.shared.submitted(id, self.slot, token);
+        Ok(())
+    }
+
     /// Starts getting `len` bytes from `remote_addr` in `reg` to `local`;
     /// its completion hands `token` back to this view.
     pub fn get(
@@ -336,6 +375,34 @@ impl<D: DmaEngine> DmaSession<'_, D> {
                 None => tracing::warn!(?id, "completion of an unknown DMA"),
             }
         }
+    }
+
+    /// Runs `transfer` with a registration of `[addr, addr + len)` of
+    /// `node`: `probed` (see [`Self::registration_or`]) or the cache's. If
+    /// the owner freed memory of the range since that registration was
+    /// made ([`DmaError::Stale`]), the transfer is asked `still_allowed`
+    /// (the owner may have allocated the memory anew for the transfer, or
+    /// have taken away the right to it), and if so the registration is
+    /// made current ([`DmaEngine::revalidate`]) and `transfer` runs once
+    /// more.
+    pub fn with_registration(
+        &mut self,
+        probed: Option<RegId>,
+        (node, addr, len): (D::Node, u64, usize),
+        still_allowed: impl FnOnce(&mut Self) -> Result<(), DmaError>,
+        mut transfer: impl FnMut(&mut Self, RegId) -> Result<(), DmaError>,
+    ) -> Result<(), DmaError> {
+        let (reg, stale) = self.registration_or(probed, node, addr, len)?;
+        let mut result = transfer(self, reg);
+        if matches!(result, Err(DmaError::Stale)) {
+            tracing::debug!(%node, addr, len, "stale registration: the owner freed that memory; registering again");
+            self.shared.stale += 1;
+            result = still_allowed(self)
+                .and_then(|()| self.shared.engine.revalidate(reg))
+                .and_then(|()| transfer(self, reg));
+        }
+        self.release(stale);
+        result
     }
 
     /// `probed`, a registration the caller holds of a range covering this

@@ -15,7 +15,7 @@
 //! | Inline   | len u8, [sizes u8, tag bytes, data bytes], payload              |
 //! | Eager    | credits u8, len u32 (low 27 bits; high 5: sequence), [tag u64], [data u64], [.., send id u16 at 22] |
 //! | Rts      | credits u8, send id u16, len u32, [tag u64], [data u64]         |
-//! | Grant    | pad u8, send id u16, fragment u32, address u64, len u32, recv id u16, recv generation u16 |
+//! | Grant    | token low u8, send id u16, fragment u32, address u64, len u24 + token high u8, recv id u16, recv generation u16 |
 //! | FragDone | pad u8, send id u16, fragment u32, recv id u16, recv generation u16 |
 //! | Fin      | pad u8, send id u16                                             |
 //! | LenHigh  | (a `Fin` op, flag `LEN_HIGH`) pad u8, id u16, high u32 (flag `READ`: the id is a recv id) |
@@ -81,8 +81,12 @@ use unimem_mailbox::{Message, MESSAGE_LEN};
 pub const NODE_LEN: usize = 12;
 
 /// The protocol version a `Params` message carries. Version 1 had no
-/// `Params` (a `Hello` came first); 2 added it, and eager sequence numbers.
-pub const PROTOCOL_VERSION: u16 = 2;
+/// `Params` (a `Hello` came first); 2 added it, and eager sequence numbers;
+/// 3 the grant token.
+pub const PROTOCOL_VERSION: u16 = 3;
+
+/// Longest fragment a `Grant` can name (its length has 24 bits).
+pub const MAX_FRAGMENT_LEN: usize = (1 << 24) - 1;
 
 /// Width of the send and receive ids on the wire, in bits.
 pub const ID_BITS: u8 = 16;
@@ -197,6 +201,9 @@ pub enum Wire {
         recv_id: u16,
         /// The generation of `recv_id`: the report names it too.
         recv_gen: u16,
+        /// The receiver's grant token of the range (`DmaEngine::grant_token`):
+        /// a put into it after the receiver freed that memory is refused.
+        token: u16,
     },
     /// Sender to receiver: fragment `fragment` is in place.
     FragDone {
@@ -513,13 +520,19 @@ impl Wire {
                 len,
                 recv_id,
                 recv_gen,
+                token,
             } => {
+                debug_assert!(*len as usize <= MAX_FRAGMENT_LEN);
+                let [token_low, token_high] = token.to_le_bytes();
                 w = Writer::new(op::GRANT, None);
-                w.put(&[0])
+                w.put(&[token_low])
                     .put(&send_id.to_le_bytes())
                     .put(&fragment.to_le_bytes())
                     .put(&addr.to_le_bytes())
-                    .put(&len.to_le_bytes())
+                    .put(
+                        &((len & MAX_FRAGMENT_LEN as u32) | u32::from(token_high) << 24)
+                            .to_le_bytes(),
+                    )
                     .put(&recv_id.to_le_bytes())
                     .put(&recv_gen.to_le_bytes());
             }
@@ -706,14 +719,17 @@ impl Wire {
                 }
             }
             op::GRANT => {
-                r.u8();
+                let token_low = r.u8();
+                let (send_id, fragment, addr) = (r.u16(), r.u32(), r.u64());
+                let len_and_token = r.u32();
                 Wire::Grant {
-                    send_id: r.u16(),
-                    fragment: r.u32(),
-                    addr: r.u64(),
-                    len: r.u32(),
+                    send_id,
+                    fragment,
+                    addr,
+                    len: len_and_token & MAX_FRAGMENT_LEN as u32,
                     recv_id: r.u16(),
                     recv_gen: r.u16(),
+                    token: u16::from_le_bytes([token_low, (len_and_token >> 24) as u8]),
                 }
             }
             op::FRAGDONE => {
@@ -864,6 +880,7 @@ mod tests {
                 len: 262_144,
                 recv_id: 9,
                 recv_gen: 0xfffe,
+                token: 0xa55a,
             },
             Wire::FragDone {
                 send_id: 3,
@@ -1015,10 +1032,11 @@ mod tests {
             len: 9,
             recv_id: 10,
             recv_gen: 0,
+            token: 0x0302,
         };
         let mut expected = [0u8; MESSAGE_LEN];
         expected[..22].copy_from_slice(&[
-            5, 0, 2, 1, 7, 0, 0, 0, 0x88, 0x77, 0x66, 0x55, 0x44, 0x33, 0x22, 0x11, 9, 0, 0, 0, 10,
+            5, 2, 2, 1, 7, 0, 0, 0, 0x88, 0x77, 0x66, 0x55, 0x44, 0x33, 0x22, 0x11, 9, 0, 0, 3, 10,
             0,
         ]);
         assert_eq!(grant.encode(), expected);

@@ -1666,6 +1666,8 @@ impl World {
                         len: len.min(FRAGMENT as u32),
                         recv_id: self.some_id(),
                         recv_gen: some_gen(self),
+                        // The arena was never freed: 0 is its token.
+                        token: self.rng.below(2) as u16,
                     },
                 }
             }
@@ -1693,6 +1695,7 @@ impl World {
                 len: FRAGMENT as u32,
                 recv_id: self.some_id(),
                 recv_gen: some_gen(self),
+                token: self.rng.below(2) as u16,
             },
             Wire::AtomicReq { id, .. } => {
                 if self.rng.percent(50) {

@@ -165,7 +165,7 @@ tunables! {
     eager_credits: usize = Kind::Int { min: 0, max: 255 }, "16", "eager receive buffers a receiver pre-allocates per peer (flow-control credits); 0: none, eager messages come by rendezvous";
     bounce_buffers: usize = Kind::Int { min: 1, max: 4096 }, "64", "eager_size bounce buffers per endpoint: an eager send copies its data into one when it leaves (it has a credit) and frees it when its DMA is done";
     max_msg_size: usize = Kind::Size { min: 0, max: u64::MAX }, "0", "largest message and RMA operation (ep_attr->max_msg_size); 0: every length (the wire carries 64-bit lengths)";
-    segment_size: usize = Kind::Size { min: 4 * KIB, max: 64 * MIB }, "256k", "rendezvous fragment: what one DMA of a rendezvous transfer moves";
+    segment_size: usize = Kind::Size { min: 4 * KIB, max: 8 * MIB }, "256k", "rendezvous fragment: what one DMA of a rendezvous transfer moves";
     rendezvous_window: usize = Kind::Int { min: 1, max: 1024 }, "4", "rendezvous fragments a receiver grants ahead per transfer";
     staging_segments: usize = Kind::Int { min: 1, max: 1024 }, "8", "staging buffers (of segment_size bytes) per endpoint on each side, for rendezvous with ordinary memory";
     regcache_enable: bool = Kind::Bool, "true", "cache remote DMA registrations (one costs > 10 us on the hardware)";

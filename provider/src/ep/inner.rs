@@ -154,6 +154,15 @@ unsafe impl FiObject for EpInner {
             carried.assisted,
             carried.atomics
         );
+        if carried.regcache_hits + carried.regcache_misses > 0 {
+            tracing::info!(
+                "endpoint {:p}: registration cache of its domain: {} hits, {} misses, {} found stale (memory its owner freed since) and made again",
+                ep,
+                carried.regcache_hits,
+                carried.regcache_misses,
+                carried.stale_registrations
+            );
+        }
         if carried.unexpected_peak > 0 {
             tracing::info!(
                 "endpoint {:p}: unexpected messages held at most {} bytes from one sender; senders throttled {} times",

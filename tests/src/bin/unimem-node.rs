@@ -233,6 +233,7 @@ fn forged_message(rng: &mut Rng) -> [u8; 24] {
             len,
             recv_id: rng.below(64) as u16,
             recv_gen: rng.below(4) as u16,
+            token: rng.below(4) as u16,
         },
         2 => Wire::FragDone {
             send_id: id,

@@ -211,6 +211,12 @@ pub struct Stats {
     pub unexpected_peak: usize,
     /// Times a sender was asked to throttle (it held too much of that).
     pub throttles: u64,
+    /// The domain's registration cache: lookups served and not, and
+    /// registrations found stale (their owner freed the memory since) and
+    /// made again (filled in by [`Messenger::stats`]).
+    pub regcache_hits: u64,
+    pub regcache_misses: u64,
+    pub stale_registrations: u64,
 }
 
 fn post_error(e: MailboxError) -> PostError {
@@ -335,7 +341,14 @@ where
 
     /// What the messenger carried so far.
     pub fn stats(&self) -> Stats {
-        self.stats
+        let domain = self.dma.domain();
+        let cache = domain.regcache_stats();
+        Stats {
+            regcache_hits: cache.hits,
+            regcache_misses: cache.misses,
+            stale_registrations: domain.stale_registrations(),
+            ..self.stats
+        }
     }
 
     /// How many peer messages were dropped as invalid so far.

@@ -241,6 +241,7 @@ where
                 len,
                 recv_id,
                 recv_gen,
+                token,
             } => self.on_grant(
                 peer,
                 Grant {
@@ -250,6 +251,7 @@ where
                     len: len as usize,
                     recv_id,
                     recv_gen,
+                    token,
                 },
             ),
             Wire::FragDone {

@@ -4,7 +4,7 @@
 
 use std::time::{Duration, Instant};
 
-use unimem_dma::{DmaRegion, RegionConfig, ShmDmaEngine};
+use unimem_dma::{DmaBuf, DmaRegion, RegionConfig, ShmDmaEngine};
 use unimem_mailbox::{MailboxAddr, Profile, ShmMailbox, ShmMailboxConfig};
 
 use super::*;
@@ -2267,6 +2267,7 @@ fn stray_rendezvous_messages_of_another_peer_are_dropped() {
             len: FRAGMENT as u32,
             recv_id: 0,
             recv_gen: 0,
+            token: 0,
         });
     }
     let _rogue_a = forge(a.addr(), &forged);
@@ -3037,4 +3038,89 @@ fn rogue_first_contact() -> Vec<Wire> {
             slots: 0,
         },
     ]
+}
+
+/// The owner invalidates what peers hold before memory serves again: a
+/// receiver that frees the buffer it granted (its receive gone) gets no
+/// byte of the late put, and the sender's send fails; a sender's cached
+/// registration of memory freed and allocated again since is replaced, and
+/// the next transfer into the new buffer lands whole.
+#[test]
+fn puts_never_land_in_memory_freed_since_it_was_granted() {
+    let mut a = messenger();
+    let mut b = messenger();
+    let len = 3 * FRAGMENT;
+    let source = a.dma.alloc(len).unwrap();
+    let data = pattern(len, 21);
+    source.write(0, &data);
+    let recv = |target: &DmaBuf, context| PostedRecv {
+        context,
+        iov: IovList::One((target.as_ptr() as usize, len)),
+        src: None,
+        tag: 0,
+        ignore: 0,
+        completion: true,
+        multi_recv: false,
+    };
+
+    // One transfer through a registration the sender caches.
+    let first = b.dma.alloc(len).unwrap();
+    post(&mut b, false, recv(&first, 1));
+    let req = SendReq {
+        context: 2,
+        ..send_req(b.addr(), source.as_ptr(), len)
+    };
+    // SAFETY: `source` outlives the sends.
+    unsafe { a.send(req.clone()) }.unwrap();
+    collect(&mut [&mut a, &mut b], 1, 1);
+    collect(&mut [&mut a, &mut b], 0, 1);
+    let stale_before = a.dma.domain().stale_registrations();
+
+    // Freed and allocated again: the cached registration is stale, and is
+    // replaced (no byte is lost, none lands twice).
+    let at = first.as_ptr() as usize;
+    drop(first);
+    let second = b.dma.alloc(len).unwrap();
+    post(&mut b, false, recv(&second, 3));
+    // SAFETY: as above.
+    unsafe {
+        a.send(SendReq {
+            context: 4,
+            ..req.clone()
+        })
+    }
+    .unwrap();
+    collect(&mut [&mut a, &mut b], 1, 1);
+    collect(&mut [&mut a, &mut b], 0, 1);
+    let mut out = vec![0u8; len];
+    second.read(0, &mut out);
+    assert!(out == data);
+    if second.as_ptr() as usize == at {
+        assert!(a.dma.domain().stale_registrations() > stale_before);
+    }
+
+    // A grant outstanding when its memory is freed: the late put is
+    // refused and nothing lands in what the memory became.
+    post(&mut b, false, recv(&second, 5));
+    // SAFETY: as above.
+    unsafe { a.send(SendReq { context: 6, ..req }) }.unwrap();
+    let deadline = Instant::now() + HANG_GUARD;
+    while b.rx_xfers.is_empty() {
+        assert!(Instant::now() < deadline, "no grant");
+        a.flush_active();
+        b.progress();
+    }
+    drop(second);
+    let reused = b.dma.alloc(len).unwrap();
+    reused.write(0, &vec![0xee; len]);
+    let events = collect(&mut [&mut a], 0, 1);
+    assert!(
+        matches!(&events[0], Event::Error(e) if e.context == 6),
+        "{events:?}"
+    );
+    reused.read(0, &mut out);
+    assert!(
+        out.iter().all(|&x| x == 0xee),
+        "a put landed in freed memory"
+    );
 }

@@ -259,6 +259,15 @@ where
         xfer.next_grant += 1;
         xfer.outstanding.push(fragment);
         let (peer, send_id) = (xfer.peer, xfer.send_id);
+        // What the range's generations are now: the sender's put is refused
+        // if this memory is freed before it lands (gens.rs in unimem-dma).
+        let token = self
+            .dma
+            .grant_token(addr as *const u8, len)
+            .unwrap_or_else(|| {
+                debug_assert!(false, "a granted range is dmable memory of ours");
+                0
+            });
         let grant = Wire::Grant {
             send_id,
             fragment,
@@ -266,6 +275,7 @@ where
             len: len as u32,
             recv_id: id as u16,
             recv_gen: self.rx_xfers.generation(id),
+            token,
         };
         self.queue_control(peer, grant.encode());
         true

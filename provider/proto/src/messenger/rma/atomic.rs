@@ -241,10 +241,12 @@ where
         let mut old = vec![0u8; if args.wants_old() { len } else { 0 }];
         let token = self.dma_waiters.next_id();
         let mut dma = self.dma.lock();
-        let done = dma
-            .registration_or(probed, node, target, len)
-            .and_then(|(reg, stale)| {
-                let result = dma.atomic(
+        let done = dma.with_registration(
+            probed,
+            (node, target, len),
+            |dma| rma.still_allowed(dma, node),
+            |dma, reg| {
+                dma.atomic(
                     reg,
                     target,
                     size,
@@ -256,10 +258,9 @@ where
                         }
                     },
                     token,
-                );
-                dma.release(stale);
-                result
-            });
+                )
+            },
+        );
         drop(dma);
         if let Err(e) = done {
             tracing::warn!(%node, "atomic refused by the engine: {e}");

@@ -23,6 +23,7 @@
 pub(crate) mod atomic;
 pub(crate) mod target;
 
+use crate::dma::DmaSession;
 use std::collections::HashMap;
 use std::hash::Hash;
 
@@ -98,6 +99,29 @@ pub(crate) struct RmaOp {
     /// The target's key counts remote accesses: a one-sided operation
     /// tells it once done.
     notify: bool,
+}
+
+impl RmaOp {
+    /// The rights the target's key must grant.
+    fn access_needed(&self) -> Access {
+        match &self.atomic {
+            Some(args) => args.needs(),
+            None if self.kind == RmaKind::Write => Access::REMOTE_WRITE,
+            None => Access::REMOTE_READ,
+        }
+    }
+
+    /// Whether `node`'s key still grants this operation (asked again when
+    /// the target freed memory of its range since it was registered).
+    pub(crate) fn still_allowed<D: DmaEngine>(
+        &self,
+        dma: &mut DmaSession<'_, D>,
+        node: D::Node,
+    ) -> Result<(), DmaError> {
+        dma.resolve_key(node, self.key)?
+            .translate(self.addr, self.len as u64, self.access_needed())
+            .map(drop)
+    }
 }
 
 impl<M, D> Messenger<M, D>
@@ -204,13 +228,9 @@ where
     /// cache keeps it (so that its first DMA need not look it up again).
     fn resolve_rma(&mut self, op: usize, node: D::Node) -> Option<Option<RegId>> {
         let rma = self.rma_ops.get(op).expect("checked by the caller");
-        let (key, addr, len, kind) = (rma.key, rma.addr, rma.len, rma.kind);
+        let (key, addr, len) = (rma.key, rma.addr, rma.len);
         let element = rma.atomic.as_ref().map(|a| a.element_size());
-        let need = match &rma.atomic {
-            Some(args) => args.needs(),
-            None if kind == RmaKind::Write => Access::REMOTE_WRITE,
-            None => Access::REMOTE_READ,
-        };
+        let need = rma.access_needed();
         let mut dma = self.dma.lock();
         let mut notify = false;
         let target = dma.resolve_key(node, key).and_then(|exposure| {
@@ -417,17 +437,19 @@ where
             let remote = target + next as u64;
             let token = self.dma_waiters.next_id();
             let mut dma = self.dma.lock();
-            let submitted = dma
-                .registration_or(probed.take(), node, remote, len)
-                .and_then(|(reg, stale)| {
-                    let result = if kind == RmaKind::Write {
+            let rma = self.rma_ops.get(op).expect("checked above");
+            let submitted = dma.with_registration(
+                probed.take(),
+                (node, remote, len),
+                |dma| rma.still_allowed(dma, node),
+                |dma, reg| {
+                    if kind == RmaKind::Write {
                         dma.put(local as *const u8, len, reg, remote, token)
                     } else {
                         dma.get(local as *mut u8, len, reg, remote, token)
-                    };
-                    dma.release(stale);
-                    result
-                });
+                    }
+                },
+            );
             drop(dma);
             if let Err(e) = submitted {
                 tracing::warn!(%node, "RMA DMA refused: {e}");

@@ -12,7 +12,7 @@
 
 use std::hash::Hash;
 
-use unimem_dma::DmaEngine;
+use unimem_dma::{DmaEngine, DmaError};
 use unimem_mailbox::Mailbox;
 
 use super::super::{Messenger, PeerIdx};
@@ -30,6 +30,9 @@ pub(crate) struct Grant {
     pub(crate) len: usize,
     pub(crate) recv_id: u16,
     pub(crate) recv_gen: u16,
+    /// The receiver's grant token of the range (see
+    /// [`DmaEngine::grant_token`]).
+    pub(crate) token: u16,
 }
 
 impl<M, D> Messenger<M, D>
@@ -99,20 +102,14 @@ where
         };
         let token = self.dma_waiters.next_id();
         let mut dma = self.dma.lock();
-        let (reg, stale) = match dma.cached_registration(node, grant.addr, len) {
-            Ok(reg) => reg,
-            Err(e) => {
-                drop(dma);
-                tracing::warn!(%node, "cannot register a granted fragment: {e}");
-                if let Some(staging) = staging {
-                    self.tx_staging.put(staging);
-                }
-                self.fail_peer(peer);
-                return true;
-            }
-        };
-        let result = dma.put(src, len, reg, grant.addr, token);
-        dma.release(stale);
+        // The grant's token tells whether the memory is still the one
+        // granted (a stale registration of it is then simply renewed).
+        let result = dma.with_registration(
+            None,
+            (node, grant.addr, len),
+            |_| Ok(()),
+            |dma, reg| dma.put_granted(src, len, reg, grant.addr, grant.token, token),
+        );
         // Reaped under the same lock, acted on once the waiter is in.
         let mut done = std::mem::take(&mut self.dma_done);
         if result.is_ok() {
@@ -134,9 +131,16 @@ where
             }
             Err(e) => {
                 self.dma_done = done;
-                tracing::warn!("fragment DMA refused: {e}");
                 if let Some(staging) = staging {
                     self.tx_staging.put(staging);
+                }
+                if matches!(e, DmaError::Revoked) {
+                    // The receiver freed the memory it granted: its
+                    // receive is gone (its endpoint closed), or it breaks
+                    // the protocol. Nothing lands there either way.
+                    self.drop_invalid(peer, "grant of memory its owner has freed since");
+                } else {
+                    tracing::warn!(%node, "fragment DMA refused: {e}");
                 }
                 self.fail_peer(peer);
             }
