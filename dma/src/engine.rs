@@ -145,28 +145,40 @@ impl ShmDmaEngine {
         Ok(&self.nodes[&node])
     }
 
-    fn map_range(&mut self, node: NodeId, addr: u64, end: u64) -> Result<Registration, DmaError> {
+    /// The segment of `node` that holds `[addr, end)`: its index, first
+    /// data address and committed end.
+    fn segment_of(
+        &mut self,
+        node: NodeId,
+        addr: u64,
+        end: u64,
+    ) -> Result<(usize, u64, u64), DmaError> {
         let remote = self.remote_node(node)?;
-        let owner = (
-            remote.directory.header().owner_pid(),
-            remote.directory.header().owner_start(),
-        );
         // Everything in the directory is the peer's to write: a count past
         // the table, an entry that wraps or is not page-aligned, are ignored
         // (and what a sane entry claims is checked against the segment
         // object itself when it is mapped).
         let dir = directory(&remote.directory);
         let count = dir.count.load(Ordering::Acquire) as usize;
-        let (index, base) = (0..count.min(dir.segments.len()))
+        (0..count.min(dir.segments.len()))
             .find_map(|index| {
                 let entry = &dir.segments[index];
                 let base = entry.base.load(Ordering::Relaxed);
                 let len = entry.len.load(Ordering::Acquire);
                 let seg_end = base.checked_add(len)?;
                 (base.is_multiple_of(PAGE_SIZE) && addr >= base && end <= seg_end)
-                    .then_some((index, base))
+                    .then_some((index, base, seg_end))
             })
-            .ok_or(DmaError::OutOfBounds)?;
+            .ok_or(DmaError::OutOfBounds)
+    }
+
+    fn map_range(&mut self, node: NodeId, addr: u64, end: u64) -> Result<Registration, DmaError> {
+        let (index, base, _) = self.segment_of(node, addr, end)?;
+        let remote = &self.nodes[&node];
+        let owner = (
+            remote.directory.header().owner_pid(),
+            remote.directory.header().owner_start(),
+        );
         let mapping_start = addr & !(PAGE_SIZE - 1);
         let mapping_end = end
             .checked_next_multiple_of(PAGE_SIZE)
@@ -360,6 +372,26 @@ impl DmaEngine for ShmDmaEngine {
         self.registrations.insert(id, registration);
         spin_until(started + self.timing.registration_ns);
         Ok(RegId(id))
+    }
+
+    fn register_window(
+        &mut self,
+        node: NodeId,
+        addr: u64,
+        len: usize,
+        window: usize,
+    ) -> Result<(RegId, u64, usize), DmaError> {
+        let end = addr
+            .checked_add(len.max(1) as u64)
+            .ok_or(DmaError::LengthOverflow)?;
+        let (_, base, seg_end) = self.segment_of(node, addr, end)?;
+        let window = (window.max(PAGE_SIZE as usize) as u64).next_power_of_two();
+        let start = (addr & !(window - 1)).max(base);
+        let stop = end
+            .checked_next_multiple_of(window)
+            .map_or(seg_end, |e| e.min(seg_end));
+        let covered = (stop - start) as usize;
+        Ok((self.register(node, start, covered)?, start, covered))
     }
 
     /// The segment's mapping stays valid while its owner lives (segments

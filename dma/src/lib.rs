@@ -56,6 +56,19 @@ pub trait DmaEngine: Send {
     /// Prepares the route to `[addr, addr + len)` of `node`: the costly step.
     fn register(&mut self, node: Self::Node, addr: u64, len: usize) -> Result<RegId, DmaError>;
 
+    /// Registers a range around `[addr, addr + len)` of `node`: the pages
+    /// of the `window`-aligned stretch that holds it, as far as the node's
+    /// memory there goes (at least the range's own pages). One
+    /// registration then serves the neighbouring fragments of a large
+    /// buffer. Returns it with the range it covers.
+    fn register_window(
+        &mut self,
+        node: Self::Node,
+        addr: u64,
+        len: usize,
+        window: usize,
+    ) -> Result<(RegId, u64, usize), DmaError>;
+
     /// Makes registration `reg`, found [`DmaError::Stale`], current again:
     /// the owner freed memory of its range and allocated it anew, and the
     /// route must be prepared again (the costly step, as in `register`).

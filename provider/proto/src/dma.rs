@@ -35,6 +35,10 @@ use unimem_dma::{DmaBuf, DmaEngine, DmaError, DmaId, Exposure, RegId};
 use unimem_mailbox::IdHasher;
 use unimem_regcache::{Config as RegCacheConfig, RegCache, Stats};
 
+/// What a cache miss registers: the aligned stretch of this many bytes
+/// around the range asked for (within its segment).
+pub const REGISTRATION_WINDOW: usize = 2 << 20;
+
 /// What a submitter calls one of its transfers; handed back when the
 /// transfer completes.
 pub type Token = usize;
@@ -438,19 +442,22 @@ impl<D: DmaEngine> DmaSession<'_, D> {
             Ok(&reg) => return Ok((reg, Vec::new())),
             Err(ticket) => ticket,
         };
-        let (start, aligned) = regcache
-            .page_range(addr, len as u64)
-            .ok_or(DmaError::LengthOverflow)?;
-        let reg = match engine.register(node, start, aligned as usize) {
-            Ok(reg) => reg,
-            // The page-aligned range may poke past the node's memory.
-            Err(DmaError::OutOfBounds) => {
-                let reg = engine.register(node, addr, len)?;
-                return Ok((reg, vec![reg]));
-            }
-            Err(e) => return Err(e),
-        };
-        Ok((reg, regcache.insert(ticket, node, start, aligned, reg)))
+        // The stretch around the range: a large buffer's next fragments
+        // hit (one map of REGISTRATION_WINDOW instead of one per fragment).
+        let (reg, start, covered) =
+            match engine.register_window(node, addr, len, REGISTRATION_WINDOW) {
+                Ok(done) => done,
+                // Not inside one segment of the node's dmable memory.
+                Err(DmaError::OutOfBounds) => {
+                    let reg = engine.register(node, addr, len)?;
+                    return Ok((reg, vec![reg]));
+                }
+                Err(e) => return Err(e),
+            };
+        Ok((
+            reg,
+            regcache.insert(ticket, node, start, covered as u64, reg),
+        ))
     }
 
     /// What `node` exposes under `key` (see [`DmaEngine::resolve_key`]).
