@@ -15,6 +15,8 @@ fn cluster(test: &str) -> Cluster {
 
 /// A way of sending, and the most it carries inside one 192-bit mailbox
 /// message (24 bytes, 2 of header; a tag and CQ data take 8 bytes each).
+/// A message up to [`PARTS_MORE`] bytes longer goes in parts (up to four
+/// mailbox messages, `inline_parts`).
 #[derive(Clone, Copy, Debug)]
 struct Way {
     tagged: bool,
@@ -45,13 +47,22 @@ const TAGGED_DATA: Way = Way {
     inline: 7,
 };
 const WAYS: [Way; 4] = [UNTAGGED, TAGGED, DATA, TAGGED_DATA];
+/// What three more mailbox messages of 23 bytes carry.
+const PARTS_MORE: usize = 3 * 23;
+
+impl Way {
+    /// The most it carries in mailbox messages alone.
+    fn parted(self) -> usize {
+        self.inline + PARTS_MORE
+    }
+}
 
 /// Sizes around every limit of `way`: 0, 1, inline, eager and segment
 /// limits -1/=/+1, and multiples of the segment (up to past the grant
 /// window of 4 segments).
 fn limit_sizes(way: Way) -> Vec<usize> {
     let mut sizes = vec![0, 1];
-    for limit in [way.inline, EAGER, SEGMENT] {
+    for limit in [way.inline, way.inline + 23, way.parted(), EAGER, SEGMENT] {
         sizes.extend([limit - 1, limit, limit + 1]);
     }
     sizes.extend([2 * SEGMENT, 3 * SEGMENT, 5 * SEGMENT + 3]);
@@ -101,11 +112,11 @@ fn every_size_limit_every_way_receives_posted_first() {
     c.finish();
 }
 
-/// An inline message travels inside the mailbox message: its send
-/// completes while the receiver makes no progress at all (it is stopped).
-/// One byte more goes eagerly, which needs the receiver's eager ring, so
-/// it cannot complete before the receiver runs. This pins each way's inline
-/// limit exactly.
+/// An inline message travels inside the mailbox message (or a few, in
+/// parts): its send completes while the receiver makes no progress at all
+/// (it is stopped). One byte more goes eagerly, which needs the receiver's
+/// eager ring, so it cannot complete before the receiver runs. This pins
+/// each way's inline limits exactly.
 #[test]
 fn inline_limits_need_no_receiver() {
     let mut c = cluster("inline");
@@ -114,11 +125,21 @@ fn inline_limits_need_no_receiver() {
     for (k, &way) in WAYS.iter().enumerate() {
         let rx = k + 1; // a receiver that never heard from p0 yet
         c.pause(rx);
-        let msgs = messages(way, &[way.inline, way.inline + 1], k as u64);
-        c.cmd(0, msgs[0].send_cmd(rx as u64, 1));
-        let done = c.cmd(0, "wait sends=1").completions();
-        assert_eq!(done[0].ctx, 1, "{way:?}: inline send completes alone");
-        c.cmd(0, msgs[1].send_cmd(rx as u64, 2));
+        let msgs = messages(
+            way,
+            &[way.inline, way.inline + 1, way.parted(), way.parted() + 1],
+            k as u64,
+        );
+        for (ctx, msg) in msgs[..3].iter().enumerate() {
+            c.cmd(0, msg.send_cmd(rx as u64, ctx as u64));
+            let done = c.cmd(0, "wait sends=1").completions();
+            assert_eq!(
+                done[0].ctx, ctx as u64,
+                "{way:?}: inline send of {} bytes completes alone",
+                msg.len
+            );
+        }
+        c.cmd(0, msgs[3].send_cmd(rx as u64, 3));
         // Fails on any completion: the eager send must not complete while
         // its receiver is stopped. A wait that is tested, not a
         // synchronisation (SIGSTOP keeps the receiver still, however slow).
@@ -132,7 +153,7 @@ fn inline_limits_need_no_receiver() {
             let tag = msg.m.tag.map_or(String::new(), |t| format!(" tag={t:#x}"));
             c.cmd(rx, format!("recv 0 {} {i}{tag}", msg.len));
         }
-        let got = c.cmd(rx, "wait recvs=2").completions();
+        let got = c.cmd(rx, "wait recvs=4").completions();
         for done in &got {
             msgs[done.ctx as usize].check_recv(done, 0);
         }

@@ -81,6 +81,10 @@ pub struct ProtoConfig {
     /// sender is throttled: its messages come by rendezvous, their data
     /// left with it, until receives take the held ones below half of it.
     pub unexpected_limit: usize,
+    /// Most mailbox messages (1 to [`wire::MAX_INLINE_PARTS`]) a message
+    /// may take that does not fit one: one that fits that many goes in
+    /// parts, back to back, rather than by DMA and announcement.
+    pub inline_parts: usize,
 }
 
 /// What an unexpected message costs its receiver besides its data (queue
@@ -101,6 +105,7 @@ impl Default for ProtoConfig {
             poll_budget: 256,
             peer_check: Some(Duration::from_millis(100)),
             unexpected_limit: 1 << 20,
+            inline_parts: wire::MAX_INLINE_PARTS,
         }
     }
 }

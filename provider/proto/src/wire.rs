@@ -13,6 +13,8 @@
 //! | Params   | (a `Hello` op, flag `PARAMS`) version u16, id bits u8, fragment size u32, eager size u32 |
 //! | Hello    | slot shift u8, slots u16, node [u8; 12], ring address u64       |
 //! | Inline   | len u8, [sizes u8, tag bytes, data bytes], payload              |
+//! | InlineFirst | (an `Inline` op, flag `PARTS`) total len u8, [sizes u8, tag bytes, data bytes], first payload bytes (all that fit) |
+//! | InlineMore  | (an `Inline` op, flags `PARTS`, `MORE`) the next 23 payload bytes (fewer in the last) |
 //! | Eager    | credits u8, len u32 (low 27 bits; high 5: sequence), [tag u64], [data u64], [.., send id u16 at 22] |
 //! | Rts      | credits u8, send id u16, len u32, [tag u64], [data u64]         |
 //! | Grant    | token low u8, send id u16, fragment u32, address u64, len u24 + token high u8, recv id u16, recv generation u16 |
@@ -31,6 +33,14 @@
 //! | AtomicData | id u16, len u8, bytes [u8; len <= 20] (flag `CHUNK`)       |
 //! | AtomicReply| id u16, status u8                                          |
 //! | AtomicResult | id u16, len u8, bytes [u8; len <= 20] (flag `CHUNK`)     |
+//!
+//! A message a little too long for one mailbox message (MPICH's
+//! active-message headers are 72 bytes) goes as an `InlineFirst` and up
+//! to [`MAX_INLINE_PARTS`]` - 1` `InlineMore`, back to back in the
+//! sender's queue: one sender's messages arrive in order, so the parts need
+//! no numbers, and several mailbox messages in a row cost less than a DMA
+//! and its announcement (on the modeled board, about one mailbox latency
+//! instead of two).
 //!
 //! An eager message that asks to be acknowledged (flag `ACK`, for a send
 //! with `FI_MATCH_COMPLETE` or `FI_DELIVERY_COMPLETE`) carries its send id
@@ -85,6 +95,15 @@ pub const NODE_LEN: usize = 12;
 /// 3 the grant token.
 pub const PROTOCOL_VERSION: u16 = 3;
 
+/// Most mailbox messages one inline message may take (`InlineFirst` and
+/// its `InlineMore`s).
+pub const MAX_INLINE_PARTS: usize = 4;
+/// Payload bytes of an `InlineMore`.
+pub const MORE_LEN: usize = MESSAGE_LEN - 1;
+/// Longest message sent in parts: a first part without tag or data, and
+/// the rest.
+pub const MAX_PARTED_LEN: usize = MESSAGE_LEN - 2 + (MAX_INLINE_PARTS - 1) * MORE_LEN;
+
 /// Longest fragment a `Grant` can name (its length has 24 bits).
 pub const MAX_FRAGMENT_LEN: usize = (1 << 24) - 1;
 
@@ -101,6 +120,10 @@ pub const MAX_EAGER_LEN: usize = (1 << EAGER_LEN_BITS) - 1;
 
 const TAGGED: u8 = 0x10;
 const DATA: u8 = 0x20;
+/// On an `Inline` op: one part of a message sent in several; with `MORE`,
+/// a continuation.
+const PARTS: u8 = 0x80;
+const MORE: u8 = 0x40;
 /// An eager message whose sender waits for a `Fin` (its send id is in the
 /// last two bytes).
 const ACK: u8 = 0x40;
@@ -173,6 +196,16 @@ pub enum Wire {
         info: MatchInfo,
         payload: InlineBytes,
     },
+    /// The first part of a message of `len` bytes sent in parts: its match
+    /// information and its first bytes (as many as fit, fewer than `len`).
+    InlineFirst {
+        info: MatchInfo,
+        len: u8,
+        payload: InlineBytes,
+    },
+    /// The next bytes of the message an `InlineFirst` started (the
+    /// receiver takes as many as the message still lacks).
+    InlineMore { payload: [u8; MORE_LEN] },
     /// A message whose data was put into the next eager slot, the `seq`th
     /// (modulo [`EAGER_SEQ_MOD`]) eager message to this receiver. With
     /// `ack`, the sender waits for a `Fin { send_id: ack }` once the
@@ -483,6 +516,26 @@ impl Wire {
                 }
                 w.put(payload);
             }
+            Wire::InlineFirst { info, len, payload } => {
+                let payload = payload.as_slice();
+                assert!(payload.len() == inline_capacity(info) && payload.len() < *len as usize);
+                w = Writer::new(op::INLINE, Some(info));
+                w.buf[0] |= PARTS;
+                w.put(&[*len]);
+                if info.tag.is_some() || info.data.is_some() {
+                    let tag_len = significant_bytes(info.tag);
+                    let data_len = significant_bytes(info.data);
+                    w.put(&[(tag_len | data_len << 4) as u8])
+                        .put(&info.tag.unwrap_or(0).to_le_bytes()[..tag_len])
+                        .put(&info.data.unwrap_or(0).to_le_bytes()[..data_len]);
+                }
+                w.put(payload);
+            }
+            Wire::InlineMore { payload } => {
+                w = Writer::new(op::INLINE, None);
+                w.buf[0] |= PARTS | MORE;
+                w.put(payload);
+            }
             Wire::Eager {
                 info,
                 len,
@@ -673,6 +726,11 @@ impl Wire {
                     slots,
                 }
             }
+            op::INLINE if flags & (PARTS | MORE) == PARTS | MORE => {
+                let mut payload = [0u8; MORE_LEN];
+                payload.copy_from_slice(&buf[1..]);
+                Wire::InlineMore { payload }
+            }
             op::INLINE => {
                 let len = r.u8() as usize;
                 let mut info = MatchInfo::default();
@@ -687,7 +745,24 @@ impl Wire {
                     info.tag = (flags & TAGGED != 0).then_some(tag);
                     info.data = (flags & DATA != 0).then_some(data);
                 }
-                if len > inline_capacity(&info) || r.at + len > MESSAGE_LEN {
+                let capacity = inline_capacity(&info);
+                if flags & PARTS != 0 {
+                    // A first part: longer than one message, no longer
+                    // than its parts can carry; the rest of this one is
+                    // its first bytes.
+                    if len <= capacity
+                        || len > capacity + (MAX_INLINE_PARTS - 1) * MORE_LEN
+                        || r.at + capacity > MESSAGE_LEN
+                    {
+                        return None;
+                    }
+                    return Some(Wire::InlineFirst {
+                        info,
+                        len: len as u8,
+                        payload: InlineBytes::new(&buf[r.at..r.at + capacity]),
+                    });
+                }
+                if len > capacity || r.at + len > MESSAGE_LEN {
                     return None;
                 }
                 Wire::Inline {
@@ -989,6 +1064,16 @@ mod tests {
                     payload: InlineBytes::new(&(0..len as u8).collect::<Vec<_>>()),
                 });
             }
+            for len in [cap + 1, cap + (MAX_INLINE_PARTS - 1) * MORE_LEN] {
+                all.push(Wire::InlineFirst {
+                    info,
+                    len: len as u8,
+                    payload: InlineBytes::new(&(0..cap as u8).collect::<Vec<_>>()),
+                });
+            }
+            all.push(Wire::InlineMore {
+                payload: std::array::from_fn(|i| i as u8 ^ 0x5a),
+            });
             for (ack, seq) in [(None, 0), (Some(0), 31), (Some(0xbeef), 7)] {
                 all.push(Wire::Eager {
                     info,

@@ -786,7 +786,9 @@ impl World {
         let rng = &mut self.rng;
         let len = match rng.below(10) {
             0..=2 => rng.below(23),
-            3..=5 => rng.range(23, EAGER),
+            // In parts (up to four mailbox messages).
+            3 => rng.range(23, 92),
+            4..=5 => rng.range(23, EAGER),
             _ => rng.range(EAGER + 1, MAX_MSG),
         };
         let seed = rng.next();

@@ -52,6 +52,7 @@ fn proto_config(cfg: &Config) -> ProtoConfig {
         tx_size: cfg.tx_size,
         max_msg_size: cfg.message_limit(),
         unexpected_limit: cfg.unexpected_per_peer,
+        inline_parts: cfg.inline_parts,
         peer_check: (cfg.peer_check_ms > 0)
             .then(|| std::time::Duration::from_millis(cfg.peer_check_ms as u64)),
         ..ProtoConfig::default()

@@ -63,8 +63,9 @@ where
                 | DataItem::Eager { op }
                 | DataItem::Rts { op }
                 | DataItem::RmaWrite { op, .. } => self.fail_send(op),
-                // Its Rts or RmaWrite, just behind it, fails the send.
-                DataItem::LenHigh { .. } => {}
+                // Its Rts or RmaWrite, just behind it, fails the send (a
+                // part: its last part).
+                DataItem::LenHigh { .. } | DataItem::Part { .. } => {}
             }
         }
         for op in self.tx_ops.ids_where(|o| o.peer == peer) {

@@ -26,6 +26,11 @@ pub(crate) enum DataItem {
         message: Message,
         op: usize,
     },
+    /// A part of an inline message sent in parts, but its last (which is
+    /// an `Inline`, with the op).
+    Part {
+        message: Message,
+    },
     Eager {
         op: usize,
     },
@@ -118,6 +123,8 @@ pub(crate) struct Peer<A, R, N> {
     pub(crate) throttling: bool,
     /// It asked us to throttle: our messages to it go by rendezvous.
     pub(crate) throttled: bool,
+    /// Its message in parts we are putting together (`recv::parted`).
+    pub(crate) parted: Option<Box<super::recv::parted::Parted>>,
 }
 
 impl<M, D> Messenger<M, D>
@@ -217,6 +224,7 @@ where
             unexpected_held: 0,
             throttling: false,
             throttled: false,
+            parted: None,
         });
         self.by_addr.insert(addr, index);
         if !dead {

@@ -214,6 +214,10 @@ where
                 let bytes = payload.as_slice();
                 self.deliver(peer, src, info, bytes.len(), bytes.as_ptr());
             }
+            Wire::InlineFirst { info, len, payload } => {
+                self.on_inline_first(peer, info, len as usize, &payload)
+            }
+            Wire::InlineMore { payload } => self.on_inline_more(peer, src, &payload),
             Wire::Eager {
                 info,
                 len,

@@ -10,7 +10,7 @@ use unimem_mailbox::{MailboxAddr, Profile, ShmMailbox, ShmMailboxConfig};
 use super::*;
 use crate::matching::PostedRecv;
 use crate::test_job;
-use crate::wire::{inline_capacity, Wire};
+use crate::wire::{inline_capacity, Wire, MORE_LEN};
 use crate::{ErrorKind, OpError, RecvDone, RmaKind};
 
 type Shm = Messenger<ShmMailbox, ShmDmaEngine>;
@@ -179,8 +179,17 @@ fn every_size_around_every_threshold_arrives_intact() {
     let mut a = messenger();
     let mut b = messenger();
     let inline = inline_capacity(&MatchInfo::default());
-    let mut sizes = vec![0, 1, 100_000, 3 * FRAGMENT + 5];
-    for limit in [inline, EAGER, FRAGMENT, 2 * FRAGMENT] {
+    let parted = a.parted_capacity(&MatchInfo::default());
+    assert!(parted > inline);
+    let mut sizes = vec![0, 1, 72, 80, 100_000, 3 * FRAGMENT + 5];
+    for limit in [
+        inline,
+        inline + MORE_LEN,
+        parted,
+        EAGER,
+        FRAGMENT,
+        2 * FRAGMENT,
+    ] {
         sizes.extend([limit - 1, limit, limit + 1]);
     }
     for (i, &len) in sizes.iter().enumerate() {
@@ -3123,4 +3132,102 @@ fn puts_never_land_in_memory_freed_since_it_was_granted() {
         out.iter().all(|&x| x == 0xee),
         "a put landed in freed memory"
     );
+}
+
+/// Messages in parts: every length a tag and CQ data leave them, sent
+/// while the receiver's mailbox is full (so parts wait in the queue, the
+/// rest of the traffic behind them), arrive whole and in order; parts that
+/// fit no message are dropped.
+#[test]
+fn messages_in_parts_arrive_whole_and_in_order() {
+    let mut a = messenger();
+    let mut b = messenger_with(4, config());
+    let infos = [
+        MatchInfo::default(),
+        MatchInfo {
+            tag: Some(0x1234_5678_9abc),
+            data: Some(7),
+        },
+    ];
+    let mut expected = Vec::new();
+    let mut context = 0;
+    for info in infos {
+        let cap = inline_capacity(&info);
+        for len in [
+            cap + 1,
+            cap + MORE_LEN,
+            cap + MORE_LEN + 1,
+            a.parted_capacity(&info),
+        ] {
+            let data = pattern(len, context as u8);
+            let req = SendReq {
+                info,
+                context,
+                inject: true,
+                ..send_req(b.addr(), data.as_ptr(), len)
+            };
+            // SAFETY: an inject copies its data.
+            unsafe { a.send(req) }.unwrap();
+            expected.push((context, info, data));
+            context += 1;
+        }
+    }
+    for (context, info, data) in &expected {
+        let mut buf = vec![0u8; data.len() + 3];
+        post(
+            &mut b,
+            info.tag.is_some(),
+            recv_spec(
+                &mut buf,
+                100 + context,
+                Some(a.addr()),
+                info.tag.unwrap_or(0),
+                0,
+            ),
+        );
+        let got = collect(&mut [&mut a, &mut b], 1, 1);
+        let done = recv_done(&got[0]);
+        assert_eq!(
+            (done.context, done.len, done.data),
+            (100 + context, data.len(), info.data)
+        );
+        assert!(buf[..data.len()] == data[..], "message {context}");
+    }
+    assert_eq!(b.dropped_messages(), 0);
+
+    // A continuation with no first part, a first part left unfinished and
+    // a continuation too many: dropped, and the next message is whole.
+    let more = Wire::InlineMore {
+        payload: [9; MORE_LEN],
+    };
+    let first = Wire::InlineFirst {
+        info: MatchInfo::default(),
+        len: 40,
+        payload: crate::wire::InlineBytes::new(&[1; 22]),
+    };
+    let mut c = messenger();
+    let rogue = forge(c.addr(), &rogue_first_contact());
+    for _ in 0..100 {
+        c.progress();
+    }
+    let before = c.dropped_messages();
+    {
+        use unimem_mailbox::Mailbox as _;
+        let route = rogue.connect(&c.addr()).unwrap();
+        for m in [more.clone(), first.clone(), first, more.clone(), more] {
+            rogue.send(&route, &m.encode()).unwrap();
+        }
+    }
+    for _ in 0..100 {
+        c.progress();
+    }
+    // The stray continuation, the unfinished first part, and the
+    // continuation after the second message was whole; the second first
+    // part replaced the first and was finished by one continuation.
+    assert_eq!(c.dropped_messages(), before + 3);
+    let mut buf = vec![0u8; 40];
+    post(&mut c, false, recv_spec(&mut buf, 1, None, 0, 0));
+    let got = collect(&mut [&mut c], 0, 1);
+    assert_eq!(recv_done(&got[0]).len, 40);
+    assert!(buf[..22].iter().all(|&x| x == 1) && buf[22..].iter().all(|&x| x == 9));
 }

@@ -7,6 +7,7 @@
 //! [`completion`](super::completion).
 
 pub(crate) mod eager;
+pub(crate) mod parted;
 pub(crate) mod rendezvous;
 
 use std::hash::Hash;

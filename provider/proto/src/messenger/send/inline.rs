@@ -1,6 +1,8 @@
-//! Inline sends: the whole message inside one mailbox message, sent at once
-//! when nothing is queued ahead of it, else queued (encoded) behind it. The
-//! mailbox-only hot path: no DMA, no lock, no allocation.
+//! Inline sends: the whole message inside one mailbox message, or (a
+//! little longer) in a few back to back (`Wire::InlineFirst` and
+//! `Wire::InlineMore`), sent at once when nothing is queued ahead, else
+//! queued (encoded) behind it. The mailbox-only hot path: no DMA, no lock,
+//! no allocation.
 //!
 //! Owns: nothing; it uses the peer's data queue and `tx_ops` when the
 //! message has to wait.
@@ -8,13 +10,13 @@
 use std::hash::Hash;
 
 use unimem_dma::DmaEngine;
-use unimem_mailbox::{Error as MailboxError, Mailbox};
+use unimem_mailbox::{Error as MailboxError, Mailbox, Message};
 
 use super::super::peers::DataItem;
 use super::super::{post_error, Messenger, PeerIdx, SendReq};
 use super::{TxClass, TxKind, TxOp};
 use crate::iov::gather;
-use crate::wire::{InlineBytes, Wire};
+use crate::wire::{inline_capacity, InlineBytes, MatchInfo, Wire, MAX_PARTED_LEN, MORE_LEN};
 use crate::{Event, PostError, WireNode};
 
 impl<M, D> Messenger<M, D>
@@ -38,30 +40,82 @@ where
             payload: InlineBytes::new(&bytes[..len]),
         }
         .encode();
+        self.send_messages(peer, req, len, &[message])
+    }
+
+    /// Longest message that goes in parts with match information `info`.
+    pub(crate) fn parted_capacity(&self, info: &MatchInfo) -> usize {
+        inline_capacity(info) + self.cfg.inline_parts.saturating_sub(1) * MORE_LEN
+    }
+
+    /// Sends a message longer than one mailbox message and no longer than
+    /// [`Self::parted_capacity`] in parts.
+    pub(crate) fn send_parted(
+        &mut self,
+        peer: PeerIdx,
+        req: &SendReq<M::Addr>,
+        len: usize,
+    ) -> Result<(), PostError> {
+        let mut bytes = [0u8; MAX_PARTED_LEN];
+        // SAFETY: the iov is valid (caller of send); len fits the buffer
+        // (parted_capacity).
+        unsafe { gather(&req.iov, 0, bytes.as_mut_ptr(), len) };
+        let first = inline_capacity(&req.info);
+        let mut parts = [[0u8; 24]; crate::wire::MAX_INLINE_PARTS];
+        parts[0] = Wire::InlineFirst {
+            info: req.info,
+            len: len as u8,
+            payload: InlineBytes::new(&bytes[..first]),
+        }
+        .encode();
+        let mut count = 1;
+        for chunk in bytes[first..len].chunks(MORE_LEN) {
+            let mut payload = [0u8; MORE_LEN];
+            payload[..chunk.len()].copy_from_slice(chunk);
+            parts[count] = Wire::InlineMore { payload }.encode();
+            count += 1;
+        }
+        self.send_messages(peer, req, len, &parts[..count])
+    }
+
+    /// Sends `messages` (one send's, in order) at once as far as the
+    /// mailbox takes them when nothing is queued ahead; the rest wait in
+    /// the peer's data queue, the send completing when its last leaves.
+    fn send_messages(
+        &mut self,
+        peer: PeerIdx,
+        req: &SendReq<M::Addr>,
+        len: usize,
+        messages: &[Message],
+    ) -> Result<(), PostError> {
+        let mut sent = 0;
         let state = &self.peers[peer];
         if state.data.is_empty() {
             let route = state.route.as_ref().expect("live peers have a route");
-            match self.mbx.send(route, &message) {
-                Ok(()) => {
-                    self.stats.sends += 1;
-                    // An inject still counts (send counters), without a CQ entry.
-                    self.events.push_back(Event::Send {
-                        context: req.context,
-                        tagged: req.info.tag.is_some(),
-                        completion: req.completion && !req.inject,
-                    });
-                    return Ok(());
-                }
-                Err(MailboxError::Busy) => {}
-                Err(e) => {
-                    self.fail_peer(peer);
-                    return Err(post_error(e));
+            while sent < messages.len() {
+                match self.mbx.send(route, &messages[sent]) {
+                    Ok(()) => sent += 1,
+                    Err(MailboxError::Busy) => break,
+                    Err(e) => {
+                        self.fail_peer(peer);
+                        return Err(post_error(e));
+                    }
                 }
             }
+            if sent == messages.len() {
+                self.stats.sends += 1;
+                // An inject still counts (send counters), without a CQ entry.
+                self.events.push_back(Event::Send {
+                    context: req.context,
+                    tagged: req.info.tag.is_some(),
+                    completion: req.completion && !req.inject,
+                });
+                return Ok(());
+            }
         }
-        // Behind earlier data, or the peer's mailbox is full: queue it, in
-        // order (the message is encoded: an inject's data is copied). Injects
-        // too get an op: they complete (and count) when they leave.
+        // Behind earlier data, or the peer's mailbox is full: queue the
+        // rest, in order (encoded: an inject's data is copied). Injects too
+        // get an op: they complete (and count) when they leave.
         self.outstanding_sends += 1;
         let op = self.tx_ops.insert(TxOp {
             class: TxClass::Msg,
@@ -73,9 +127,10 @@ where
             ack: false,
             kind: TxKind::Inline,
         });
-        self.peers[peer]
-            .data
-            .push_back(DataItem::Inline { message, op });
+        let (last, before) = messages[sent..].split_last().expect("a message is left");
+        let queue = &mut self.peers[peer].data;
+        queue.extend(before.iter().map(|&message| DataItem::Part { message }));
+        queue.push_back(DataItem::Inline { message: *last, op });
         self.mark_active(peer);
         Ok(())
     }

@@ -159,6 +159,11 @@ where
         if len <= inline_capacity(&req.info) && !ack {
             return self.send_inline(peer, &req, len);
         }
+        // A little longer: in a few mailbox messages, rather than a DMA and
+        // its announcement.
+        if len <= self.parted_capacity(&req.info) && !ack {
+            return self.send_parted(peer, &req, len);
+        }
         // The receiver holds too much of our unexpected data: messages
         // with data wait here, announced by rendezvous, until it matches
         // them (in order with the rest: the same queue).
@@ -253,7 +258,7 @@ where
                     | DataItem::Rts { op: queued }
                     | DataItem::LenHigh { op: queued }
                     | DataItem::RmaWrite { op: queued, .. } => queued == op,
-                    DataItem::Inline { .. } => false,
+                    DataItem::Inline { .. } | DataItem::Part { .. } => false,
                 })
         });
         if fits {
@@ -289,6 +294,7 @@ where
         while let Some(item) = self.peers[peer].data.front() {
             let (message, op, piggyback) = match *item {
                 DataItem::Inline { message, op } => (message, Some(op), 0),
+                DataItem::Part { message } => (message, None, 0),
                 DataItem::Eager { op } => {
                     let tx = self.tx_ops.get(op).expect("queued op exists");
                     let (info, len, ack) = (tx.info, tx.len, tx.ack);
