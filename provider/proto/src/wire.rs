@@ -422,6 +422,19 @@ impl Writer {
         self
     }
 
+    /// An inline message's tag and CQ data, if any: their significant
+    /// bytes, counted in one byte.
+    fn short_info(&mut self, info: &MatchInfo) -> &mut Self {
+        if info.tag.is_some() || info.data.is_some() {
+            let tag_len = significant_bytes(info.tag);
+            let data_len = significant_bytes(info.data);
+            self.put(&[(tag_len | data_len << 4) as u8])
+                .put(&info.tag.unwrap_or(0).to_le_bytes()[..tag_len])
+                .put(&info.data.unwrap_or(0).to_le_bytes()[..data_len]);
+        }
+        self
+    }
+
     fn info(&mut self, info: &MatchInfo) -> &mut Self {
         if let Some(tag) = info.tag {
             self.put(&tag.to_le_bytes());
@@ -506,30 +519,14 @@ impl Wire {
                 let payload = payload.as_slice();
                 assert!(payload.len() <= inline_capacity(info));
                 w = Writer::new(op::INLINE, Some(info));
-                w.put(&[payload.len() as u8]);
-                if info.tag.is_some() || info.data.is_some() {
-                    let tag_len = significant_bytes(info.tag);
-                    let data_len = significant_bytes(info.data);
-                    w.put(&[(tag_len | data_len << 4) as u8])
-                        .put(&info.tag.unwrap_or(0).to_le_bytes()[..tag_len])
-                        .put(&info.data.unwrap_or(0).to_le_bytes()[..data_len]);
-                }
-                w.put(payload);
+                w.put(&[payload.len() as u8]).short_info(info).put(payload);
             }
             Wire::InlineFirst { info, len, payload } => {
                 let payload = payload.as_slice();
                 assert!(payload.len() == inline_capacity(info) && payload.len() < *len as usize);
                 w = Writer::new(op::INLINE, Some(info));
                 w.buf[0] |= PARTS;
-                w.put(&[*len]);
-                if info.tag.is_some() || info.data.is_some() {
-                    let tag_len = significant_bytes(info.tag);
-                    let data_len = significant_bytes(info.data);
-                    w.put(&[(tag_len | data_len << 4) as u8])
-                        .put(&info.tag.unwrap_or(0).to_le_bytes()[..tag_len])
-                        .put(&info.data.unwrap_or(0).to_le_bytes()[..data_len]);
-                }
-                w.put(payload);
+                w.put(&[*len]).short_info(info).put(payload);
             }
             Wire::InlineMore { payload } => {
                 w = Writer::new(op::INLINE, None);
