@@ -14,8 +14,14 @@
  * slow transports (the modeled Unimem hardware moves 1 GB/s) without
  * changing fast ones much. -i fixes the iteration count (no time limit).
  *
- * Received data are checked after every size: the receive buffer of the
- * timed loop must hold the sent pattern, and an untimed check pass sends
+ * The window tests reuse one send and one receive buffer, as OSU does
+ * (cache-friendly: the data stay in cache from one window to the next);
+ * with -B N their messages go from N distinct send buffers into N
+ * distinct receive buffers, each allocated on its own, as an application
+ * moving distinct arrays does.
+ *
+ * Received data are checked after every size: the receive buffers of the
+ * timed loop must hold the sent patterns, and an untimed check pass sends
  * one more window (up to 16 MiB) in which every message has a pattern of
  * its own and a receive buffer of its own, so that a lost, misplaced or
  * mixed-up message is seen too.
@@ -35,6 +41,10 @@
 #define ACK_BYTES 4              /* the ack closing a window */
 #define CHECK_BYTES (16u << 20)  /* the check pass's bytes per direction */
 #define CHECK_TAG 99
+/* What a benchmark's command line offers besides the common options. */
+#define OPT_WINDOW 1 /* -W, -S: a window of messages */
+#define OPT_BUFS 2   /* -B: distinct buffers for the window's messages */
+#define MAX_BUFS 1024
 /* Parts some benchmarks do not use (the one-sided ones check otherwise). */
 #define MAYBE_UNUSED __attribute__((unused))
 
@@ -54,37 +64,47 @@ struct options {
     double budget; /* -t: seconds a timed loop aims at; 0: no limit */
     int window;    /* -W: messages in flight per window (window tests) */
     size_t serial; /* -S: sizes above it use a window of 1 (0: none) */
+    int bufs;      /* -B: send and receive buffers per rank (1: one, reused) */
     int full;      /* -f: print the iteration count too */
 };
 
 static int rank, nranks;
-static unsigned char *sbuf, *rbuf; /* page-aligned, max_size bytes each */
+/* Page-aligned, max_size bytes each, opt.bufs of each kind, each
+ * allocated on its own; sbuf and rbuf are the first ones. */
+static unsigned char **sbufs, **rbufs;
+static unsigned char *sbuf, *rbuf;
 static unsigned char *csend, *crecv; /* the check pass's, CHECK_BYTES or more */
 static MPI_Request *creqs;
 static struct options opt;
 
-static void usage(const char *prog, int windowed)
+static void usage(const char *prog, int features)
 {
+    int windowed = features & OPT_WINDOW;
     if (rank != 0)
         return;
     fprintf(stderr,
-            "usage: %s [-m [MIN:]MAX] [-i ITERS] [-x WARMUP] [-t SECONDS]%s [-f]\n"
+            "usage: %s [-m [MIN:]MAX] [-i ITERS] [-x WARMUP] [-t SECONDS]%s%s [-f]\n"
             "  -m  message sizes, bytes (k, m suffixes: KiB, MiB); default %s:4m\n"
             "  -i  timed iterations per size (default: %ld, %ld above 8 KiB,\n"
             "      fewer if a loop would last longer than -t)\n"
             "  -x  warm-up iterations per size (default: %ld, %ld above 8 KiB)\n"
             "  -t  seconds a timed loop aims at, when -i is not given (default 0.25;\n"
             "      0: no limit)\n"
-            "%s"
+            "%s%s"
             "  -f  also print the number of timed iterations\n",
-            prog, windowed ? " [-W WINDOW] [-S BYTES]" : "", windowed ? "1" : "0",
+            prog, windowed ? " [-W WINDOW] [-S BYTES]" : "", features & OPT_BUFS ? " [-B BUFS]" : "",
+            windowed ? "1" : "0",
             windowed ? 100L : 10000L, windowed ? 20L : 1000L,
             windowed ? 10L : 100L, windowed ? 2L : 10L,
             windowed ? "  -W  messages per window (default 64)\n"
                        "  -S  sizes above BYTES use a window of 1: one message in flight\n"
                        "      (MPICH 5.0.2's active-message mode without RMA breaks when a\n"
                        "      rank has two messages of more than ~16 KiB in flight)\n"
-                     : "");
+                     : "",
+            features & OPT_BUFS
+                ? "  -B  messages go from BUFS distinct send buffers into BUFS distinct\n"
+                  "      receive buffers, in turn (default 1: one of each, reused)\n"
+                : "");
 }
 
 /* A byte count with an optional k/m/g suffix (powers of 1024). */
@@ -118,8 +138,9 @@ static int parse_long(const char *s, long *out, long min)
     return 0;
 }
 
-/* Parses the command line (on every rank alike); exits on a bad one. */
-static void parse_options(int argc, char **argv, const struct policy *pol, int windowed)
+/* Parses the command line (on every rank alike); exits on a bad one.
+ * `features`: OPT_* flags. */
+static void parse_options(int argc, char **argv, const struct policy *pol, int features)
 {
     const char *prog = strrchr(argv[0], '/') ? strrchr(argv[0], '/') + 1 : argv[0];
     int c, bad = 0, help = 0;
@@ -130,8 +151,12 @@ static void parse_options(int argc, char **argv, const struct policy *pol, int w
     opt.budget = 0.25;
     opt.window = 64;
     opt.serial = 0;
+    opt.bufs = 1;
     opt.full = 0;
-    while (!bad && !help && (c = getopt(argc, argv, windowed ? "m:i:x:t:W:S:fh" : "m:i:x:t:fh")) != -1) {
+    const char *optstring = features & OPT_BUFS     ? "m:i:x:t:W:S:B:fh"
+                            : features & OPT_WINDOW ? "m:i:x:t:W:S:fh"
+                                                    : "m:i:x:t:fh";
+    while (!bad && !help && (c = getopt(argc, argv, optstring)) != -1) {
         long v;
         char *colon, *end;
         switch (c) {
@@ -157,13 +182,17 @@ static void parse_options(int argc, char **argv, const struct policy *pol, int w
             opt.window = (int)v;
             break;
         case 'S': bad = parse_size(optarg, &opt.serial); break;
+        case 'B':
+            bad = parse_long(optarg, &v, 1) || v > MAX_BUFS;
+            opt.bufs = (int)v;
+            break;
         case 'f': opt.full = 1; break;
         case 'h': help = 1; break;
         default: bad = 1; break;
         }
     }
     if (help || bad || optind != argc) {
-        usage(prog, windowed);
+        usage(prog, features);
         MPI_Finalize();
         exit(help ? 0 : 2);
     }
@@ -186,8 +215,18 @@ static unsigned char *page_alloc(size_t len)
 static void alloc_buffers(void)
 {
     size_t check = opt.max_size > CHECK_BYTES ? opt.max_size : CHECK_BYTES;
-    sbuf = page_alloc(opt.max_size);
-    rbuf = page_alloc(opt.max_size);
+    sbufs = malloc(sizeof *sbufs * (size_t)opt.bufs);
+    rbufs = malloc(sizeof *rbufs * (size_t)opt.bufs);
+    if (!sbufs || !rbufs)
+        MPI_Abort(MPI_COMM_WORLD, 1);
+    /* One allocation each: with the dmable heap preloaded, each is a heap
+     * block of its own (dmable from 64 KiB on). */
+    for (int b = 0; b < opt.bufs; b++) {
+        sbufs[b] = page_alloc(opt.max_size);
+        rbufs[b] = page_alloc(opt.max_size);
+    }
+    sbuf = sbufs[0];
+    rbuf = rbufs[0];
     csend = page_alloc(check);
     crecv = page_alloc(check);
     creqs = malloc(sizeof *creqs * 2 * (size_t)opt.window);
@@ -197,8 +236,12 @@ static void alloc_buffers(void)
 
 static void free_buffers(void)
 {
-    free(sbuf);
-    free(rbuf);
+    for (int b = 0; b < opt.bufs; b++) {
+        free(sbufs[b]);
+        free(rbufs[b]);
+    }
+    free(sbufs);
+    free(rbufs);
     free(csend);
     free(crecv);
     free(creqs);
@@ -214,16 +257,17 @@ static const struct policy window_policy = {
 /* The window tests' requests (see start). */
 static MPI_Request *reqs;
 
-/* Starts benchmark `name`: MPI, options, buffers, and `request_windows`
- * windows' worth of requests in `reqs` (0: none). It needs at least two
- * ranks, an even number with `even_ranks`; otherwise it ends with status 2. */
+/* Starts benchmark `name`: MPI, options (`features`: OPT_* flags),
+ * buffers, and `request_windows` windows' worth of requests in `reqs` (0:
+ * none). It needs at least two ranks, an even number with `even_ranks`;
+ * otherwise it ends with status 2. */
 static void start(int *argc, char ***argv, const char *name, const struct policy *pol,
-                  int windowed, int even_ranks, int request_windows)
+                  int features, int even_ranks, int request_windows)
 {
     MPI_Init(argc, argv);
     MPI_Comm_rank(MPI_COMM_WORLD, &rank);
     MPI_Comm_size(MPI_COMM_WORLD, &nranks);
-    parse_options(*argc, *argv, pol, windowed);
+    parse_options(*argc, *argv, pol, features);
     if (nranks < 2 || (even_ranks && nranks % 2 != 0)) {
         if (rank == 0)
             fprintf(stderr, "%s: needs %s\n", name,
@@ -265,22 +309,49 @@ static void verify(const unsigned char *buf, size_t len, unsigned seed, const ch
             fprintf(stderr, "rank %d: wrong data in %s %d of size %zu: byte %zu is %u, expected %u\n",
                     rank, what, index, len, i, buf[i], pattern(i, seed));
             MPI_Abort(MPI_COMM_WORLD, 3);
+            exit(3); /* MPICH's MPI_Abort returned when both ranks aborted at once */
         }
     }
 }
 
-/* Before a size: the send buffer gets the size's pattern, the receive
- * buffer something else. */
-static void prepare_buffers(size_t size)
+/* Messages per window at `size` (window tests). */
+static inline int window_at(size_t size)
 {
-    fill(sbuf, size, (unsigned)size);
-    memset(rbuf, 0, size);
+    return opt.serial && size > opt.serial ? 1 : opt.window;
 }
 
-/* After the timed loop, on a rank that received messages of that size. */
-static MAYBE_UNUSED void check_received(size_t size)
+/* The pattern of send buffer `b` at `size` (buffer 0: the size's). */
+static unsigned buffer_seed(size_t size, int b)
 {
-    verify(rbuf, size, (unsigned)size, "the last message of the timed loop", 0);
+    return (unsigned)size + (unsigned)b;
+}
+
+/* Before a size: each send buffer gets its pattern, the receive buffers
+ * something else. */
+static void prepare_buffers(size_t size)
+{
+    for (int b = 0; b < opt.bufs; b++) {
+        fill(sbufs[b], size, buffer_seed(size, b));
+        memset(rbufs[b], 0, size);
+    }
+}
+
+/* The buffer of message `w` of window `i` (-B: the buffers in turn; the
+ * same index on both sides, as messages match in order). */
+static inline int buffer_of(long i, int w, int window)
+{
+    return (int)(((long long)i * window + w) % opt.bufs);
+}
+
+/* After a timed loop of `iters` windows, on a rank that received messages
+ * of that size: every receive buffer the loop wrote holds the pattern of
+ * its send buffer. */
+static MAYBE_UNUSED void check_received(size_t size, long iters)
+{
+    long long messages = (long long)iters * window_at(size);
+    int used = messages < opt.bufs ? (int)messages : opt.bufs;
+    for (int b = 0; b < used; b++)
+        verify(rbufs[b], size, buffer_seed(size, b), "the timed loop's receive buffer", b);
 }
 
 /*
@@ -392,12 +463,6 @@ static double timed(kernel_fn kernel, size_t size, long n)
     return MPI_Wtime() - t0;
 }
 
-/* Messages per window at `size` (window tests). */
-static inline int window_at(size_t size)
-{
-    return opt.serial && size > opt.serial ? 1 : opt.window;
-}
-
 static void print_header(const char *title, const char *columns)
 {
     if (rank != 0)
@@ -405,6 +470,9 @@ static void print_header(const char *title, const char *columns)
     printf("# %s\n", title);
     if (opt.serial)
         printf("# window of 1 above %zu bytes (-S)\n", opt.serial);
+    if (opt.bufs > 1)
+        printf("# messages from %d distinct send buffers into %d distinct receive buffers (-B)\n",
+               opt.bufs, opt.bufs);
     printf("%s%s\n", columns, opt.full ? "          Iterations" : "");
     fflush(stdout);
 }

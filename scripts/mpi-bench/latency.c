@@ -42,7 +42,7 @@ int main(int argc, char **argv)
         long iters = warm_up(&pol, pingpong, size);
         double t = timed(pingpong, size, iters);
         if (rank == 0 || rank == 1)
-            check_received(size);
+            check_received(size, iters);
         check_pass(size, 1, rank == 0 ? 1 : -1, rank == 1 ? 0 : -1);
         check_pass(size, 1, rank == 1 ? 0 : -1, rank == 0 ? 1 : -1);
         if (rank == 0) {

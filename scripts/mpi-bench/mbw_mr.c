@@ -41,7 +41,7 @@ static void pair_windows(size_t size, long n)
 
 int main(int argc, char **argv)
 {
-    start(&argc, &argv, "mbw_mr", &window_policy, 1, 1, 1);
+    start(&argc, &argv, "mbw_mr", &window_policy, OPT_WINDOW, 1, 1);
     pairs = nranks / 2;
     if (rank == 0) {
         printf("# MPI Multiple Bandwidth / Message Rate Test (unimem mpi-bench, OSU method)\n");
@@ -59,7 +59,7 @@ int main(int argc, char **argv)
             t = 0; /* only senders' times count */
         MPI_Reduce(&t, &slowest, 1, MPI_DOUBLE, MPI_MAX, 0, MPI_COMM_WORLD);
         if (rank >= pairs)
-            check_received(size);
+            check_received(size, iters);
         check_pass(size, window_at(size), rank < pairs ? rank + pairs : -1, rank >= pairs ? rank - pairs : -1);
         if (rank == 0) {
             double messages = (double)pairs * (double)window_at(size) * (double)iters;

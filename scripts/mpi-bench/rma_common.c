@@ -108,7 +108,8 @@ int main(int argc, char **argv)
     const int atomic = RMA_OP == ACC_RATE || RMA_OP == FOP_RATE;
     const int windowed = RMA_OP == PUT_BW || RMA_OP == GET_BW || RMA_OP == ACC_RATE;
     static const char *names[] = {"put_latency", "get_latency", "put_bw", "get_bw", "acc_rate", "fop_rate"};
-    start(&argc, &argv, names[RMA_OP], windowed ? &window_policy : &lat_pol, windowed, 0, 0);
+    start(&argc, &argv, names[RMA_OP], windowed ? &window_policy : &lat_pol,
+          windowed ? OPT_WINDOW : 0, 0, 0);
     if (atomic)
         opt.min_size = opt.max_size = 8;
 
