@@ -9,12 +9,11 @@
 //! and its index is never reused. Inserts, removals and the reverse map,
 //! which only `FI_SOURCE` reads on the data path, take the lock.
 
-use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::OnceLock;
 
 use parking_lot::{RwLock, RwLockWriteGuard};
-use unimem_mailbox::{JobId, MailboxAddr, NodeId};
+use unimem_mailbox::{IdMap, JobId, MailboxAddr, NodeId};
 
 /// Entries of chunk 0; chunk `k` holds `FIRST_CHUNK << k`.
 const FIRST_CHUNK: usize = 64;
@@ -111,7 +110,9 @@ impl Entries {
 struct Index {
     /// Indices handed out so far (the next one).
     len: u64,
-    reverse: HashMap<MailboxAddr, Reverse>,
+    /// Hashed by the fast hasher of the messenger's peer map: only the
+    /// application inserts keys.
+    reverse: IdMap<MailboxAddr, Reverse>,
 }
 
 /// The table proper (pure Rust).
