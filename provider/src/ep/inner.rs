@@ -8,13 +8,14 @@ use std::os::raw::c_int;
 use std::sync::atomic::{AtomicBool, AtomicUsize};
 use std::sync::{Arc, OnceLock};
 
-use parking_lot::{Mutex, RwLock};
+use parking_lot::RwLock;
 use unimem_dma::ShmDmaEngine;
 use unimem_mailbox::ShmMailbox;
 
 use crate::av::AvInner;
 use crate::base::ffi;
 use crate::base::fid::{self, FiObject, FidObject, ParentRef};
+use crate::base::lock::DomainMutex;
 use crate::cntr::CntrInner;
 use crate::cq::CqInner;
 use crate::eq::EqInner;
@@ -61,7 +62,8 @@ pub struct EpInner {
     pub(super) rx_op_flags: u64,
     pub(super) inject_size: usize,
     pub(super) iov_limit: usize,
-    pub(super) core: Mutex<Core>,
+    /// The protocol; its lock is elided under `FI_THREAD_DOMAIN`.
+    pub(super) core: DomainMutex<Core>,
     /// Bindings while the endpoint is being set up.
     pub(super) bindings: RwLock<Bindings>,
     /// The bindings, frozen by fi_enable (binding is refused afterwards):
