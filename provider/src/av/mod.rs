@@ -81,6 +81,12 @@ impl AvInner {
         self.table.reverse_lookup(addr)
     }
 
+    /// Removals so far: a [`reverse_lookup`](Self::reverse_lookup) answer
+    /// stays right while this does not change.
+    pub fn removals(&self) -> u64 {
+        self.table.removals()
+    }
+
     /// The domain the AV belongs to (endpoints must share it).
     pub fn domain(&self) -> &DomainState {
         &self.domain

@@ -120,12 +120,17 @@ struct Index {
 pub(super) struct Table {
     entries: Entries,
     index: RwLock<Index>,
+    /// Removals so far: a reverse lookup's answer stays right until the
+    /// next removal (an insert never changes the lowest live index of an
+    /// address already in).
+    removals: AtomicU64,
 }
 
 /// Inserts and removals, one writer at a time.
 pub(super) struct Writer<'a> {
     entries: &'a Entries,
     index: RwLockWriteGuard<'a, Index>,
+    removals: &'a AtomicU64,
 }
 
 impl Table {
@@ -145,7 +150,14 @@ impl Table {
         Writer {
             entries: &self.entries,
             index: self.index.write(),
+            removals: &self.removals,
         }
+    }
+
+    /// Removals so far (see the field).
+    #[inline]
+    pub(super) fn removals(&self) -> u64 {
+        self.removals.load(Ordering::Acquire)
     }
 }
 
@@ -181,6 +193,8 @@ impl Writer<'_> {
         };
         let slot = self.entries.slot(fi_addr).expect("live");
         slot.live.store(false, Ordering::Release);
+        // Bumped after the change: an answer read before it is dropped.
+        self.removals.fetch_add(1, Ordering::Release);
         let (entries, len) = (self.entries, self.index.len);
         let std::collections::hash_map::Entry::Occupied(mut slot) = self.index.reverse.entry(addr)
         else {
@@ -253,6 +267,8 @@ pub(super) mod tests {
         assert_eq!(t.reverse_lookup(&a), Some(2));
         assert!(t.remove(2));
         assert_eq!(t.reverse_lookup(&a), None);
+        drop(t);
+        assert_eq!(table.removals(), 3, "each removal counts, inserts do not");
     }
 
     #[test]
