@@ -154,9 +154,10 @@ pub unsafe fn open(
     });
     let d = &obj.inner.info.domain;
     tracing::info!(
-        "domain {:p} opened: {}, control {}, data {}, {}",
+        "domain {:p} opened: {} (locks {:?}), control {}, data {}, {}",
         &*obj,
         core::tostr32(d.threading, ffi::FI_TYPE_THREADING),
+        obj.inner.locking(),
         core::tostr32(d.control_progress, ffi::FI_TYPE_PROGRESS),
         core::tostr32(d.data_progress, ffi::FI_TYPE_PROGRESS),
         core::tostr32(d.av_type, ffi::FI_TYPE_AV_TYPE)
@@ -352,6 +353,7 @@ unsafe extern "C" fn domain_mr_regattr(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::base::lock::Locking;
     use crate::fabric;
     use std::ptr;
 
@@ -396,6 +398,7 @@ mod tests {
         unsafe {
             let d = Domain::from_ptr(dom, "test").unwrap();
             assert_eq!(d.inner.info.domain.threading, ffi::FI_THREAD_DOMAIN);
+            assert_eq!(d.inner.locking(), Locking::Elided);
             assert_eq!((*(*dom).ops).size, size_of::<ffi::fi_ops_domain>());
             assert_eq!((*(*dom).mr).size, size_of::<ffi::fi_ops_mr>());
             let av_open = (*(*dom).ops).av_open.unwrap();

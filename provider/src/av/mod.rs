@@ -18,8 +18,9 @@
 //! - Inserts are synchronous; with FI_EVENT they are done on the spot and
 //!   reported through the bound EQ (one error entry per failed address,
 //!   then FI_AV_COMPLETE with the number inserted), as fi_av(3) describes.
-//! - `lookup`/`reverse_lookup` take a read lock only: the data path may
-//!   call them from any thread.
+//! - `lookup` takes no lock (table.rs says how): the data path calls it on
+//!   every send, from any thread; `reverse_lookup` (FI_SOURCE only) takes
+//!   a read lock.
 
 mod table;
 
@@ -30,7 +31,7 @@ use std::os::raw::{c_char, c_int, c_void};
 use std::ptr;
 use std::sync::Arc;
 
-use parking_lot::{Mutex, RwLock};
+use parking_lot::Mutex;
 use unimem_mailbox::{JobId, MailboxAddr};
 
 use crate::base::ffi::{self, ret, FI_ADDR_NOTAVAIL};
@@ -56,7 +57,7 @@ pub struct AvInner {
     /// Opened with FI_EVENT: inserts report through `eq`.
     events: bool,
     eq: Mutex<Option<ParentRef<EqInner>>>,
-    table: RwLock<Table>,
+    table: Table,
     /// Endpoints bound to this AV.
     children: Children,
 }
@@ -71,13 +72,19 @@ impl AvInner {
     /// The peer behind `fi_addr`; None if it was never inserted or was
     /// removed.
     pub fn lookup(&self, fi_addr: ffi::fi_addr_t) -> Option<MailboxAddr> {
-        self.table.read().lookup(fi_addr)
+        self.table.lookup(fi_addr)
     }
 
     /// The fi_addr_t of a peer (its lowest live index), for source
     /// addresses of received messages.
     pub fn reverse_lookup(&self, addr: &MailboxAddr) -> Option<ffi::fi_addr_t> {
-        self.table.read().reverse_lookup(addr)
+        self.table.reverse_lookup(addr)
+    }
+
+    /// Removals so far: a [`reverse_lookup`](Self::reverse_lookup) answer
+    /// stays right while this does not change.
+    pub fn removals(&self) -> u64 {
+        self.table.removals()
     }
 
     /// The domain the AV belongs to (endpoints must share it).
@@ -327,7 +334,7 @@ pub unsafe fn open(
             av_type,
             events: a.flags & ffi::FI_EVENT != 0,
             eq: Mutex::new(None),
-            table: RwLock::new(Table::with_capacity(a.count)),
+            table: Table::default(),
             children: Children::default(),
         }),
     });

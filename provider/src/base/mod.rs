@@ -3,7 +3,8 @@
 //! (`ffi`), the core functions found at load time (`core`), who we are to
 //! the core (`provider`), fid plumbing (`fid`), the panic guard around
 //! every entry point (`guard`), logging into `fi_log` (`log`), tunables
-//! (`config`), the exit-time cleanup of our shared objects (`shutdown`)
+//! (`config`), the locks a domain's threading level may elide (`lock`),
+//! the exit-time cleanup of our shared objects (`shutdown`)
 //! and the stubs of every entry point we do not implement (`unsupported`).
 
 pub mod config;
@@ -12,6 +13,7 @@ pub mod errdata;
 pub mod ffi;
 pub mod fid;
 pub mod guard;
+pub mod lock;
 pub mod log;
 pub mod provider;
 pub(crate) mod shutdown;

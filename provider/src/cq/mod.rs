@@ -32,12 +32,11 @@ use std::ptr;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 
-use parking_lot::Mutex;
-
 use crate::base::errdata;
 use crate::base::ffi::{self, ret};
 use crate::base::fid::{self, Children, Control, FiObject, FidObject, Parent, ParentRef};
 use crate::base::guard::{ffi_guard, ffi_guard_or};
+use crate::base::lock::DomainMutex;
 use crate::state::progress::ProgressList;
 use crate::state::DomainState;
 use crate::wait::{self, Backoff, Deadline, IdlePolls, IdleYield};
@@ -59,7 +58,8 @@ pub struct CqInner {
     spin_yield: usize,
     idle_yield: IdleYield,
     idle_polls: IdlePolls,
-    queue: Mutex<Queue>,
+    /// Its lock is elided under `FI_THREAD_DOMAIN`.
+    queue: DomainMutex<Queue>,
     /// `queue`'s length, stored under its lock after every change: an empty
     /// poll (MPI polls in a loop) then reads it instead of taking the lock.
     queued: AtomicUsize,
@@ -302,11 +302,14 @@ pub unsafe fn open(
             spin_yield: config.spin_yield,
             idle_yield: IdleYield::from_tunable(config.idle_yield),
             idle_polls: IdlePolls::default(),
-            queue: Mutex::new(Queue {
-                // Grows on demand: hundreds of CQs of the default size must stay cheap.
-                entries: VecDeque::with_capacity(size.min(64)),
-                saved_err_data: Vec::new(),
-            }),
+            queue: DomainMutex::new(
+                Queue {
+                    // Grows on demand: hundreds of CQs of the default size must stay cheap.
+                    entries: VecDeque::with_capacity(size.min(64)),
+                    saved_err_data: Vec::new(),
+                },
+                domain.locking(),
+            ),
             queued: AtomicUsize::new(0),
             signaled: AtomicBool::new(false),
             children: Children::default(),

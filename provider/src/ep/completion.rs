@@ -7,7 +7,7 @@ use std::sync::atomic::Ordering;
 
 use unimem_mailbox::MailboxAddr;
 
-use super::inner::{Bindings, Core, EpInner};
+use super::inner::{Bindings, EpCore, EpInner, SourceHit};
 use crate::base::ffi;
 use crate::base::fid::ParentRef;
 use crate::cntr::CntrInner;
@@ -68,7 +68,7 @@ fn kind_flag(tagged: bool) -> u64 {
 impl EpInner {
     /// Turns the protocol's finished operations into CQ entries and counter
     /// events.
-    pub(super) fn drain(&self, core: &mut Core) {
+    pub(super) fn drain(&self, core: &mut EpCore) {
         let setup;
         let bindings = match self.active.get() {
             Some(active) => active,
@@ -113,7 +113,12 @@ impl EpInner {
                                 buf: done.buf as *mut c_void,
                                 data: done.data.unwrap_or(0),
                                 tag: done.tag,
-                                src_addr: source_fi_addr(self.caps, bindings, &done.src),
+                                src_addr: source_fi_addr(
+                                    self.caps,
+                                    bindings,
+                                    &mut core.last_source,
+                                    &done.src,
+                                ),
                             });
                         }
                     }
@@ -206,7 +211,7 @@ impl EpInner {
                                 data: e.data.unwrap_or(0),
                                 tag: e.tag,
                                 src_addr: e.src.map_or(ffi::FI_ADDR_NOTAVAIL, |src| {
-                                    source_fi_addr(self.caps, bindings, &src)
+                                    source_fi_addr(self.caps, bindings, &mut core.last_source, &src)
                                 }),
                             },
                             err,
@@ -226,14 +231,34 @@ impl EpInner {
 
 /// A completion's source address: an AV lookup (hashing the address) that
 /// only endpoints with FI_SOURCE pay for; MPI does without (it sends its rank
-/// as CQ data).
-fn source_fi_addr(caps: u64, bindings: &Bindings, src: &MailboxAddr) -> ffi::fi_addr_t {
+/// as CQ data), though MPICH asks for it. The last answer is kept, and
+/// reused while the AV has had no removal.
+fn source_fi_addr(
+    caps: u64,
+    bindings: &Bindings,
+    last: &mut Option<SourceHit>,
+    src: &MailboxAddr,
+) -> ffi::fi_addr_t {
     if caps & ffi::FI_SOURCE == 0 {
         return ffi::FI_ADDR_NOTAVAIL;
     }
-    bindings
-        .av
-        .as_ref()
-        .and_then(|av| av.reverse_lookup(src))
-        .unwrap_or(ffi::FI_ADDR_NOTAVAIL)
+    let Some(av) = bindings.av.as_ref() else {
+        return ffi::FI_ADDR_NOTAVAIL;
+    };
+    // Read before the lookup: a removal meanwhile makes the answer stale.
+    let removals = av.removals();
+    if let Some(hit) = last.filter(|h| h.addr == *src && h.removals == removals) {
+        return hit.fi_addr;
+    }
+    match av.reverse_lookup(src) {
+        Some(fi_addr) => {
+            *last = Some(SourceHit {
+                addr: *src,
+                fi_addr,
+                removals,
+            });
+            fi_addr
+        }
+        None => ffi::FI_ADDR_NOTAVAIL,
+    }
 }

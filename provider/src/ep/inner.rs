@@ -8,13 +8,14 @@ use std::os::raw::c_int;
 use std::sync::atomic::{AtomicBool, AtomicUsize};
 use std::sync::{Arc, OnceLock};
 
-use parking_lot::{Mutex, RwLock};
+use parking_lot::RwLock;
 use unimem_dma::ShmDmaEngine;
-use unimem_mailbox::ShmMailbox;
+use unimem_mailbox::{MailboxAddr, ShmMailbox};
 
 use crate::av::AvInner;
 use crate::base::ffi;
 use crate::base::fid::{self, FiObject, FidObject, ParentRef};
+use crate::base::lock::DomainMutex;
 use crate::cntr::CntrInner;
 use crate::cq::CqInner;
 use crate::eq::EqInner;
@@ -24,6 +25,46 @@ use unimem_proto as proto;
 
 /// The protocol over the shared-memory emulation.
 pub type Core = proto::Messenger<ShmMailbox, ShmDmaEngine>;
+
+/// The messenger, and what the endpoint keeps beside it under its lock.
+pub struct EpCore {
+    proto: Core,
+    /// The AV's answer for the last source address (FI_SOURCE): MPI
+    /// receives from few peers, and a hit spares the reverse map's hash
+    /// and lock on every completion.
+    pub(super) last_source: Option<SourceHit>,
+}
+
+/// A reverse lookup's answer, right while the AV has had no removal since.
+#[derive(Clone, Copy)]
+pub(super) struct SourceHit {
+    pub(super) addr: MailboxAddr,
+    pub(super) fi_addr: ffi::fi_addr_t,
+    pub(super) removals: u64,
+}
+
+impl EpCore {
+    pub(super) fn new(proto: Core) -> Self {
+        EpCore {
+            proto,
+            last_source: None,
+        }
+    }
+}
+
+impl std::ops::Deref for EpCore {
+    type Target = Core;
+
+    fn deref(&self) -> &Core {
+        &self.proto
+    }
+}
+
+impl std::ops::DerefMut for EpCore {
+    fn deref_mut(&mut self) -> &mut Core {
+        &mut self.proto
+    }
+}
 
 /// Our `struct fid_ep`.
 pub type Ep = FidObject<EpInner>;
@@ -61,7 +102,8 @@ pub struct EpInner {
     pub(super) rx_op_flags: u64,
     pub(super) inject_size: usize,
     pub(super) iov_limit: usize,
-    pub(super) core: Mutex<Core>,
+    /// The protocol; its lock is elided under `FI_THREAD_DOMAIN`.
+    pub(super) core: DomainMutex<EpCore>,
     /// Bindings while the endpoint is being set up.
     pub(super) bindings: RwLock<Bindings>,
     /// The bindings, frozen by fi_enable (binding is refused afterwards):

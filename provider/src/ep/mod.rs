@@ -28,15 +28,16 @@ use std::os::raw::{c_int, c_void};
 use std::sync::atomic::{AtomicBool, AtomicUsize};
 use std::sync::{Arc, OnceLock};
 
-use parking_lot::{Mutex, RwLock};
+use parking_lot::RwLock;
 use unimem_mailbox::{JobId, MailboxAddr, ShmMailbox, ShmMailboxConfig};
 
 use crate::base::config::Config;
 use crate::base::ffi::{self, ret};
 use crate::base::fid::{self, ParentRef};
+use crate::base::lock::DomainMutex;
 use crate::base::unsupported;
 use crate::state::DomainState;
-use inner::{Bindings, Core, Ep, EpInner};
+use inner::{Bindings, Core, Ep, EpCore, EpInner};
 use options::{EP_CM_OPS, EP_OPS};
 use unimem_proto::ProtoConfig;
 
@@ -175,7 +176,7 @@ pub unsafe fn open(
             rx_op_flags: rx_attr.map_or(0, |a| a.op_flags),
             inject_size: cfg.eager_size,
             iov_limit: resolved.tx.iov_limit.max(1),
-            core: Mutex::new(core),
+            core: DomainMutex::new(EpCore::new(core), domain.locking()),
             bindings: RwLock::new(Bindings::default()),
             active: OnceLock::new(),
             peers_reclaimed: AtomicUsize::new(0),

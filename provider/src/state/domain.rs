@@ -14,6 +14,7 @@ use unimem_proto::DomainDma;
 
 use crate::base::config::Config;
 use crate::base::fid::{Children, Parent, ParentRef};
+use crate::base::lock::Locking;
 use crate::info::attr::Info;
 use crate::state::fabric::FabricState;
 use crate::state::memory;
@@ -47,13 +48,14 @@ pub struct DomainState {
 
 impl DomainState {
     pub fn new(fabric: &Arc<FabricState>, api_version: u32, info: Info) -> Self {
+        let locking = Locking::for_threading(info.domain.threading);
         DomainState {
             fabric: ParentRef::new(fabric),
             api_version,
             info,
             eq: Mutex::new(None),
             dma: Mutex::new(None),
-            progress: ProgressList::default(),
+            progress: ProgressList::new(locking),
             children: Children::default(),
             remote_counters: AtomicBool::new(false),
         }
@@ -109,6 +111,12 @@ impl DomainState {
         );
         *slot = Some(dma.clone());
         Ok(dma)
+    }
+
+    /// Whether the locks of the domain's objects lock: not when the
+    /// application serializes its calls on them (`FI_THREAD_DOMAIN`).
+    pub fn locking(&self) -> Locking {
+        Locking::for_threading(self.info.domain.threading)
     }
 
     /// The domain's enabled endpoints, run by every CQ and counter read.

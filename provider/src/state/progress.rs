@@ -6,7 +6,7 @@
 
 use std::sync::Arc;
 
-use parking_lot::RwLock;
+use crate::base::lock::{DomainRwLock, Locking};
 
 /// Something that advances its protocol when polled: an endpoint.
 pub trait Progress: Send + Sync {
@@ -14,15 +14,20 @@ pub trait Progress: Send + Sync {
 }
 
 /// The enabled endpoints of one domain.
-#[derive(Default)]
 pub struct ProgressList {
     /// Strong references, so that a read pays no upgrade: an endpoint
     /// removes itself when it closes, which breaks the cycle through the
-    /// CQ or counter it holds.
-    members: RwLock<Vec<Arc<dyn Progress>>>,
+    /// CQ or counter it holds. Under `FI_THREAD_DOMAIN` the lock is elided.
+    members: DomainRwLock<Vec<Arc<dyn Progress>>>,
 }
 
 impl ProgressList {
+    pub fn new(locking: Locking) -> Self {
+        ProgressList {
+            members: DomainRwLock::new(Vec::new(), locking),
+        }
+    }
+
     pub fn add(&self, member: &Arc<dyn Progress>) {
         let mut members = self.members.write();
         if !members.iter().any(|m| same(m, member)) {
@@ -72,7 +77,7 @@ mod tests {
 
     #[test]
     fn runs_each_member_once() {
-        let list = ProgressList::default();
+        let list = ProgressList::new(Locking::Locked);
         let a = Arc::new(Counter(AtomicUsize::new(0)));
         let a_dyn: Arc<dyn Progress> = a.clone();
         list.add(&a_dyn);

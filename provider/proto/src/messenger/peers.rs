@@ -124,7 +124,7 @@ pub(crate) struct Peer<A, R, N> {
     /// It asked us to throttle: our messages to it go by rendezvous.
     pub(crate) throttled: bool,
     /// Its message in parts we are putting together (`recv::parted`).
-    pub(crate) parted: Option<Box<super::recv::parted::Parted>>,
+    pub(crate) parted: Option<super::recv::parted::Parted>,
 }
 
 impl<M, D> Messenger<M, D>

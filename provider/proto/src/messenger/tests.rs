@@ -3231,3 +3231,69 @@ fn messages_in_parts_arrive_whole_and_in_order() {
     assert_eq!(recv_done(&got[0]).len, 40);
     assert!(buf[..22].iter().all(|&x| x == 1) && buf[22..].iter().all(|&x| x == 9));
 }
+
+/// Once the peers know each other and the queues have grown to their
+/// working size, a message allocates nothing on either side: tagged
+/// inline injects and sends with CQ data (what MPI sends for small
+/// messages), eager sends and FI_INJECT eager sends, their receives, the
+/// progress that carries them and the events that complete them.
+#[test]
+fn small_and_eager_messages_allocate_nothing() {
+    use crate::counting_alloc::allocations;
+
+    let mut a = messenger();
+    let mut b = messenger();
+    first_contact(&mut a, &mut b);
+    let data = pattern(EAGER, 3);
+    let mut buf = vec![0u8; EAGER];
+    let info = MatchInfo {
+        tag: Some(0x1234_5678_9abc),
+        data: Some(1),
+    };
+    let mut round = |a: &mut Shm, b: &mut Shm| {
+        for (len, inject, copy) in [
+            (8, true, false),
+            (8, false, false),
+            // In parts.
+            (72, true, false),
+            (500, false, false),
+            (500, false, true),
+        ] {
+            post(b, true, recv_spec(&mut buf, 1, None, info.tag.unwrap(), 0));
+            let req = SendReq {
+                info,
+                inject,
+                copy,
+                ..send_req(b.addr(), data.as_ptr(), len)
+            };
+            // SAFETY: data outlives the send, which completes below.
+            unsafe { a.send(req) }.unwrap();
+            let (mut sent, mut received) = (0, 0);
+            let deadline = Instant::now() + HANG_GUARD;
+            while sent == 0 || received == 0 {
+                assert!(Instant::now() < deadline, "message {len} never completed");
+                a.progress();
+                b.progress();
+                while let Some(event) = a.next_event() {
+                    assert!(matches!(event, Event::Send { .. }), "{event:?}");
+                    sent += 1;
+                }
+                while let Some(event) = b.next_event() {
+                    assert_eq!(recv_done(&event).len, len);
+                    received += 1;
+                }
+            }
+        }
+    };
+    for _ in 0..100 {
+        round(&mut a, &mut b);
+    }
+    let probe = allocations();
+    drop(std::hint::black_box(vec![0u8; 16]));
+    assert_eq!(allocations(), probe + 1, "the count works");
+    let before = allocations();
+    for _ in 0..1000 {
+        round(&mut a, &mut b);
+    }
+    assert_eq!(allocations() - before, 0, "allocations in 4000 messages");
+}

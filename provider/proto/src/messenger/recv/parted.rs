@@ -43,14 +43,16 @@ where
             self.drop_invalid(peer, "message in parts of a length its parts cannot carry");
             return;
         }
-        let mut parted = Box::new(Parted {
+        // In place: a message in parts allocates nothing.
+        let unfinished = self.peers[peer].parted.is_some();
+        let parted = self.peers[peer].parted.insert(Parted {
             info,
             len,
             have: first.len(),
             bytes: [0; MAX_PARTED_LEN],
         });
         parted.bytes[..first.len()].copy_from_slice(first);
-        if self.peers[peer].parted.replace(parted).is_some() {
+        if unfinished {
             self.drop_invalid(peer, "message in parts that it left unfinished");
         }
     }
