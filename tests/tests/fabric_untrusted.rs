@@ -221,9 +221,12 @@ fn more_rendezvous_receives_than_wire_ids() {
     // Tens of thousands of rendezvous take a while in a debug build.
     unimem_tests::cluster::set_answer_timeout(std::time::Duration::from_secs(300));
     let mut c = cluster("ids");
+    // The peers' watchdog (150 s by default) must not end them before
+    // their own bound does: a loaded machine took longer than that.
     c.env("FI_UNIMEM_EAGER_SIZE", "0")
         .env("FI_UNIMEM_TX_SIZE", "40000")
-        .env("FI_UNIMEM_MBX_DEPTH", "65536");
+        .env("FI_UNIMEM_MBX_DEPTH", "65536")
+        .env("FABRIC_PEER_WATCHDOG", "320");
     c.spawn(3).connect_all();
     let traffic = "count=33000 lens=100 within=280000";
     let replies = c.all(&[
