@@ -154,8 +154,14 @@ impl GenTable {
             return;
         };
         let _turn = self.turns.lock();
+        // Only the owner writes generations (and its frees take turns):
+        // plain stores, ordered before the pin check by the fence below,
+        // not a locked instruction per page.
         for word in words {
-            word.fetch_add(1, Ordering::SeqCst);
+            word.store(
+                word.load(Ordering::Relaxed).wrapping_add(1),
+                Ordering::Relaxed,
+            );
         }
         fence(Ordering::SeqCst);
         let control = self.control();
