@@ -17,7 +17,7 @@ use unimem_mailbox::shm::{SharedObject, SharedRange, HEADER_SIZE};
 use unimem_mailbox::{IdMap, NodeId, Profile, TimingModel};
 
 use crate::error::DmaError;
-use crate::gens::{GenTable, GEN_PAGE};
+use crate::gens::{page_span, GenTable};
 use crate::keys::{self, Exposure};
 use crate::region::{directory, directory_name, gen_table_name, segment_name, DmaBuf, DmaRegion};
 use crate::{DmaEngine, DmaId, RegId};
@@ -44,11 +44,30 @@ struct Registration {
 impl Registration {
     /// The first page (of the segment) of `[addr, end)`, which lies in the
     /// registration, and the range's page count.
-    /// (An empty range touches no page.)
     fn pages(&self, addr: u64, end: u64) -> (usize, usize) {
-        let first = ((addr - self.segment_base) / GEN_PAGE as u64) as usize;
-        let last = ((end - self.segment_base).div_ceil(GEN_PAGE as u64)) as usize;
-        (first, last.saturating_sub(first))
+        page_span(
+            (addr - self.segment_base) as usize,
+            (end - self.segment_base) as usize,
+        )
+    }
+
+    /// Takes the generations of the registration's pages now.
+    fn take_snapshot(&mut self) -> Result<(), DmaError> {
+        let (first, count) = self.pages(self.start, self.end);
+        self.snapshot = self
+            .gens
+            .snapshot(first, count)
+            .ok_or(DmaError::OutOfBounds)?;
+        Ok(())
+    }
+
+    /// The generations the snapshot holds for pages `[first, first + count)`.
+    fn expected(&self, first: usize, count: usize) -> &[u32] {
+        let (reg_first, _) = self.pages(self.start, self.end);
+        self.snapshot
+            .get(first - reg_first..)
+            .and_then(|pages| pages.get(..count))
+            .unwrap_or(&[])
     }
 }
 
@@ -208,11 +227,7 @@ impl ShmDmaEngine {
             segment_base: base,
             snapshot: Vec::new(),
         };
-        let (first, count) = registration.pages(addr, end);
-        registration.snapshot = registration
-            .gens
-            .snapshot(first, count)
-            .ok_or(DmaError::OutOfBounds)?;
+        registration.take_snapshot()?;
         Ok(registration)
     }
 
@@ -299,12 +314,7 @@ impl ShmDmaEngine {
             return Err(DmaError::OutOfBounds);
         }
         let (first, count) = registration.pages(remote_addr, remote_end);
-        let (reg_first, _) = registration.pages(registration.start, registration.end);
-        let expected = registration
-            .snapshot
-            .get(first - reg_first..)
-            .and_then(|pages| pages.get(..count))
-            .unwrap_or(&[]);
+        let expected = registration.expected(first, count);
         let _pin = registration.gens.pin();
         let (current, token) = registration
             .gens
@@ -399,15 +409,10 @@ impl DmaEngine for ShmDmaEngine {
     /// the model's registration cost.
     fn revalidate(&mut self, reg: RegId) -> Result<(), DmaError> {
         let started = monotonic_ns();
-        let registration = self
-            .registrations
+        self.registrations
             .get_mut(&reg.0)
-            .ok_or(DmaError::NotRegistered)?;
-        let (first, count) = registration.pages(registration.start, registration.end);
-        registration.snapshot = registration
-            .gens
-            .snapshot(first, count)
-            .ok_or(DmaError::OutOfBounds)?;
+            .ok_or(DmaError::NotRegistered)?
+            .take_snapshot()?;
         spin_until(started + self.timing.registration_ns);
         Ok(())
     }

@@ -52,6 +52,13 @@ const CONTROL_AT: usize = HEADER_SIZE;
 const GENS_AT: usize = HEADER_SIZE + 64;
 const _: () = assert!(std::mem::size_of::<Control>() <= GENS_AT - CONTROL_AT);
 
+/// The pages of data bytes `[from, to)` of a segment: the first, and how
+/// many (an empty range touches none).
+pub(crate) fn page_span(from: usize, to: usize) -> (usize, usize) {
+    let first = from / GEN_PAGE;
+    (first, to.div_ceil(GEN_PAGE).saturating_sub(first))
+}
+
 /// Object size for a segment of `capacity` data bytes.
 pub(crate) fn table_len(capacity: usize) -> usize {
     GENS_AT + capacity.div_ceil(GEN_PAGE) * 4

@@ -27,7 +27,7 @@ use unimem_mailbox::{JobId, NodeId};
 
 use crate::alloc::RangeAllocator;
 use crate::error::DmaError;
-use crate::gens::{GenTable, GEN_PAGE};
+use crate::gens::{page_span, GenTable, GEN_PAGE};
 use crate::heap_abi::{self, HeapAbi, HeapRegionId};
 
 /// Every allocation is aligned to (and rounded up to) a page: the unit in
@@ -505,10 +505,9 @@ impl Own {
         let end = addr.checked_add(len.max(1))?;
         let segments = self.segments.lock();
         let seg = segments.list.iter().find(|seg| seg.contains(addr, len))?;
-        let offset = addr - seg.data() as usize;
-        let first = offset / GEN_PAGE;
-        let last = (end - seg.data() as usize).div_ceil(GEN_PAGE);
-        Some((Arc::clone(&seg.gens), first, last - first))
+        let base = seg.data() as usize;
+        let (first, count) = page_span(addr - base, end - base);
+        Some((Arc::clone(&seg.gens), first, count))
     }
 
     /// Commits segment `index` up to `end` data bytes (in [`COMMIT_CHUNK`]
