@@ -23,7 +23,6 @@
 pub(crate) mod atomic;
 pub(crate) mod target;
 
-use crate::dma::DmaSession;
 use std::collections::HashMap;
 use std::hash::Hash;
 
@@ -34,6 +33,7 @@ use super::peers::DataItem;
 use super::recv::rendezvous::{RxXfer, XferPurpose, NO_SEND_ID};
 use super::send::{Payload, TxClass, TxKind, TxOp, Waiter};
 use super::{Messenger, PeerIdx};
+use crate::dma::DmaSession;
 use crate::iov::{gather, scatter, total_len};
 use crate::matching::{IovList, Placement};
 use crate::wire::{MatchInfo, Wire};
@@ -111,6 +111,18 @@ impl RmaOp {
         }
     }
 
+    /// What `node`'s key grants this operation: its target address there,
+    /// and whether the key counts accesses (`Access::NOTIFY`).
+    fn resolve<D: DmaEngine>(
+        &self,
+        dma: &mut DmaSession<'_, D>,
+        node: D::Node,
+    ) -> Result<(u64, bool), DmaError> {
+        let exposure = dma.resolve_key(node, self.key)?;
+        let target = exposure.translate(self.addr, self.len as u64, self.access_needed())?;
+        Ok((target, exposure.access.contains(Access::NOTIFY)))
+    }
+
     /// Whether `node`'s key still grants this operation (asked again when
     /// the target freed memory of its range since it was registered).
     pub(crate) fn still_allowed<D: DmaEngine>(
@@ -118,9 +130,7 @@ impl RmaOp {
         dma: &mut DmaSession<'_, D>,
         node: D::Node,
     ) -> Result<(), DmaError> {
-        dma.resolve_key(node, self.key)?
-            .translate(self.addr, self.len as u64, self.access_needed())
-            .map(drop)
+        self.resolve(dma, node).map(drop)
     }
 }
 
@@ -230,16 +240,12 @@ where
         let rma = self.rma_ops.get(op).expect("checked by the caller");
         let (key, addr, len) = (rma.key, rma.addr, rma.len);
         let element = rma.atomic.as_ref().map(|a| a.element_size());
-        let need = rma.access_needed();
         let mut dma = self.dma.lock();
-        let mut notify = false;
-        let target = dma.resolve_key(node, key).and_then(|exposure| {
-            notify = exposure.access.contains(Access::NOTIFY);
-            exposure.translate(addr, len as u64, need)
-        });
-        self.rma_ops.get_mut(op).expect("checked above").notify = notify;
-        let target = match target {
-            Ok(target) => target,
+        let target = match rma.resolve(&mut dma, node) {
+            Ok((target, notify)) => {
+                self.rma_ops.get_mut(op).expect("checked above").notify = notify;
+                target
+            }
             Err(e) => {
                 drop(dma);
                 tracing::debug!(key, addr, len, "RMA refused: {e}");

@@ -16,7 +16,9 @@ use super::super::peers::DataItem;
 use super::super::{post_error, Messenger, PeerIdx, SendReq};
 use super::{TxClass, TxKind, TxOp};
 use crate::iov::gather;
-use crate::wire::{inline_capacity, InlineBytes, MatchInfo, Wire, MAX_PARTED_LEN, MORE_LEN};
+use crate::wire::{
+    inline_capacity, InlineBytes, MatchInfo, Wire, MAX_INLINE_PARTS, MAX_PARTED_LEN, MORE_LEN,
+};
 use crate::{Event, PostError, WireNode};
 
 impl<M, D> Messenger<M, D>
@@ -61,7 +63,7 @@ where
         // (parted_capacity).
         unsafe { gather(&req.iov, 0, bytes.as_mut_ptr(), len) };
         let first = inline_capacity(&req.info);
-        let mut parts = [[0u8; 24]; crate::wire::MAX_INLINE_PARTS];
+        let mut parts: [Message; MAX_INLINE_PARTS] = Default::default();
         parts[0] = Wire::InlineFirst {
             info: req.info,
             len: len as u8,
