@@ -124,6 +124,10 @@ impl ShmDmaEngine {
     }
 
     fn remote_node(&mut self, node: NodeId) -> Result<&RemoteNode, DmaError> {
+        // Shared memory reaches this host only.
+        if node.is_remote() {
+            return Err(DmaError::NoSuchNode);
+        }
         if node.job != self.region.node().job || node.pid == 0 {
             return Err(DmaError::NoSuchNode);
         }
@@ -162,6 +166,28 @@ impl ShmDmaEngine {
             );
         }
         Ok(&self.nodes[&node])
+    }
+
+    /// The segments of `node`'s dmable memory (its own node included), as
+    /// its directory says: first data address and committed length of
+    /// each, entries that cannot be a segment left out. The network
+    /// backend registers its own with the transport from this.
+    pub fn segments(&mut self, node: NodeId) -> Result<Vec<(u64, u64)>, DmaError> {
+        let remote = self.remote_node(node)?;
+        let dir = directory(&remote.directory);
+        let count = dir.count.load(Ordering::Acquire) as usize;
+        Ok(dir.segments[..count.min(dir.segments.len())]
+            .iter()
+            .map(|entry| {
+                (
+                    entry.base.load(Ordering::Relaxed),
+                    entry.len.load(Ordering::Acquire),
+                )
+            })
+            .filter(|&(base, len)| {
+                base.is_multiple_of(PAGE_SIZE) && base.checked_add(len).is_some()
+            })
+            .collect())
     }
 
     /// The segment of `node` that holds `[addr, end)`: its index, first

@@ -138,6 +138,13 @@ pub trait DmaEngine: Send {
         old: &mut dyn FnMut(usize, u64),
     ) -> Result<DmaId, DmaError>;
 
+    /// Whether the engine's atomic unit reaches `node`'s memory; where it
+    /// does not, atomics go to the owner's progress.
+    fn atomics_reach(&self, node: Self::Node) -> bool {
+        let _ = node;
+        true
+    }
+
     /// What `node` exposes under `key` for remote access (its own node
     /// included), read without any action of the node. The caller checks
     /// its access against it ([`Exposure::translate`]) before moving a

@@ -269,6 +269,7 @@ impl DmaRegion {
             job: unimem_mailbox::JobId(id.job),
             pid: id.pid,
             nonce: id.nonce,
+            nic: None,
         };
         if node.pid != std::process::id() {
             tracing::warn!(

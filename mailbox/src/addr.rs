@@ -1,12 +1,14 @@
-//! Mailbox addresses: 16 bytes, position-independent, meaningful in every
-//! process of the same user on the host.
+//! Mailbox addresses: position-independent, meaningful in every process of
+//! the same user on the host, and, with the network address of their node
+//! (`@<ipv4>:<port>`), on every host of the job.
 
 use std::fmt;
 use std::str::FromStr;
 
 use crate::node::{BadAddress, JobId, NodeId};
 
-/// Size of an encoded [`MailboxAddr`].
+/// Size of an encoded [`MailboxAddr`] of this host (what the shared-memory
+/// mailbox carries): the node's network address is not part of it.
 pub const ADDR_LEN: usize = 16;
 
 /// The address of one mailbox: the node that owns it and the mailbox's index
@@ -31,6 +33,7 @@ impl MailboxAddr {
                 job,
                 pid: 0,
                 nonce: 0,
+                nic: None,
             },
             index,
         }
@@ -50,6 +53,8 @@ impl MailboxAddr {
         }
     }
 
+    /// The address as this host names it (without the node's network
+    /// address).
     pub fn to_bytes(&self) -> [u8; ADDR_LEN] {
         let mut out = [0u8; ADDR_LEN];
         out[0..4].copy_from_slice(&self.node.job.0.to_le_bytes());
@@ -66,23 +71,29 @@ impl MailboxAddr {
                 job: JobId(word(0)),
                 pid: word(4),
                 nonce: word(8),
+                nic: None,
             },
             index: word(12),
         }
     }
 }
 
-/// `unimem://<job>/<pid>.<nonce>/<index>`, or `unimem://<job>/svc/<index>`.
+/// `unimem://<job>/<pid>.<nonce>/<index>`, or `unimem://<job>/svc/<index>`,
+/// followed by `@<ipv4>:<port>` for a node that has a network address.
 impl fmt::Display for MailboxAddr {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         if self.is_service() {
-            write!(f, "unimem://{}/svc/{}", self.node.job, self.index)
+            write!(f, "unimem://{}/svc/{}", self.node.job, self.index)?;
         } else {
             write!(
                 f,
                 "unimem://{}/{}.{:08x}/{}",
                 self.node.job, self.node.pid, self.node.nonce, self.index
-            )
+            )?;
+        }
+        match self.node.nic {
+            Some(nic) => write!(f, "@{nic}"),
+            None => Ok(()),
         }
     }
 }
@@ -92,6 +103,10 @@ impl FromStr for MailboxAddr {
 
     fn from_str(s: &str) -> Result<Self, Self::Err> {
         let rest = s.strip_prefix("unimem://").ok_or(BadAddress)?;
+        let (rest, nic) = match rest.split_once('@') {
+            Some((rest, nic)) => (rest, Some(nic.parse()?)),
+            None => (rest, None),
+        };
         let mut parts = rest.split('/');
         let (Some(job), Some(owner), Some(index), None) =
             (parts.next(), parts.next(), parts.next(), parts.next())
@@ -111,7 +126,12 @@ impl FromStr for MailboxAddr {
             (pid, u32::from_str_radix(nonce, 16).map_err(|_| BadAddress)?)
         };
         Ok(MailboxAddr {
-            node: NodeId { job, pid, nonce },
+            node: NodeId {
+                job,
+                pid,
+                nonce,
+                nic,
+            },
             index,
         })
     }
@@ -128,6 +148,7 @@ mod tests {
                 job: JobId(0xdead_beef),
                 pid: 4242,
                 nonce: 0x1234_5678,
+                nic: None,
             },
             index: 7,
         };
@@ -141,6 +162,7 @@ mod tests {
                 job: JobId(0xab),
                 pid: 99,
                 nonce: 0xff,
+                nic: None,
             },
             index: 3,
         };
@@ -151,6 +173,28 @@ mod tests {
         assert_eq!(service.to_string(), "unimem://00000001/svc/9228");
         assert_eq!(service.to_string().parse(), Ok(service));
         assert!(service.is_service());
+        let remote = MailboxAddr {
+            node: NodeId {
+                nic: Some("198.18.0.11:40000".parse().unwrap()),
+                ..addr.node
+            },
+            ..addr
+        };
+        let text = remote.to_string();
+        assert_eq!(text, "unimem://000000ab/99.000000ff/3@198.18.0.11:40000");
+        assert_eq!(text.parse(), Ok(remote));
+        // The longest address of a node of another host fits libfabric's
+        // FI_NAME_MAX (64 bytes with the NUL).
+        let longest = MailboxAddr {
+            node: NodeId {
+                job: JobId(u32::MAX),
+                pid: 4_194_304,
+                nonce: u32::MAX,
+                nic: Some("255.255.255.255:65535".parse().unwrap()),
+            },
+            index: 999,
+        };
+        assert!(longest.to_string().len() < 64, "{longest}");
     }
 
     #[test]
@@ -163,6 +207,11 @@ mod tests {
             "unimem://1/0.2/3",
             "unimem://1/1.2/3/4",
             "unimem://1/12/3",
+            "unimem://1/1.2/3@",
+            "unimem://1/1.2/3@1.2.3.4",
+            "unimem://1/1.2/3@1.2.3.4:0",
+            "unimem://1/1.2/3@1.2.3:5",
+            "unimem://1/1.2/3@::1:5",
         ] {
             assert_eq!(bad.parse::<MailboxAddr>(), Err(BadAddress), "{bad}");
         }

@@ -24,7 +24,7 @@ use std::io;
 
 pub use addr::{MailboxAddr, ADDR_LEN};
 pub use idmap::{IdHasher, IdMap};
-pub use node::{JobId, NodeId};
+pub use node::{JobId, NicAddr, NodeId};
 pub use profile::{Profile, TimingModel};
 pub use shm_mailbox::{ShmMailbox, ShmMailboxConfig, ShmPeer, MAX_DEPTH};
 

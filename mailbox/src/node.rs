@@ -30,13 +30,50 @@ impl fmt::Display for JobId {
     }
 }
 
-/// One emulated node: a process of a job.
+/// Where a node on another host is reached: the IPv4 address and port of
+/// its network interface (the network backend's endpoint in that process).
+#[derive(Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Debug)]
+pub struct NicAddr {
+    pub ip: [u8; 4],
+    pub port: u16,
+}
+
+impl fmt::Display for NicAddr {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let [a, b, c, d] = self.ip;
+        write!(f, "{a}.{b}.{c}.{d}:{}", self.port)
+    }
+}
+
+impl std::str::FromStr for NicAddr {
+    type Err = BadAddress;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        let (ip, port) = s.rsplit_once(':').ok_or(BadAddress)?;
+        let ip: std::net::Ipv4Addr = ip.parse().map_err(|_| BadAddress)?;
+        let port: u16 = port.parse().map_err(|_| BadAddress)?;
+        if port == 0 {
+            return Err(BadAddress);
+        }
+        Ok(NicAddr {
+            ip: ip.octets(),
+            port,
+        })
+    }
+}
+
+/// One emulated node: a process of a job, on this host or another.
 #[derive(Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Debug)]
 pub struct NodeId {
     pub job: JobId,
     pub pid: u32,
     /// Low 32 bits of the process start time, in clock ticks since boot.
     pub nonce: u32,
+    /// `None`: a node of this host, reached through shared memory. `Some`:
+    /// a node of another host, reached through the network at this
+    /// address. A node's own id has `None`; it gets its address only in
+    /// what it tells peers of other hosts (see the provider's AV).
+    pub nic: Option<NicAddr>,
 }
 
 impl NodeId {
@@ -48,13 +85,29 @@ impl NodeId {
             job,
             pid,
             nonce: process_start_time(pid).unwrap_or(0) as u32,
+            nic: None,
         }
+    }
+
+    /// Whether this node lives on another host.
+    pub fn is_remote(&self) -> bool {
+        self.nic.is_some()
+    }
+
+    /// The same node as named on its own host (no network address).
+    pub fn local(self) -> NodeId {
+        NodeId { nic: None, ..self }
     }
 
     /// Whether the process this id names is still running. A pid now used by
     /// another process (different start time) counts as dead; a look that
-    /// fails (see [`read_start_time`]) counts as alive.
+    /// fails (see [`read_start_time`]) counts as alive. Only meaningful for
+    /// a node of this host: one of another host counts as alive here (the
+    /// network backend watches those).
     pub fn is_alive(&self) -> bool {
+        if self.is_remote() {
+            return true;
+        }
         match read_start_time(self.pid) {
             Ok(Some(start)) => start as u32 == self.nonce,
             Ok(None) => false,
@@ -65,7 +118,11 @@ impl NodeId {
 
 impl fmt::Display for NodeId {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}:{}:{:08x}", self.job, self.pid, self.nonce)
+        write!(f, "{}:{}:{:08x}", self.job, self.pid, self.nonce)?;
+        match self.nic {
+            Some(nic) => write!(f, "@{nic}"),
+            None => Ok(()),
+        }
     }
 }
 
@@ -139,6 +196,10 @@ impl std::str::FromStr for NodeId {
 
     fn from_str(s: &str) -> Result<Self, Self::Err> {
         let bad = |_| BadAddress;
+        let (s, nic) = match s.split_once('@') {
+            Some((id, nic)) => (id, Some(nic.parse()?)),
+            None => (s, None),
+        };
         let mut parts = s.split(':');
         let (Some(job), Some(pid), Some(nonce), None) =
             (parts.next(), parts.next(), parts.next(), parts.next())
@@ -149,6 +210,7 @@ impl std::str::FromStr for NodeId {
             job: JobId(u32::from_str_radix(job, 16).map_err(bad)?),
             pid: pid.parse().map_err(bad)?,
             nonce: u32::from_str_radix(nonce, 16).map_err(bad)?,
+            nic,
         })
     }
 }
@@ -159,7 +221,7 @@ pub struct BadAddress;
 
 impl fmt::Display for BadAddress {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str("malformed unimem address (expected unimem://<job>/<pid>.<nonce>/<index>)")
+        f.write_str("malformed unimem address (expected unimem://<job>/<pid>.<nonce>/<index>[@<ipv4>:<port>])")
     }
 }
 
@@ -193,6 +255,16 @@ mod tests {
         let node = NodeId::current(JobId(0xabc));
         assert_eq!(node.to_string().parse(), Ok(node));
         assert!("1:2".parse::<NodeId>().is_err());
+        let remote = NodeId {
+            nic: Some("198.18.0.12:4242".parse().unwrap()),
+            ..node
+        };
+        assert_eq!(remote.to_string().parse(), Ok(remote));
+        assert!(
+            remote.is_alive(),
+            "another host's node is watched elsewhere"
+        );
+        assert_eq!(remote.local(), node);
     }
 
     #[test]

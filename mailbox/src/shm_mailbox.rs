@@ -493,7 +493,8 @@ impl Mailbox for ShmMailbox {
     }
 
     fn connect(&self, dest: &MailboxAddr) -> Result<ShmPeer, Error> {
-        if dest.node.job != self.addr.node.job {
+        // Shared memory reaches this host only.
+        if dest.node.job != self.addr.node.job || dest.node.is_remote() {
             return Err(Error::Invalid);
         }
         let name = object_name(dest.node.job, &dest.object_tail());

@@ -460,6 +460,11 @@ impl<D: DmaEngine> DmaSession<'_, D> {
         ))
     }
 
+    /// See [`DmaEngine::atomics_reach`].
+    pub fn atomics_reach(&self, node: D::Node) -> bool {
+        self.shared.engine.atomics_reach(node)
+    }
+
     /// What `node` exposes under `key` (see [`DmaEngine::resolve_key`]).
     pub fn resolve_key(&mut self, node: D::Node, key: u64) -> Result<Exposure, DmaError> {
         self.shared.engine.resolve_key(node, key)

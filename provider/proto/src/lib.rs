@@ -39,7 +39,7 @@ pub use messenger::{AtomicReq, Messenger, RmaReq, Stats};
 
 use std::time::Duration;
 
-use unimem_mailbox::{JobId, NodeId};
+use unimem_mailbox::{JobId, MailboxAddr, NodeId};
 
 use wire::NODE_LEN;
 
@@ -237,13 +237,17 @@ pub enum PostError {
     TooShort,
 }
 
-/// A node identity that travels in a Hello.
-pub trait WireNode: Sized {
+/// A node identity that travels in a Hello, and what the receiver of the
+/// Hello makes of it, knowing the mailbox address it came from (`A`).
+pub trait WireNode<A>: Sized {
     fn to_wire(&self) -> [u8; NODE_LEN];
-    fn from_wire(bytes: &[u8; NODE_LEN]) -> Self;
+    /// The DMA node of the peer at `from` whose Hello names `bytes`; `None`
+    /// if that cannot be its node: a peer's memory is its own process's,
+    /// never another's it names.
+    fn from_hello(bytes: &[u8; NODE_LEN], from: &A) -> Option<Self>;
 }
 
-impl WireNode for NodeId {
+impl WireNode<MailboxAddr> for NodeId {
     fn to_wire(&self) -> [u8; NODE_LEN] {
         let mut out = [0u8; NODE_LEN];
         out[0..4].copy_from_slice(&self.job.0.to_le_bytes());
@@ -252,13 +256,22 @@ impl WireNode for NodeId {
         out
     }
 
-    fn from_wire(bytes: &[u8; NODE_LEN]) -> Self {
+    fn from_hello(bytes: &[u8; NODE_LEN], from: &MailboxAddr) -> Option<Self> {
         let word = |i: usize| u32::from_le_bytes(bytes[i..i + 4].try_into().unwrap());
-        NodeId {
+        let claimed = NodeId {
             job: JobId(word(0)),
             pid: word(4),
             nonce: word(8),
-        }
+            // Where its mailbox is, its memory is: the network address
+            // comes from the route the Hello took, not from the Hello.
+            nic: from.node.nic,
+        };
+        // The process must be the mailbox's (its dmable region may belong
+        // to another job: the preloaded heap's). A service mailbox names
+        // no process, so its owner's claim stands.
+        let owner = from.node;
+        let same_process = claimed.pid == owner.pid && claimed.nonce == owner.nonce;
+        (from.is_service() || same_process).then_some(claimed)
     }
 }
 

@@ -16,6 +16,11 @@ pub struct BufferPool {
 }
 
 impl BufferPool {
+    /// Bytes of dmable memory the pool holds.
+    pub fn memory_len(&self) -> usize {
+        self.memory.len()
+    }
+
     pub fn new(memory: DmaBuf, buffer_size: usize) -> BufferPool {
         let count = memory.len() / buffer_size;
         BufferPool {

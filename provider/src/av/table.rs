@@ -13,7 +13,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::OnceLock;
 
 use parking_lot::{RwLock, RwLockWriteGuard};
-use unimem_mailbox::{IdMap, JobId, MailboxAddr, NodeId};
+use unimem_mailbox::{IdMap, JobId, MailboxAddr, NicAddr, NodeId};
 
 /// Entries of chunk 0; chunk `k` holds `FIRST_CHUNK << k`.
 const FIRST_CHUNK: usize = 64;
@@ -29,13 +29,16 @@ struct Reverse {
     others: u32,
 }
 
-/// One index of the table: an address, packed into two words.
+/// One index of the table: an address, packed into three words.
 #[derive(Debug, Default)]
 struct Slot {
     /// Job and pid.
     node: AtomicU64,
     /// Start-time nonce and mailbox index.
     mailbox: AtomicU64,
+    /// The node's network address (IPv4 and port, bit 48 set), 0 for a
+    /// node of this host.
+    nic: AtomicU64,
     /// Written, and not removed since.
     live: AtomicBool,
 }
@@ -77,15 +80,20 @@ impl Entries {
         if !slot.live.load(Ordering::Acquire) {
             return None;
         }
-        let (node, mailbox) = (
+        let (node, mailbox, nic) = (
             slot.node.load(Ordering::Relaxed),
             slot.mailbox.load(Ordering::Relaxed),
+            slot.nic.load(Ordering::Relaxed),
         );
         Some(MailboxAddr {
             node: NodeId {
                 job: JobId((node >> 32) as u32),
                 pid: node as u32,
                 nonce: (mailbox >> 32) as u32,
+                nic: (nic != 0).then(|| NicAddr {
+                    ip: ((nic >> 16) as u32).to_be_bytes(),
+                    port: nic as u16,
+                }),
             },
             index: mailbox as u32,
         })
@@ -99,8 +107,12 @@ impl Entries {
         let slot = &chunk[at];
         let node = (u64::from(addr.node.job.0) << 32) | u64::from(addr.node.pid);
         let mailbox = (u64::from(addr.node.nonce) << 32) | u64::from(addr.index);
+        let nic = addr.node.nic.map_or(0, |nic| {
+            1 << 48 | u64::from(u32::from_be_bytes(nic.ip)) << 16 | u64::from(nic.port)
+        });
         slot.node.store(node, Ordering::Relaxed);
         slot.mailbox.store(mailbox, Ordering::Relaxed);
+        slot.nic.store(nic, Ordering::Relaxed);
         slot.live.store(true, Ordering::Release);
     }
 }
@@ -227,6 +239,7 @@ pub(super) mod tests {
                 job: JobId(0xab),
                 pid,
                 nonce: 0x1234,
+                nic: None,
             },
             index,
         }
@@ -249,6 +262,18 @@ pub(super) mod tests {
         assert_eq!(t.reverse_lookup(&a), Some(2));
         assert_eq!(t.lookup(u64::MAX), None);
         assert!(!t.remove(99));
+        // A node of another host keeps its network address.
+        let far = MailboxAddr {
+            node: NodeId {
+                nic: Some("198.18.0.12:65535".parse().unwrap()),
+                ..peer(3, 7).node
+            },
+            ..peer(3, 7)
+        };
+        let at = t.insert(far);
+        assert_eq!(t.lookup(at), Some(far));
+        assert_eq!(t.reverse_lookup(&far), Some(at));
+        assert_eq!(t.reverse_lookup(&peer(3, 7)), None, "not the same node");
     }
 
     #[test]

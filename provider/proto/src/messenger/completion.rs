@@ -21,7 +21,7 @@ where
     M: Mailbox,
     M::Addr: Hash,
     D: DmaEngine,
-    D::Node: WireNode,
+    D::Node: WireNode<M::Addr>,
 {
     /// Gives back the bounce buffer a finished send held, if any (a DMA in
     /// flight holds its own, in its waiter).

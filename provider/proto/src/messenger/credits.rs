@@ -20,7 +20,7 @@ where
     M: Mailbox,
     M::Addr: Hash,
     D: DmaEngine,
-    D::Node: WireNode,
+    D::Node: WireNode<M::Addr>,
 {
     /// Credits owed to `peer`, taken for piggybacking (at most 255). None
     /// while we throttle it: its eager messages wait, and what it has in

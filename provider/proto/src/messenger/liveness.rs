@@ -25,7 +25,7 @@ where
     M: Mailbox,
     M::Addr: Hash,
     D: DmaEngine,
-    D::Node: WireNode,
+    D::Node: WireNode<M::Addr>,
 {
     /// The peer is gone: everything in flight with it fails. What it sent
     /// before it went is taken in first: a peer that acknowledges our send

@@ -217,6 +217,12 @@ pub struct Stats {
     pub regcache_hits: u64,
     pub regcache_misses: u64,
     pub stale_registrations: u64,
+    /// Peers met so far (each made on first contact), and the dmable
+    /// memory set aside: the eager rings of those peers, and the
+    /// endpoint's own buffers (bounce and staging), whatever the peers.
+    pub peers: usize,
+    pub ring_bytes: usize,
+    pub buffer_bytes: usize,
 }
 
 fn post_error(e: MailboxError) -> PostError {
@@ -233,7 +239,7 @@ where
     M: Mailbox,
     M::Addr: Hash,
     D: DmaEngine,
-    D::Node: WireNode,
+    D::Node: WireNode<M::Addr>,
 {
     /// A messenger over mailbox `mbx`, using its domain's DMA (`dma`: its
     /// engine, and its registration cache, shared with the domain's other
@@ -347,6 +353,16 @@ where
             regcache_hits: cache.hits,
             regcache_misses: cache.misses,
             stale_registrations: domain.stale_registrations(),
+            peers: self.peers.len(),
+            ring_bytes: self
+                .peers
+                .iter()
+                .filter_map(|p| p.rx.as_ref())
+                .map(|rx| rx.memory.len())
+                .sum(),
+            buffer_bytes: self.bounce_pool.memory_len()
+                + self.tx_staging.memory_len()
+                + self.rx_staging.memory_len(),
             ..self.stats
         }
     }

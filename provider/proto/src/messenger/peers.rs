@@ -132,7 +132,7 @@ where
     M: Mailbox,
     M::Addr: Hash,
     D: DmaEngine,
-    D::Node: WireNode,
+    D::Node: WireNode<M::Addr>,
 {
     /// A known peer's index. Peers are never removed, so the cached last
     /// lookup stays right.
@@ -378,7 +378,10 @@ where
             // A peer of version 1 says hello first, without parameters.
             return self.refuse_peer(peer, "protocol version", PROTOCOL_VERSION.into(), 1);
         }
-        let node = D::Node::from_wire(node);
+        let Some(node) = D::Node::from_hello(node, &self.peers[peer].addr) else {
+            self.drop_invalid(peer, "hello naming another process's node");
+            return;
+        };
         // Its slots hold what it sends eagerly at most: smaller ones, or a
         // ring past the address space, are not a ring.
         let limit = self.peers[peer].eager_limit;

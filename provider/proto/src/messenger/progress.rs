@@ -23,7 +23,7 @@ where
     M: Mailbox,
     M::Addr: Hash,
     D: DmaEngine,
-    D::Node: WireNode,
+    D::Node: WireNode<M::Addr>,
 {
     /// Advances everything: DMA completions, arrived messages, deferred work,
     /// credits and queued sends.

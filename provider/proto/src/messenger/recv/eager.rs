@@ -19,7 +19,7 @@ where
     M: Mailbox,
     M::Addr: Hash,
     D: DmaEngine,
-    D::Node: WireNode,
+    D::Node: WireNode<M::Addr>,
 {
     /// An eager message from `peer`: its `len` bytes are in the next slot.
     /// With `ack`, its sender waits for a `Fin` naming that send id: it is

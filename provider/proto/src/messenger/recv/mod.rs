@@ -43,7 +43,7 @@ where
     M: Mailbox,
     M::Addr: Hash,
     D: DmaEngine,
-    D::Node: WireNode,
+    D::Node: WireNode<M::Addr>,
 {
     /// A message of `peer` whose `len` bytes are at `data` (a mailbox
     /// message or an eager slot, both ours until this returns).

@@ -27,7 +27,7 @@ where
     M: Mailbox,
     M::Addr: Hash,
     D: DmaEngine,
-    D::Node: WireNode,
+    D::Node: WireNode<M::Addr>,
 {
     /// The first part of a message of `len` bytes from `peer` (the wire
     /// checked `len` against what its parts can carry).

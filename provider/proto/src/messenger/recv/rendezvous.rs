@@ -62,7 +62,7 @@ where
     M: Mailbox,
     M::Addr: Hash,
     D: DmaEngine,
-    D::Node: WireNode,
+    D::Node: WireNode<M::Addr>,
 {
     pub(crate) fn start_rx_xfer(
         &mut self,

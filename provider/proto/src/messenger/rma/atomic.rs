@@ -132,7 +132,7 @@ where
     M: Mailbox,
     M::Addr: Hash,
     D: DmaEngine,
-    D::Node: WireNode,
+    D::Node: WireNode<M::Addr>,
 {
     /// Posts an atomic operation. Refused at once only for a full transmit
     /// queue, an unsupported operation (`PostError::BadAddress` is not

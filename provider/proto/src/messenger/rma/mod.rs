@@ -139,7 +139,7 @@ where
     M: Mailbox,
     M::Addr: Hash,
     D: DmaEngine,
-    D::Node: WireNode,
+    D::Node: WireNode<M::Addr>,
 {
     /// Posts an RMA write (`kind` Write) or read. Never waits for the
     /// target; refused only when `tx_size` operations are outstanding.
@@ -267,7 +267,13 @@ where
         if element.is_some() {
             self.stats.atomics += 1;
         }
-        match dma.cached_registration(node, target, len) {
+        let registration = if element.is_some() && !dma.atomics_reach(node) {
+            // No atomic unit reaches it: the target applies it.
+            Err(DmaError::OutOfBounds)
+        } else {
+            dma.cached_registration(node, target, len)
+        };
+        match registration {
             Ok((reg, stale)) => {
                 // A registration made just for this range is released now.
                 let kept = (!stale.contains(&reg)).then_some(reg);

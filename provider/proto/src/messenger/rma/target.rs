@@ -44,7 +44,7 @@ where
     M: Mailbox,
     M::Addr: Hash,
     D: DmaEngine,
-    D::Node: WireNode,
+    D::Node: WireNode<M::Addr>,
 {
     /// Checks a peer's request for `[addr, addr + len)` of our key `key`;
     /// whether the key counts remote accesses (`Access::NOTIFY`).

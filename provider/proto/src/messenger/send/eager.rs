@@ -29,7 +29,7 @@ where
     M: Mailbox,
     M::Addr: Hash,
     D: DmaEngine,
-    D::Node: WireNode,
+    D::Node: WireNode<M::Addr>,
 {
     /// If the DMA of an injected eager send started within its call, waits
     /// for it (its modeled time, a few microseconds at most) and sends the

@@ -26,7 +26,7 @@ where
     M: Mailbox,
     M::Addr: Hash,
     D: DmaEngine,
-    D::Node: WireNode,
+    D::Node: WireNode<M::Addr>,
 {
     pub(crate) fn send_inline(
         &mut self,

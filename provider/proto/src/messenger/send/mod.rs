@@ -125,7 +125,7 @@ where
     M: Mailbox,
     M::Addr: Hash,
     D: DmaEngine,
-    D::Node: WireNode,
+    D::Node: WireNode<M::Addr>,
 {
     /// Posts a send. Never blocks, and never waits for the peer: a send
     /// that cannot leave yet (no credit, a full mailbox, no bounce buffer,

@@ -40,7 +40,7 @@ where
     M: Mailbox,
     M::Addr: Hash,
     D: DmaEngine,
-    D::Node: WireNode,
+    D::Node: WireNode<M::Addr>,
 {
     /// Puts one granted fragment; false if no staging buffer is free.
     pub(crate) fn put_fragment(&mut self, grant: Grant) -> bool {
