@@ -31,6 +31,7 @@ pub mod ep;
 pub mod eq;
 pub mod fabric;
 pub mod mr;
+pub mod net;
 pub mod poll;
 pub mod prov;
 pub mod wait;

@@ -375,9 +375,19 @@ pub struct FabricPeer {
 }
 
 impl FabricPeer {
-    /// Starts a child; [`Self::read_addr`] waits until it is ready.
-    fn start(exe: &str, name: &str, env: &[(String, String)]) -> FabricPeer {
-        let mut cmd = Command::new(exe);
+    /// Starts a child, in test host `host` if given; [`Self::read_addr`]
+    /// waits until it is ready.
+    fn start(exe: &str, name: &str, env: &[(String, String)], host: Option<&str>) -> FabricPeer {
+        let mut cmd = match host {
+            // `testhosts exec` becomes the child (nsenter execs it): its
+            // pid is the child's, for pause, resume and kill.
+            Some(host) => {
+                let mut cmd = Command::new(crate::hosts::script());
+                cmd.args(["exec", host, exe]);
+                cmd
+            }
+            None => Command::new(exe),
+        };
         cmd.arg(name)
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
@@ -425,6 +435,11 @@ impl FabricPeer {
             exited: false,
             killed: false,
         }
+    }
+
+    /// The child's pid.
+    pub fn pid(&self) -> u32 {
+        self.child.id()
     }
 
     /// Reads the first line, the endpoint's address: the child is ready.
@@ -582,6 +597,8 @@ pub fn is_provider_warning(line: &str) -> bool {
 pub struct Cluster {
     exe: String,
     job: String,
+    /// Test hosts the children run in, in turn (none: this host).
+    hosts: Vec<String>,
     env: Vec<(String, String)>,
     pub peers: Vec<FabricPeer>,
     _dir: ProviderDir,
@@ -621,6 +638,7 @@ impl Cluster {
         Cluster {
             exe: exe.to_string(),
             job,
+            hosts: Vec::new(),
             env,
             peers: Vec::new(),
             _dir: dir,
@@ -638,6 +656,19 @@ impl Cluster {
         self.env.retain(|(k, _)| k != key);
         self.env.push((key.to_string(), value.to_string()));
         self
+    }
+
+    /// Children spawned from now on run in these test hosts (see
+    /// [`crate::hosts`]), child `i` in `hosts[i % hosts.len()]`, and reach
+    /// each other through the network backend between hosts.
+    pub fn on_hosts(&mut self, hosts: &[&str]) -> &mut Self {
+        self.hosts = hosts.iter().map(|h| h.to_string()).collect();
+        self
+    }
+
+    /// The test host child `i` runs in, if any.
+    pub fn host_of(&self, i: usize) -> Option<&str> {
+        (!self.hosts.is_empty()).then(|| self.hosts[i % self.hosts.len()].as_str())
     }
 
     /// Starts `n` more children, `p0`, `p1`, ..., one after the other
@@ -665,7 +696,8 @@ impl Cluster {
 
     fn start_one(&mut self) {
         let name = format!("p{}", self.peers.len());
-        let peer = FabricPeer::start(&self.exe, &name, &self.env);
+        let host = self.host_of(self.peers.len()).map(str::to_string);
+        let peer = FabricPeer::start(&self.exe, &name, &self.env, host.as_deref());
         self.peers.push(peer);
     }
 
@@ -712,6 +744,15 @@ impl Cluster {
             "left in /dev/shm by job {}: {left:?}",
             self.job
         );
+        // Each test host has a /dev/shm of its own.
+        let prefix = unimem_mailbox::shm::object_name(JobId::from_name(&self.job), "");
+        for host in &self.hosts {
+            let left: Vec<String> = crate::hosts::shm_objects(host)
+                .into_iter()
+                .filter(|name| name.starts_with(&prefix))
+                .collect();
+            assert!(left.is_empty(), "left in {host}'s /dev/shm: {left:?}");
+        }
         stderrs
     }
 

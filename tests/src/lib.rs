@@ -12,6 +12,7 @@
 pub mod cluster;
 pub mod fabric;
 pub mod heap;
+pub mod hosts;
 pub mod layers;
 pub mod mpi;
 pub mod payload;

@@ -36,6 +36,7 @@ fn workspace_has_no_import_cycles() {
 /// without closing one (base reaching for an object, say).
 const PROVIDER_LAYERS: &[&[&str]] = &[
     &["base"],
+    &["net"],
     &["info"],
     &["state"],
     &[

@@ -187,13 +187,19 @@ fn expected_head(t: &Tunable) -> String {
         Kind::Size { max: u64::MAX, .. } => "size".to_string(),
         Kind::Size { min, max } => format!("size, {} to {}", size_text(min), size_text(max)),
         Kind::Str => "name".to_string(),
+        Kind::OptName => "name or empty".to_string(),
         Kind::Enum(words) => match words {
             [] => String::new(),
             [one] => (*one).to_string(),
             [init @ .., last] => format!("{} or {last}", init.join(", ")),
         },
     };
-    format!("({kind}; default {})", t.default)
+    let default = if t.default.is_empty() {
+        "empty"
+    } else {
+        t.default
+    };
+    format!("({kind}; default {default})")
 }
 
 /// The variables the dmable heap reads, from its source (the heap is a

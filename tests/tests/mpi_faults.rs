@@ -173,3 +173,71 @@ fn mpi_loaded_with_rtld_local_runs_over_unimem_native() {
 fn mpi_loaded_with_rtld_local_runs_over_unimem_active_messages() {
     rtld_local(true);
 }
+
+/// A host cut off from the others mid-job (its link to the bridge down):
+/// a rank of the other host gets an MPI error within seconds (the network
+/// backend hears nothing from the cut-off rank for `net_timeout_ms`, 3 s),
+/// Hydra ends the job on it, and nothing is left in either host's
+/// `/dev/shm` (the cut-off host's once its link is back).
+#[test]
+fn a_host_cut_off_mid_job_ends_it_within_seconds() {
+    use unimem_tests::hosts;
+    let _hosts = hosts::exclusive();
+    hosts::ensure();
+    const RANKS: usize = 3;
+    let job = Job::new(kill_rank())
+        .helper_option("--hosts")
+        .helper_option("uh1:2,uh2:1")
+        .arg("survive");
+    let mut running = job.ranks(RANKS).timeout(3 * HANG_GUARD).spawn();
+    running.wait_until("traffic between all ranks", HANG_GUARD, |lines| {
+        all_running(lines, RANKS)
+    });
+    let link = hosts::cut_off("uh2");
+    let cut = Instant::now();
+    // A rank of uh1 returns its MPI error, or MPICH finds the failed
+    // completion fatal (an error in its progress aborts the rank): either
+    // way the job ends with an error.
+    let mut noticed = None;
+    while cut.elapsed() < Duration::from_secs(30) {
+        let lines = running.lines_so_far();
+        let errored = error_time(&lines, 0).is_some() || error_time(&lines, 1).is_some();
+        if errored || running.has_ended() {
+            noticed = Some(cut.elapsed());
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let lines = running.lines_so_far();
+    drop(link);
+    let output = running.wait_timeout(HANG_GUARD);
+    let after = noticed.unwrap_or_else(|| panic!("nothing within 30 s\n{}", output.report()));
+    eprintln!("the job had its error {after:?} after uh2 was cut off");
+    assert!(after < Duration::from_secs(15), "{after:?}");
+    assert!(
+        !output.success()
+            && (output.contains("MPI error at") || output.contains("No route to host")),
+        "{}",
+        output.report()
+    );
+    let ours = |host: &str| -> Vec<String> {
+        hosts::shm_objects(host)
+            .into_iter()
+            .filter(|name| name.starts_with("unimem-"))
+            .collect()
+    };
+    let left = ours("uh1");
+    assert!(left.is_empty(), "left in uh1's /dev/shm: {left:?}");
+    // The cut-off rank outlives the job (its proxy could not reach it);
+    // once it is gone, what it left is reclaimed like any dead process's.
+    let victim = rank_pids(&lines, RANKS)[2].expect("rank 2 said its pid");
+    let until = Instant::now() + HANG_GUARD;
+    // SAFETY: signal 0 only checks that the process exists.
+    while unsafe { libc::kill(victim, 0) } == 0 && Instant::now() < until {
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let tool = mpi::target_dir().join("release/unimem-shm");
+    hosts::run_in("uh2", &[tool.to_str().expect("UTF-8 path"), "reclaim"]);
+    let left = ours("uh2");
+    assert!(left.is_empty(), "left in uh2's /dev/shm: {left:?}");
+}

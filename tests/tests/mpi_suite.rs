@@ -134,10 +134,28 @@ fn suite_of(mpi: Mpi, ranks: usize) {
 /// Runs `programs` under `mpi`, with the dmable heap preloaded or not
 /// (`--no-heap`).
 fn run_with(mpi: Mpi, programs: &[&str], ranks: usize, am: bool, env: &[(&str, &str)], heap: bool) {
+    run_on(mpi, programs, ranks, am, env, heap, None);
+}
+
+/// [`run_with`], the ranks spread over test hosts as `hosts` says
+/// (`uh1:2,uh2:2`, `scripts/mpirun-unimem --hosts`) when given.
+fn run_on(
+    mpi: Mpi,
+    programs: &[&str],
+    ranks: usize,
+    am: bool,
+    env: &[(&str, &str)],
+    heap: bool,
+    hosts: Option<&str>,
+) {
     let base = match (mpi, am) {
         (Mpi::Mpich, true) => "MPICH, active messages".to_string(),
         (Mpi::Mpich, false) => "MPICH, native".to_string(),
         (other, _) => other.name().to_string(),
+    };
+    let base = match hosts {
+        Some(hosts) => format!("{base}, on {hosts}"),
+        None => base,
     };
     let mode = if heap {
         base
@@ -157,6 +175,9 @@ fn run_with(mpi: Mpi, programs: &[&str], ranks: usize, am: bool, env: &[(&str, &
             .timeout(PROGRAM_TIMEOUT);
         if !heap {
             job = job.helper_option("--no-heap");
+        }
+        if let Some(hosts) = hosts {
+            job = job.helper_option("--hosts").helper_option(hosts);
         }
         for (key, value) in env {
             job = job.env(key, value);
@@ -248,6 +269,37 @@ fn suite_4_ranks_native() {
 #[test]
 fn suite_4_ranks_am() {
     suite(4, true, &[]);
+}
+
+/// A mixed job: two ranks on each of two test hosts, each rank talking to
+/// its neighbour through shared memory and to the other host's ranks
+/// through the network backend.
+#[test]
+fn suite_4_ranks_on_two_hosts_native() {
+    unimem_tests::hosts::ensure();
+    run_on(
+        Mpi::Mpich,
+        PROGRAMS,
+        4,
+        false,
+        &[],
+        true,
+        Some("uh1:2,uh2:2"),
+    );
+}
+
+#[test]
+fn suite_4_ranks_on_two_hosts_am() {
+    unimem_tests::hosts::ensure();
+    run_on(
+        Mpi::Mpich,
+        PROGRAMS,
+        4,
+        true,
+        &[],
+        true,
+        Some("uh1:2,uh2:2"),
+    );
 }
 
 #[test]

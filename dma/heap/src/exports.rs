@@ -339,6 +339,15 @@ static ABI: HeapAbi = HeapAbi {
 };
 
 /// The handshake (`unimem_dma::heap_abi::HEAP_ABI_SYMBOL`).
+/// This thread's allocations come from the system from now on (`on`
+/// non-zero) or no longer; returns the previous setting (see
+/// `heap::set_system_only`). Looked up by name, like the ABI table, by a
+/// provider that finds the heap preloaded.
+#[no_mangle]
+pub extern "C" fn unimem_heap_system_only(on: c_int) -> c_int {
+    c_int::from(heap::set_system_only(on != 0))
+}
+
 #[no_mangle]
 pub extern "C" fn unimem_heap_abi_v2() -> *const HeapAbi {
     &ABI

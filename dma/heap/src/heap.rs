@@ -77,6 +77,18 @@ pub fn pid() -> u32 {
 thread_local! {
     /// This thread is inside the heap: a nested `malloc` goes to the system.
     static INSIDE: Cell<bool> = const { Cell::new(false) };
+    /// This thread asked for the system's memory only
+    /// ([`set_system_only`]).
+    static SYSTEM_ONLY: Cell<bool> = const { Cell::new(false) };
+}
+
+/// From now on (`on`) or no longer, this thread's allocations come from
+/// the system, whatever their size; returns the previous setting. The
+/// provider sets it around its calls into the libfabric provider that
+/// carries its network backend: that provider's own buffers are no
+/// application data, and must not take dmable memory.
+pub fn set_system_only(on: bool) -> bool {
+    SYSTEM_ONLY.replace(on)
 }
 
 /// The allocation size from which the dmable region serves.
@@ -129,6 +141,9 @@ pub fn owner(ptr: *const c_void) -> Owner {
 /// `size` bytes aligned to `align` (a power of two) from the region, or
 /// null if the region does not serve them (the caller asks the system).
 pub fn alloc(size: usize, align: usize) -> *mut c_void {
+    if SYSTEM_ONLY.get() {
+        return std::ptr::null_mut();
+    }
     enter(|heap| heap.alloc(size, align)).unwrap_or(std::ptr::null_mut())
 }
 

@@ -51,6 +51,9 @@ pub enum Kind {
     /// A name: 1 to 64 characters from `[A-Za-z0-9._-]` (used in
     /// shared-memory object names and addresses).
     Str,
+    /// A name that may be empty (nothing chosen), of up to 64 characters
+    /// from `[A-Za-z0-9._;-]` (`;` joins layered libfabric providers).
+    OptName,
     /// One of the listed words.
     Enum(&'static [&'static str]),
 }
@@ -179,6 +182,9 @@ tunables! {
     spin_yield: usize = Kind::Int { min: 0, max: 1 << 30 }, "64", "busy-poll iterations before yielding the CPU in blocking waits, and in polling reads as idle_yield says";
     idle_yield: &'static str = Kind::Enum(&["auto", "always", "never"]), "auto", "whether fi_cq_read that found nothing spin_yield times in a row yields the CPU: auto (when this host runs more unimem processes than CPUs), always, never";
     peer_check_ms: usize = Kind::Int { min: 0, max: 3_600_000 }, "100", "how often (ms) progress checks that known peers are alive; operations with a dead peer fail (0: never)";
+    net_provider: String = Kind::OptName, "", "libfabric provider that carries traffic to peers on other hosts (tcp, or verbs;ofi_rxm on an RDMA cluster), opened through the running libfabric; empty (the default): this host only (scripts/mpirun-unimem --hosts sets tcp)";
+    net_iface: String = Kind::OptName, "", "IPv4 address or interface name the network backend binds to; empty: the first up, non-loopback IPv4 interface (loopback if there is none)";
+    net_timeout_ms: usize = Kind::Int { min: 100, max: 3_600_000 }, "3000", "a peer on another host not heard from for this long (ms) is dead: its operations fail with FI_EHOSTUNREACH (every process says it is alive twice a second)";
 }
 
 impl Config {
@@ -211,6 +217,19 @@ impl Tunable {
                     format!("'{text}' is not a size (a number with optional suffix k, m, g or t)")
                 })?;
                 in_range(v, min, max).map(Value::Size)
+            }
+            Kind::OptName => {
+                let ok = text.len() <= 64
+                    && text
+                        .bytes()
+                        .all(|b| b.is_ascii_alphanumeric() || b"._;-".contains(&b));
+                if ok {
+                    Ok(Value::Str(text.to_owned()))
+                } else {
+                    Err(format!(
+                        "'{text}' is not a name of up to 64 characters from [A-Za-z0-9._;-]"
+                    ))
+                }
             }
             Kind::Str => {
                 let ok = !text.is_empty()
@@ -246,7 +265,7 @@ impl Tunable {
             Kind::Bool => "bool".into(),
             Kind::Int { .. } => "int".into(),
             Kind::Size { .. } => "size, suffix k/m/g/t".into(),
-            Kind::Str => "string".into(),
+            Kind::Str | Kind::OptName => "string".into(),
             Kind::Enum(words) => words.join("|"),
         }
     }

@@ -54,6 +54,29 @@ pub type FiParamGetFn =
 pub type FiStrerrorFn = unsafe extern "C" fn(c_int) -> *const c_char;
 pub type FiTostrRFn =
     unsafe extern "C" fn(*mut c_char, usize, *const c_void, ffi::fi_type) -> *mut c_char;
+pub type FiGetinfoFn = unsafe extern "C" fn(
+    u32,
+    *const c_char,
+    *const c_char,
+    u64,
+    *const ffi::fi_info,
+    *mut *mut ffi::fi_info,
+) -> c_int;
+pub type FiFreeinfoFn = unsafe extern "C" fn(*mut ffi::fi_info);
+pub type FiDupinfoFn = unsafe extern "C" fn(*const ffi::fi_info) -> *mut ffi::fi_info;
+pub type FiFabricFn =
+    unsafe extern "C" fn(*mut ffi::fi_fabric_attr, *mut *mut ffi::fid_fabric, *mut c_void) -> c_int;
+
+/// The core functions a provider layered over another one calls (the
+/// network backend opens `tcp` through them): newest symbol versions, which
+/// take and give the core's own struct sizes (ours are a prefix of them).
+#[derive(Clone, Copy)]
+pub struct LayerFns {
+    pub getinfo: FiGetinfoFn,
+    pub freeinfo: FiFreeinfoFn,
+    pub dupinfo: FiDupinfoFn,
+    pub fabric: FiFabricFn,
+}
 
 /// The resolved core entry points.
 pub struct Core {
@@ -64,6 +87,8 @@ pub struct Core {
     pub param_get: FiParamGetFn,
     pub strerror: Option<FiStrerrorFn>,
     pub tostr_r: Option<FiTostrRFn>,
+    /// `None` if the core lacks one of them.
+    pub layer: Option<LayerFns>,
     /// How the core was found (for an INFO line once logging is set up).
     pub found_by: String,
 }
@@ -222,6 +247,16 @@ unsafe fn from_handle(handle: *mut c_void, found_by: String) -> Option<Core> {
                 .map(|p| std::mem::transmute::<*mut c_void, FiStrerrorFn>(p)),
             tostr_r: sym(b"fi_tostr_r\0")
                 .map(|p| std::mem::transmute::<*mut c_void, FiTostrRFn>(p)),
+            layer: (|| {
+                Some(LayerFns {
+                    getinfo: std::mem::transmute::<*mut c_void, FiGetinfoFn>(sym(b"fi_getinfo\0")?),
+                    freeinfo: std::mem::transmute::<*mut c_void, FiFreeinfoFn>(sym(
+                        b"fi_freeinfo\0",
+                    )?),
+                    dupinfo: std::mem::transmute::<*mut c_void, FiDupinfoFn>(sym(b"fi_dupinfo\0")?),
+                    fabric: std::mem::transmute::<*mut c_void, FiFabricFn>(sym(b"fi_fabric\0")?),
+                })
+            })(),
             found_by,
         })
     }

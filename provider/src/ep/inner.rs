@@ -9,8 +9,7 @@ use std::sync::atomic::{AtomicBool, AtomicUsize};
 use std::sync::{Arc, OnceLock};
 
 use parking_lot::RwLock;
-use unimem_dma::ShmDmaEngine;
-use unimem_mailbox::{MailboxAddr, ShmMailbox};
+use unimem_mailbox::MailboxAddr;
 
 use crate::av::AvInner;
 use crate::base::ffi;
@@ -19,12 +18,14 @@ use crate::base::lock::DomainMutex;
 use crate::cntr::CntrInner;
 use crate::cq::CqInner;
 use crate::eq::EqInner;
+use crate::net::{NodeDma, NodeMailbox};
 use crate::state::progress::Progress;
 use crate::state::DomainState;
 use unimem_proto as proto;
 
-/// The protocol over the shared-memory emulation.
-pub type Core = proto::Messenger<ShmMailbox, ShmDmaEngine>;
+/// The protocol over the node's hardware: the shared-memory emulation for
+/// peers of this host, the network backend for peers of others.
+pub type Core = proto::Messenger<NodeMailbox, NodeDma>;
 
 /// The messenger, and what the endpoint keeps beside it under its lock.
 pub struct EpCore {
@@ -196,6 +197,26 @@ unsafe impl FiObject for EpInner {
             carried.assisted,
             carried.atomics
         );
+        tracing::info!(
+            "endpoint {:p}: {} peers; dmable memory of its own: {} bytes of buffers, {} bytes of eager rings for its peers",
+            ep,
+            carried.peers,
+            carried.buffer_bytes,
+            carried.ring_bytes
+        );
+        if let Some(nic) = crate::net::current() {
+            let net = nic.counters();
+            tracing::info!(
+                "endpoint {:p}: network backend of its process ({} at {}): {} packets out, {} in; {} transfers, {} bytes",
+                ep,
+                nic.provider,
+                nic.name,
+                net.packets_out,
+                net.packets_in,
+                net.transfers,
+                net.transfer_bytes
+            );
+        }
         if carried.regcache_hits + carried.regcache_misses > 0 {
             tracing::info!(
                 "endpoint {:p}: registration cache of its domain: {} hits, {} misses, {} found stale (memory its owner freed since) and made again",

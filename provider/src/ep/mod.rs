@@ -31,6 +31,8 @@ use std::sync::{Arc, OnceLock};
 use parking_lot::RwLock;
 use unimem_mailbox::{JobId, MailboxAddr, ShmMailbox, ShmMailboxConfig};
 
+use crate::net::NodeMailbox;
+
 use crate::base::config::Config;
 use crate::base::ffi::{self, ret};
 use crate::base::fid::{self, ParentRef};
@@ -146,6 +148,8 @@ pub unsafe fn open(
             return ret::ENOMEM;
         }
     };
+    // The domain's DMA opened the process's network interface, if any.
+    let mailbox = NodeMailbox::new(mailbox, crate::net::current());
     let core = match Core::new(mailbox, &dma, proto_config(cfg)) {
         Ok(core) => core,
         Err(e) => {

@@ -2,12 +2,15 @@
 //!
 //! An address is the canonical text of a [`MailboxAddr`]:
 //! `unimem://<job hex>/<pid>.<nonce hex>/<index>` for an endpoint's own
-//! mailbox, `unimem://<job hex>/svc/<service>` for a well-known one.
+//! mailbox, `unimem://<job hex>/svc/<service>` for a well-known one. An
+//! endpoint whose process has a network interface (the network backend)
+//! adds it, `@<ipv4>:<port>`, for peers of other hosts; an address of this
+//! host's interface is taken without it (see [`crate::net::canonical`]).
 
 use unimem_mailbox::{JobId, MailboxAddr};
 
 /// Longest address, in bytes, including the terminating NUL. MPICH hands
-/// `fi_getname` a 64-byte buffer; the canonical text takes at most 48.
+/// `fi_getname` a 64-byte buffer; the canonical text takes at most 62.
 pub const MAX_ADDR_LEN: usize = 64;
 
 /// The well-known address of `service` in job `job` (the configured job
@@ -24,7 +27,8 @@ pub fn parse(text: &[u8]) -> Option<MailboxAddr> {
     if text.len() >= MAX_ADDR_LEN {
         return None;
     }
-    std::str::from_utf8(text).ok()?.parse().ok()
+    let addr = std::str::from_utf8(text).ok()?.parse().ok()?;
+    Some(crate::net::canonical(addr))
 }
 
 #[cfg(test)]

@@ -16,12 +16,13 @@ use crate::base::config::Config;
 use crate::base::fid::{Children, Parent, ParentRef};
 use crate::base::lock::Locking;
 use crate::info::attr::Info;
+use crate::net::{self, NodeDma};
 use crate::state::fabric::FabricState;
 use crate::state::memory;
 use crate::state::progress::ProgressList;
 
 /// The DMA engine and registration cache a domain's endpoints share.
-pub type SharedDma = DomainDma<ShmDmaEngine>;
+pub type SharedDma = DomainDma<NodeDma>;
 
 /// State shared with the domain's children.
 #[derive(Debug)]
@@ -94,14 +95,15 @@ impl DomainState {
         let pid = std::process::id();
         if let Some(dma) = slot
             .as_ref()
-            .filter(|d| d.with_engine(|e| e.region().node().pid) == pid)
+            .filter(|d| d.with_engine(|e| e.shm().region().node().pid) == pid)
         {
             return Ok(dma.clone());
         }
         let cfg = self.config();
         let region = memory::process_region(cfg)?;
+        let nic = net::interface(cfg, &region);
         let dma = SharedDma::new(
-            ShmDmaEngine::new(region, cfg.timing_profile()),
+            NodeDma::new(ShmDmaEngine::new(region, cfg.timing_profile()), nic),
             unimem_regcache::Config {
                 max_entries: cfg.regcache_max_entries,
                 max_bytes: cfg.regcache_max_size,

@@ -1,0 +1,912 @@
+//! The process's network interface: one endpoint of the transport
+//! provider, shared by every domain and endpoint of the process (a process
+//! is one Unimem node, and a node has one interface), and the thread that
+//! keeps it answering while the application computes.
+//!
+//! What it carries for the backend's mailboxes and DMA engines:
+//! - mailbox messages, each one packet (`packet.rs`), sorted on arrival
+//!   into the inbox of the mailbox they are for;
+//! - puts and gets, as the transport's RMA writes and reads into the
+//!   segments of the peer's dmable memory that the peer registered with the
+//!   transport and named in a directory reply (nothing else of a process
+//!   is open to the network);
+//! - key lookups, answered by the owner from its key table;
+//! - "alive" packets: a peer not heard from for `net_timeout_ms` is dead,
+//!   whether its process died, its host went down or its link was cut.
+//!
+//! Whoever polls moves everything: an endpoint's progress (the data path,
+//! when it talks to other hosts), a thread waiting for an answer, and the
+//! interface's own thread when nobody else has for a millisecond.
+//! Completions of DMA go to the engine that started them.
+
+use std::collections::{HashMap, HashSet, VecDeque};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Weak};
+use std::time::{Duration, Instant};
+
+use parking_lot::Mutex;
+use unimem_dma::{DmaError, DmaId, DmaRegion, ShmDmaEngine};
+use unimem_mailbox::{MailboxAddr, Message, NicAddr, NodeId, Profile};
+
+use super::packet::{Packet, Segment, MAX_BATCH, MAX_PACKET};
+use super::transport::{Completion, Registration, Transport};
+use crate::base::ffi;
+
+/// Receive buffers kept posted.
+const RECV_BUFFERS: usize = 64;
+/// How often the interface's thread looks whether it must poll.
+const TICK: Duration = Duration::from_millis(1);
+/// How often a process tells the processes it talks to that it is alive.
+const ALIVE_EVERY: Duration = Duration::from_millis(500);
+
+/// What a completion's context names: the kind in the top bits.
+const KIND_SHIFT: u32 = 60;
+const RECV: u64 = 1;
+const SEND: u64 = 2;
+const DMA: u64 = 3;
+/// A DMA's context: its engine's slot and its id, in 40 bits.
+const DMA_ID_BITS: u32 = 40;
+
+/// Mailbox messages that came for one mailbox of this process.
+#[derive(Default)]
+pub struct Inbox {
+    queue: Mutex<VecDeque<(MailboxAddr, Message)>>,
+    len: AtomicUsize,
+}
+
+impl Inbox {
+    pub fn pop(&self) -> Option<(MailboxAddr, Message)> {
+        if self.len.load(Ordering::Acquire) == 0 {
+            return None;
+        }
+        let mut queue = self.queue.lock();
+        let got = queue.pop_front();
+        self.len.store(queue.len(), Ordering::Release);
+        got
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len.load(Ordering::Acquire) == 0
+    }
+
+    fn push(&self, from: MailboxAddr, messages: &[Message]) {
+        let mut queue = self.queue.lock();
+        queue.extend(messages.iter().map(|m| (from, *m)));
+        self.len.store(queue.len(), Ordering::Release);
+    }
+}
+
+/// A process on another host we talk to.
+struct RemoteProcess {
+    fi_addr: ffi::fi_addr_t,
+    last_heard: Instant,
+    last_sent: Instant,
+    dead: bool,
+    /// Its mailboxes that told us they are gone.
+    gone: HashSet<u32>,
+    /// Its directory, once asked for: by virtual address or offset.
+    segments: Option<(bool, Vec<Segment>)>,
+}
+
+/// Our memory registered with the transport.
+struct OwnSegment {
+    segment: Segment,
+    /// Kept until the interface closes: a peer may still use its key.
+    _registration: Registration,
+}
+
+/// Mailbox messages from one of our mailboxes to one mailbox of another
+/// process, gathered into one packet until the next poll.
+struct Batch {
+    nic: NicAddr,
+    dst_index: u32,
+    from: MailboxAddr,
+    count: usize,
+    messages: [Message; MAX_BATCH],
+}
+
+struct State {
+    transport: Transport,
+    batch: Option<Batch>,
+    recv_buffers: Vec<Box<[u8]>>,
+    processes: HashMap<NicAddr, RemoteProcess>,
+    inboxes: HashMap<u32, Arc<Inbox>>,
+    /// Packets whose buffers must live until their send completes.
+    sends: Vec<Option<Vec<u8>>>,
+    free_sends: Vec<usize>,
+    /// Our packets the transport had no room for yet, in order.
+    backlog: VecDeque<(NicAddr, Vec<u8>)>,
+    /// Where each DMA in flight goes (to blame the right peer for an error).
+    dma_dest: HashMap<u64, NicAddr>,
+    /// Completed DMAs by engine slot.
+    dma_done: HashMap<u16, Vec<DmaId>>,
+    replies: HashMap<u32, Packet>,
+    own: Vec<OwnSegment>,
+    /// Reads our own directory and key table.
+    local: ShmDmaEngine,
+    next_key: u64,
+    completions: Vec<Completion>,
+    scratch: Vec<u8>,
+    dropped: u64,
+    last_warning: Option<Instant>,
+    counters: Counters,
+}
+
+/// What the interface carried so far (for the log: the proof that peers
+/// of other hosts were reached through the network).
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Counters {
+    pub packets_out: u64,
+    pub packets_in: u64,
+    pub transfers: u64,
+    pub transfer_bytes: u64,
+}
+
+/// The process's network interface.
+pub struct Nic {
+    state: Mutex<State>,
+    /// Where peers reach it.
+    pub name: NicAddr,
+    pub provider: String,
+    timeout: Duration,
+    pid: u32,
+    /// Processes of other hosts known: the data path polls only if any.
+    remote_processes: AtomicUsize,
+    /// When an endpoint last polled (ns since `epoch`).
+    polled_at: AtomicU64,
+    epoch: Instant,
+    next_req: AtomicU32,
+    next_engine: AtomicU32,
+    stop: AtomicBool,
+}
+
+impl Nic {
+    /// Opens the interface of provider `provider` at `ip`, for the process
+    /// whose dmable memory is `region`, and starts its thread.
+    pub fn open(
+        provider: &str,
+        ip: [u8; 4],
+        region: Arc<DmaRegion>,
+        timeout: Duration,
+    ) -> Result<Arc<Nic>, String> {
+        let transport = Transport::open(provider, ip)?;
+        let name = transport.name;
+        let provider = transport.provider.clone();
+        let nic = Arc::new(Nic {
+            state: Mutex::new(State {
+                transport,
+                batch: None,
+                recv_buffers: (0..RECV_BUFFERS)
+                    .map(|_| vec![0u8; MAX_PACKET].into_boxed_slice())
+                    .collect(),
+                processes: HashMap::new(),
+                inboxes: HashMap::new(),
+                sends: Vec::new(),
+                free_sends: Vec::new(),
+                backlog: VecDeque::new(),
+                dma_dest: HashMap::new(),
+                dma_done: HashMap::new(),
+                replies: HashMap::new(),
+                own: Vec::new(),
+                local: ShmDmaEngine::new(region, Profile::Native),
+                next_key: 1,
+                completions: Vec::new(),
+                scratch: Vec::new(),
+                dropped: 0,
+                last_warning: None,
+                counters: Counters::default(),
+            }),
+            name,
+            provider,
+            timeout,
+            pid: std::process::id(),
+            remote_processes: AtomicUsize::new(0),
+            polled_at: AtomicU64::new(0),
+            epoch: Instant::now(),
+            next_req: AtomicU32::new(1),
+            next_engine: AtomicU32::new(0),
+            stop: AtomicBool::new(false),
+        });
+        {
+            let mut st = nic.state.lock();
+            for i in 0..RECV_BUFFERS {
+                st.repost(i)?;
+            }
+        }
+        let weak = Arc::downgrade(&nic);
+        std::thread::Builder::new()
+            .name("unimem-nic".into())
+            .spawn(move || run(weak))
+            .map_err(|e| format!("cannot start the network thread: {e}"))?;
+        Ok(nic)
+    }
+
+    /// Whether this interface is this process's (not a forked parent's).
+    pub fn is_own(&self) -> bool {
+        self.pid == std::process::id()
+    }
+
+    /// Stops the thread (the provider is being unloaded).
+    pub fn stop(&self) {
+        self.stop.store(true, Ordering::Release);
+    }
+
+    /// A slot for one more DMA engine's completions.
+    pub fn engine_slot(&self) -> u16 {
+        self.next_engine.fetch_add(1, Ordering::Relaxed) as u16
+    }
+
+    /// The inbox of our mailbox `index`, made now.
+    pub fn open_inbox(&self, index: u32) -> Arc<Inbox> {
+        let inbox = Arc::new(Inbox::default());
+        self.state.lock().inboxes.insert(index, Arc::clone(&inbox));
+        inbox
+    }
+
+    /// Our mailbox `index` closed: messages for it are answered "gone".
+    pub fn close_inbox(&self, index: u32) {
+        self.state.lock().inboxes.remove(&index);
+    }
+
+    /// Polls the transport, as the data path does: when the process talks
+    /// to other hosts at all, and nobody else is polling right now.
+    pub fn poll_from_data_path(&self) {
+        if self.remote_processes.load(Ordering::Relaxed) == 0 {
+            return;
+        }
+        self.polled_at.store(self.now_ns(), Ordering::Relaxed);
+        self.progress();
+    }
+
+    fn now_ns(&self) -> u64 {
+        self.epoch.elapsed().as_nanos() as u64
+    }
+
+    /// Moves what the transport has for us; false if another thread is at
+    /// it.
+    pub fn progress(&self) -> bool {
+        let Some(mut st) = self.state.try_lock() else {
+            return false;
+        };
+        st.progress(self);
+        true
+    }
+
+    /// Whether mailbox `index` of the process at `nic` may still be
+    /// reached.
+    pub fn alive(&self, nic: NicAddr, index: u32) -> bool {
+        let st = self.state.lock();
+        st.processes
+            .get(&nic)
+            .is_none_or(|p| !p.dead && !p.gone.contains(&index))
+    }
+
+    /// Sends a mailbox message from our mailbox `from` to mailbox `index`
+    /// of the process at `nic`. It leaves with the next poll (the caller's
+    /// progress, or the interface's thread within a tick), with the
+    /// messages sent after it to the same mailbox: one packet for all.
+    pub fn send_mailbox(
+        &self,
+        from: &MailboxAddr,
+        nic: NicAddr,
+        index: u32,
+        message: &Message,
+    ) -> Result<(), unimem_mailbox::Error> {
+        let mut st = self.state.lock();
+        let process = st
+            .process(self, nic)
+            .map_err(|_| unimem_mailbox::Error::Invalid)?;
+        if process.dead || process.gone.contains(&index) {
+            return Err(unimem_mailbox::Error::Dead);
+        }
+        if let Some(batch) = st.batch.as_mut() {
+            let same = batch.nic == nic && batch.dst_index == index && batch.from == *from;
+            if same && batch.count < MAX_BATCH {
+                batch.messages[batch.count] = *message;
+                batch.count += 1;
+                return Ok(());
+            }
+            if !st.flush_batch(self) {
+                drop(st);
+                self.progress();
+                return Err(unimem_mailbox::Error::Busy);
+            }
+        }
+        let mut messages = [[0u8; unimem_mailbox::MESSAGE_LEN]; MAX_BATCH];
+        messages[0] = *message;
+        st.batch = Some(Batch {
+            nic,
+            dst_index: index,
+            from: *from,
+            count: 1,
+            messages,
+        });
+        Ok(())
+    }
+
+    /// The registered segment of the process at `nic` that holds
+    /// `[addr, addr + len)`, asking it for its directory if we do not know
+    /// one that does: its key, the address to use with it, and the
+    /// segment's first address and length.
+    pub fn segment(&self, nic: NicAddr, addr: u64, len: u64) -> Result<(Segment, bool), DmaError> {
+        let end = addr.checked_add(len).ok_or(DmaError::LengthOverflow)?;
+        let find = |st: &mut State| -> Result<Option<(Segment, bool)>, DmaError> {
+            let process = st.process(self, nic)?;
+            if process.dead {
+                return Err(DmaError::DeadNode);
+            }
+            Ok(process.segments.as_ref().and_then(|(virt, segments)| {
+                segments
+                    .iter()
+                    .find(|s| addr >= s.base && end <= s.base.saturating_add(s.len))
+                    .map(|s| (*s, *virt))
+            }))
+        };
+        if let Some(found) = find(&mut self.state.lock())? {
+            return Ok(found);
+        }
+        let reply = self.ask(nic, |req| Packet::DirQuery { req })?;
+        let Packet::DirReply {
+            virt_addr,
+            segments,
+            ..
+        } = reply
+        else {
+            return Err(DmaError::Invalid);
+        };
+        let mut st = self.state.lock();
+        if let Some(process) = st.processes.get_mut(&nic) {
+            process.segments = Some((virt_addr, segments));
+        }
+        find(&mut st)?.ok_or(DmaError::OutOfBounds)
+    }
+
+    /// What the process at `nic` exposes under `key`.
+    pub fn key(&self, nic: NicAddr, key: u64) -> Result<unimem_dma::Exposure, DmaError> {
+        match self.ask(nic, |req| Packet::KeyQuery { req, key })? {
+            Packet::KeyReply {
+                found: true,
+                addr,
+                len,
+                access,
+                ..
+            } => Ok(unimem_dma::Exposure {
+                addr,
+                len,
+                access: unimem_dma::Access::from_bits_truncate(u64::from(access)),
+            }),
+            Packet::KeyReply { found: false, .. } => Err(DmaError::NoSuchKey),
+            _ => Err(DmaError::Invalid),
+        }
+    }
+
+    /// Sends a question and waits for its answer (the peer's progress or
+    /// its interface thread answers within milliseconds), as long as the
+    /// peer lives.
+    fn ask(&self, nic: NicAddr, question: impl Fn(u32) -> Packet) -> Result<Packet, DmaError> {
+        let req = self.next_req.fetch_add(1, Ordering::Relaxed);
+        {
+            let mut st = self.state.lock();
+            st.process(self, nic)?;
+            let mut bytes = Vec::new();
+            question(req).encode(self.name, &mut bytes);
+            st.send_owned(nic, bytes);
+        }
+        loop {
+            self.progress();
+            {
+                let mut st = self.state.lock();
+                if let Some(reply) = st.replies.remove(&req) {
+                    return Ok(reply);
+                }
+                if st.processes.get(&nic).is_none_or(|p| p.dead) {
+                    return Err(DmaError::DeadNode);
+                }
+            }
+            std::thread::yield_now();
+        }
+    }
+
+    /// Starts a put of local `[local, local + len)` to `addr` (as the
+    /// segment's addressing wants it) under `key` at `nic`.
+    #[allow(clippy::too_many_arguments)]
+    pub fn rma(
+        &self,
+        write: bool,
+        engine: u16,
+        id: DmaId,
+        local: *mut u8,
+        len: usize,
+        nic: NicAddr,
+        addr: u64,
+        key: u64,
+    ) -> Result<(), DmaError> {
+        let context = DMA << KIND_SHIFT
+            | u64::from(engine) << DMA_ID_BITS
+            | (id.0 & ((1 << DMA_ID_BITS) - 1));
+        loop {
+            {
+                let mut st = self.state.lock();
+                // Messages sent before the transfer leave before it.
+                if !st.flush_batch(self) {
+                    drop(st);
+                    self.progress();
+                    continue;
+                }
+                let fi_addr = {
+                    let process = st.process(self, nic)?;
+                    if process.dead {
+                        return Err(DmaError::DeadNode);
+                    }
+                    process.last_sent = Instant::now();
+                    process.fi_addr
+                };
+                let ret = if write {
+                    st.transport.write(local, len, fi_addr, addr, key, context)
+                } else {
+                    st.transport.read(local, len, fi_addr, addr, key, context)
+                };
+                match ret {
+                    0 => {
+                        st.dma_dest.insert(context, nic);
+                        st.counters.transfers += 1;
+                        st.counters.transfer_bytes += len as u64;
+                        return Ok(());
+                    }
+                    e if e == -(ffi::FI_EAGAIN as isize) => {}
+                    e => {
+                        tracing::warn!(%nic, "network RMA failed: {}", crate::base::core::strerror(e as i32));
+                        st.mark_dead(nic, "RMA failed");
+                        return Err(DmaError::DeadNode);
+                    }
+                }
+            }
+            // The transport's queue is full: move it along, then retry.
+            self.progress();
+            std::thread::yield_now();
+        }
+    }
+
+    /// What the interface carried so far.
+    pub fn counters(&self) -> Counters {
+        self.state.lock().counters
+    }
+
+    /// DMAs of engine `slot` completed since the last call, into `out`.
+    pub fn take_done(&self, slot: u16, out: &mut VecDeque<DmaId>) {
+        let mut st = self.state.lock();
+        if let Some(done) = st.dma_done.get_mut(&slot) {
+            out.extend(done.drain(..));
+        }
+    }
+
+    /// The process at `nic` is dead or gone for the caller: forgets its
+    /// directory (a new process there has another).
+    pub fn forget(&self, nic: NicAddr) {
+        if let Some(p) = self.state.lock().processes.get_mut(&nic) {
+            p.segments = None;
+        }
+    }
+}
+
+impl State {
+    /// The process at `nic`, known from now on.
+    fn process(&mut self, nic_: &Nic, nic: NicAddr) -> Result<&mut RemoteProcess, DmaError> {
+        if !self.processes.contains_key(&nic) {
+            let fi_addr = self.transport.insert(nic).map_err(|e| {
+                tracing::warn!(%nic, "{e}");
+                DmaError::NoSuchNode
+            })?;
+            let now = Instant::now();
+            self.processes.insert(
+                nic,
+                RemoteProcess {
+                    fi_addr,
+                    last_heard: now,
+                    last_sent: now,
+                    dead: false,
+                    gone: HashSet::new(),
+                    segments: None,
+                },
+            );
+            nic_.remote_processes.fetch_add(1, Ordering::Relaxed);
+        }
+        Ok(self.processes.get_mut(&nic).expect("inserted above"))
+    }
+
+    fn repost(&mut self, index: usize) -> Result<(), String> {
+        let buf = self.recv_buffers[index].as_mut_ptr();
+        let ret = self
+            .transport
+            .post_recv(buf, MAX_PACKET, RECV << KIND_SHIFT | index as u64);
+        if ret != 0 {
+            return Err(format!(
+                "cannot post a network receive: {}",
+                crate::base::core::strerror(ret as i32)
+            ));
+        }
+        Ok(())
+    }
+
+    fn inject(&mut self, nic: NicAddr, bytes: &[u8]) -> isize {
+        let Some(process) = self.processes.get_mut(&nic) else {
+            return -(ffi::FI_EINVAL as isize);
+        };
+        process.last_sent = Instant::now();
+        let fi_addr = process.fi_addr;
+        let ret = self.send_packet(fi_addr, bytes);
+        if ret == 0 {
+            self.counters.packets_out += 1;
+        }
+        ret
+    }
+
+    fn send_packet(&mut self, fi_addr: ffi::fi_addr_t, bytes: &[u8]) -> isize {
+        if bytes.len() <= self.transport.inject_size {
+            self.transport.inject(bytes, fi_addr)
+        } else {
+            let slot = match self.free_sends.pop() {
+                Some(slot) => slot,
+                None => {
+                    self.sends.push(None);
+                    self.sends.len() - 1
+                }
+            };
+            // The transport reads the bytes until the completion: they
+            // go from a buffer of their own, kept until then.
+            let owned = bytes.to_vec();
+            let ret = self.transport.send(
+                owned.as_ptr(),
+                owned.len(),
+                fi_addr,
+                SEND << KIND_SHIFT | slot as u64,
+            );
+            if ret == 0 {
+                self.sends[slot] = Some(owned);
+            } else {
+                self.free_sends.push(slot);
+            }
+            ret
+        }
+    }
+
+    /// Sends the gathered mailbox messages; false if the transport had no
+    /// room (they wait for the next try, and no message may pass them).
+    fn flush_batch(&mut self, nic: &Nic) -> bool {
+        let Some(batch) = self.batch.take() else {
+            return true;
+        };
+        let packet = Packet::Mailbox {
+            dst_index: batch.dst_index,
+            src_index: batch.from.index,
+            job: batch.from.node.job,
+            pid: batch.from.node.pid,
+            nonce: batch.from.node.nonce,
+            count: batch.count,
+            messages: batch.messages,
+        };
+        let mut bytes = std::mem::take(&mut self.scratch);
+        packet.encode(nic.name, &mut bytes);
+        // Behind our own packets waiting for room, if any.
+        let sent = if self.backlog.is_empty() {
+            self.inject(batch.nic, &bytes)
+        } else {
+            -(ffi::FI_EAGAIN as isize)
+        };
+        self.scratch = bytes;
+        match sent {
+            0 => true,
+            e if e == -(ffi::FI_EAGAIN as isize) => {
+                self.batch = Some(batch);
+                false
+            }
+            e => {
+                let why = crate::base::core::strerror(e as i32);
+                self.mark_dead(batch.nic, &format!("send failed: {why}"));
+                true
+            }
+        }
+    }
+
+    /// Sends one of our own packets, now or, if the transport is full,
+    /// from the backlog.
+    fn send_owned(&mut self, nic: NicAddr, bytes: Vec<u8>) {
+        if self.backlog.is_empty() && self.inject(nic, &bytes) == 0 {
+            return;
+        }
+        self.backlog.push_back((nic, bytes));
+    }
+
+    fn flush_backlog(&mut self) {
+        while let Some((nic, bytes)) = self.backlog.pop_front() {
+            match self.inject(nic, &bytes) {
+                0 => {}
+                e if e == -(ffi::FI_EAGAIN as isize) => {
+                    self.backlog.push_front((nic, bytes));
+                    return;
+                }
+                _ => self.mark_dead(nic, "send failed"),
+            }
+        }
+    }
+
+    fn mark_dead(&mut self, nic: NicAddr, why: &str) {
+        if let Some(p) = self.processes.get_mut(&nic) {
+            if !p.dead {
+                tracing::warn!(%nic, "peer process on another host is unreachable: {why}");
+                p.dead = true;
+            }
+        }
+    }
+
+    fn progress(&mut self, nic: &Nic) {
+        self.flush_backlog();
+        self.flush_batch(nic);
+        let mut completions = std::mem::take(&mut self.completions);
+        for _ in 0..8 {
+            self.transport.poll(&mut completions);
+            if completions.is_empty() {
+                break;
+            }
+            for c in completions.drain(..) {
+                self.complete(nic, c);
+            }
+        }
+        self.completions = completions;
+    }
+
+    fn complete(&mut self, nic: &Nic, c: Completion) {
+        let kind = c.context >> KIND_SHIFT;
+        let index = c.context & ((1 << KIND_SHIFT) - 1);
+        match kind {
+            RECV => {
+                let index = index as usize;
+                if index >= self.recv_buffers.len() {
+                    return;
+                }
+                if c.error.is_none() {
+                    self.counters.packets_in += 1;
+                    let len = c.len.min(MAX_PACKET);
+                    let packet = Packet::decode(&self.recv_buffers[index][..len]);
+                    match packet {
+                        Some((from, packet)) => self.on_packet(nic, from, packet),
+                        None => self.drop_invalid("malformed packet"),
+                    }
+                }
+                if let Err(e) = self.repost(index) {
+                    tracing::warn!("{e}");
+                }
+            }
+            SEND => {
+                let slot = index as usize;
+                if let Some(buf) = self.sends.get_mut(slot) {
+                    if buf.take().is_some() {
+                        self.free_sends.push(slot);
+                    }
+                }
+            }
+            DMA => {
+                let dest = self.dma_dest.remove(&c.context);
+                if let (Some(err), Some(dest)) = (c.error, dest) {
+                    self.mark_dead(dest, &crate::base::core::strerror(err));
+                }
+                let engine = (index >> DMA_ID_BITS) as u16;
+                let id = DmaId(index & ((1 << DMA_ID_BITS) - 1));
+                // Reported done even if it failed: the peer is dead, and
+                // the protocol fails what it left behind.
+                self.dma_done.entry(engine).or_default().push(id);
+            }
+            _ => {}
+        }
+    }
+
+    fn on_packet(&mut self, nic: &Nic, from: NicAddr, packet: Packet) {
+        if let Ok(process) = self.process(nic, from) {
+            process.last_heard = Instant::now();
+        }
+        match packet {
+            Packet::Mailbox {
+                dst_index,
+                src_index,
+                job,
+                pid,
+                nonce,
+                count,
+                messages,
+            } => {
+                let source = MailboxAddr {
+                    node: NodeId {
+                        job,
+                        pid,
+                        nonce,
+                        nic: Some(from),
+                    },
+                    index: src_index,
+                };
+                // A process names only itself as the source: its pid 0
+                // would be a service address, another host's interface
+                // another process.
+                if pid == 0 {
+                    return self.drop_invalid("mailbox message from a service address");
+                }
+                match self.inboxes.get(&dst_index) {
+                    Some(inbox) => inbox.push(source, &messages[..count]),
+                    None => {
+                        let mut bytes = Vec::new();
+                        Packet::Gone { index: dst_index }.encode(nic.name, &mut bytes);
+                        self.send_owned(from, bytes);
+                    }
+                }
+            }
+            Packet::Alive => {}
+            Packet::DirQuery { req } => {
+                let segments = self.own_segments();
+                let mut bytes = Vec::new();
+                Packet::DirReply {
+                    req,
+                    virt_addr: self.transport.virt_addr,
+                    segments,
+                }
+                .encode(nic.name, &mut bytes);
+                self.send_owned(from, bytes);
+            }
+            Packet::KeyQuery { req, key } => {
+                let node = unimem_dma::DmaEngine::local_node(&self.local);
+                let reply = match unimem_dma::DmaEngine::resolve_key(&mut self.local, node, key) {
+                    Ok(e) => Packet::KeyReply {
+                        req,
+                        found: true,
+                        addr: e.addr,
+                        len: e.len,
+                        access: e.access.bits() as u32,
+                    },
+                    Err(_) => Packet::KeyReply {
+                        req,
+                        found: false,
+                        addr: 0,
+                        len: 0,
+                        access: 0,
+                    },
+                };
+                let mut bytes = Vec::new();
+                reply.encode(nic.name, &mut bytes);
+                self.send_owned(from, bytes);
+            }
+            reply @ (Packet::DirReply { req, .. } | Packet::KeyReply { req, .. }) => {
+                // Only an answer to a question we asked is kept.
+                if req != 0 && req < nic.next_req.load(Ordering::Relaxed) {
+                    self.replies.insert(req, reply);
+                } else {
+                    self.drop_invalid("answer to no question");
+                }
+            }
+            Packet::Gone { index } => {
+                if let Some(p) = self.processes.get_mut(&from) {
+                    p.gone.insert(index);
+                }
+            }
+        }
+    }
+
+    /// Our dmable memory as peers may use it: every committed segment,
+    /// registered with the transport (a segment that grew since is
+    /// registered again, whole).
+    fn own_segments(&mut self) -> Vec<Segment> {
+        let node = unimem_dma::DmaEngine::local_node(&self.local);
+        let committed = self.local.segments(node).unwrap_or_default();
+        let mut out = Vec::with_capacity(committed.len());
+        for (base, len) in committed {
+            if len == 0 {
+                continue;
+            }
+            let known = self
+                .own
+                .iter()
+                .rev()
+                .find(|s| s.segment.base == base && s.segment.len == len);
+            let segment = match known {
+                Some(s) => s.segment,
+                None => {
+                    let key = self.next_key;
+                    self.next_key += 1;
+                    match self.transport.register(base, len as usize, key) {
+                        Ok(registration) => {
+                            let segment = Segment {
+                                base,
+                                len,
+                                key: registration.key,
+                            };
+                            self.own.push(OwnSegment {
+                                segment,
+                                _registration: registration,
+                            });
+                            segment
+                        }
+                        Err(e) => {
+                            tracing::warn!("cannot open dmable memory to the network: {e}");
+                            continue;
+                        }
+                    }
+                }
+            };
+            out.push(segment);
+        }
+        out
+    }
+
+    fn drop_invalid(&mut self, what: &str) {
+        self.dropped += 1;
+        let now = Instant::now();
+        if self
+            .last_warning
+            .is_some_and(|last| now.duration_since(last) < Duration::from_secs(1))
+        {
+            return;
+        }
+        self.last_warning = Some(now);
+        tracing::warn!(
+            total = self.dropped,
+            "dropped invalid network packet(s): {what}"
+        );
+    }
+
+    /// Tells the processes we talk to that we live; finds those that went
+    /// silent.
+    fn keep_alive(&mut self, nic: &Nic) {
+        let now = Instant::now();
+        let mut silent = Vec::new();
+        let mut due = Vec::new();
+        for (&addr, p) in &self.processes {
+            if p.dead {
+                continue;
+            }
+            if now.duration_since(p.last_heard) > nic.timeout {
+                silent.push(addr);
+            } else if now.duration_since(p.last_sent) >= ALIVE_EVERY {
+                due.push(addr);
+            }
+        }
+        for addr in silent {
+            let heard = self.processes[&addr].last_heard.elapsed();
+            self.mark_dead(
+                addr,
+                &format!("not heard from for {} ms", heard.as_millis()),
+            );
+        }
+        for addr in due {
+            let mut bytes = Vec::new();
+            Packet::Alive.encode(nic.name, &mut bytes);
+            self.send_owned(addr, bytes);
+        }
+    }
+}
+
+/// The interface's thread: polls when no endpoint has for a tick (the
+/// application computes, or waits elsewhere), and keeps peers informed.
+fn run(nic: Weak<Nic>) {
+    let mut last_alive = Instant::now();
+    loop {
+        std::thread::sleep(TICK);
+        let Some(nic) = nic.upgrade() else {
+            return;
+        };
+        if nic.stop.load(Ordering::Acquire) || !nic.is_own() {
+            return;
+        }
+        let idle = nic
+            .now_ns()
+            .saturating_sub(nic.polled_at.load(Ordering::Relaxed));
+        if idle > TICK.as_nanos() as u64 {
+            nic.progress();
+        } else if let Some(mut st) = nic.state.try_lock() {
+            // A sender that stopped polling still sends what it gathered.
+            st.flush_batch(&nic);
+        }
+        if last_alive.elapsed() >= ALIVE_EVERY / 2 {
+            last_alive = Instant::now();
+            let mut st = nic.state.lock();
+            st.keep_alive(&nic);
+            st.flush_backlog();
+        }
+    }
+}

@@ -1,0 +1,384 @@
+//! What the network backend's processes say to each other over the
+//! transport, in plain Rust: every packet starts with its kind and the
+//! sender's network address, and is checked in full before it is used
+//! (a peer is untrusted input: a packet that does not parse is dropped).
+
+use unimem_mailbox::{JobId, Message, NicAddr, MESSAGE_LEN};
+
+/// Bytes of the header every packet starts with.
+pub const HEADER_LEN: usize = 8;
+/// Largest packet (a directory reply of every segment a region can have).
+pub const MAX_PACKET: usize = HEADER_LEN + 8 + 24 * unimem_dma::MAX_SEGMENTS;
+/// Most mailbox messages one packet carries: one sender's messages to one
+/// mailbox, sent in a row (a message in parts takes up to four), go in one
+/// packet, as a network pays per packet what shared memory pays per byte.
+pub const MAX_BATCH: usize = 8;
+
+/// One registered range of a process's dmable memory, as its peers use it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Segment {
+    pub base: u64,
+    pub len: u64,
+    pub key: u64,
+}
+
+/// A packet's body.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Packet {
+    /// Mailbox messages from mailbox `src_index` of process (job, pid,
+    /// nonce) to our mailbox `dst_index`, in the order sent: the first
+    /// `count` (1 to [`MAX_BATCH`]) of `messages`.
+    Mailbox {
+        dst_index: u32,
+        src_index: u32,
+        job: JobId,
+        pid: u32,
+        nonce: u32,
+        count: usize,
+        messages: [Message; MAX_BATCH],
+    },
+    /// "Still here."
+    Alive,
+    /// Which of your memory may I write and read (request `req`)?
+    DirQuery { req: u32 },
+    /// The answer: these segments, by virtual address or by offset.
+    DirReply {
+        req: u32,
+        virt_addr: bool,
+        segments: Vec<Segment>,
+    },
+    /// What do you expose under `key`?
+    KeyQuery { req: u32, key: u64 },
+    /// The answer: the exposure's address, length and access bits, or
+    /// `found: false`.
+    KeyReply {
+        req: u32,
+        found: bool,
+        addr: u64,
+        len: u64,
+        access: u32,
+    },
+    /// No mailbox `index` here (closed, or never was).
+    Gone { index: u32 },
+}
+
+const MAILBOX: u8 = 1;
+const ALIVE: u8 = 2;
+const DIR_QUERY: u8 = 3;
+const DIR_REPLY: u8 = 4;
+const KEY_QUERY: u8 = 5;
+const KEY_REPLY: u8 = 6;
+const GONE: u8 = 7;
+
+fn put32(out: &mut Vec<u8>, v: u32) {
+    out.extend_from_slice(&v.to_le_bytes());
+}
+
+fn put64(out: &mut Vec<u8>, v: u64) {
+    out.extend_from_slice(&v.to_le_bytes());
+}
+
+/// Reads a packet's fields in order, refusing to read past its end.
+struct Reader<'a> {
+    bytes: &'a [u8],
+}
+
+impl<'a> Reader<'a> {
+    fn take(&mut self, n: usize) -> Option<&'a [u8]> {
+        if self.bytes.len() < n {
+            return None;
+        }
+        let (head, rest) = self.bytes.split_at(n);
+        self.bytes = rest;
+        Some(head)
+    }
+
+    fn u32(&mut self) -> Option<u32> {
+        Some(u32::from_le_bytes(self.take(4)?.try_into().ok()?))
+    }
+
+    fn u64(&mut self) -> Option<u64> {
+        Some(u64::from_le_bytes(self.take(8)?.try_into().ok()?))
+    }
+}
+
+impl Packet {
+    /// The packet from `from`, encoded into `out` (cleared first).
+    pub fn encode(&self, from: NicAddr, out: &mut Vec<u8>) {
+        out.clear();
+        let kind = match self {
+            Packet::Mailbox { .. } => MAILBOX,
+            Packet::Alive => ALIVE,
+            Packet::DirQuery { .. } => DIR_QUERY,
+            Packet::DirReply { .. } => DIR_REPLY,
+            Packet::KeyQuery { .. } => KEY_QUERY,
+            Packet::KeyReply { .. } => KEY_REPLY,
+            Packet::Gone { .. } => GONE,
+        };
+        out.push(kind);
+        out.push(0);
+        out.extend_from_slice(&from.port.to_le_bytes());
+        out.extend_from_slice(&from.ip);
+        match self {
+            Packet::Mailbox {
+                dst_index,
+                src_index,
+                job,
+                pid,
+                nonce,
+                count,
+                messages,
+            } => {
+                put32(out, *dst_index);
+                put32(out, *src_index);
+                put32(out, job.0);
+                put32(out, *pid);
+                put32(out, *nonce);
+                for message in &messages[..(*count).min(MAX_BATCH)] {
+                    out.extend_from_slice(message);
+                }
+            }
+            Packet::Alive => {}
+            Packet::DirQuery { req } => put32(out, *req),
+            Packet::DirReply {
+                req,
+                virt_addr,
+                segments,
+            } => {
+                put32(out, *req);
+                put32(out, (segments.len() as u32) << 1 | u32::from(*virt_addr));
+                for s in segments {
+                    put64(out, s.base);
+                    put64(out, s.len);
+                    put64(out, s.key);
+                }
+            }
+            Packet::KeyQuery { req, key } => {
+                put32(out, *req);
+                put64(out, *key);
+            }
+            Packet::KeyReply {
+                req,
+                found,
+                addr,
+                len,
+                access,
+            } => {
+                put32(out, *req);
+                put32(out, u32::from(*found));
+                put64(out, *addr);
+                put64(out, *len);
+                put32(out, *access);
+            }
+            Packet::Gone { index } => put32(out, *index),
+        }
+    }
+
+    /// The sender and the packet, if `bytes` is one, whole and nothing
+    /// more.
+    pub fn decode(bytes: &[u8]) -> Option<(NicAddr, Packet)> {
+        let mut r = Reader { bytes };
+        let head = r.take(HEADER_LEN)?;
+        let from = NicAddr {
+            port: u16::from_le_bytes([head[2], head[3]]),
+            ip: head[4..8].try_into().ok()?,
+        };
+        if from.port == 0 || head[1] != 0 {
+            return None;
+        }
+        let packet = match head[0] {
+            MAILBOX => {
+                let (dst_index, src_index) = (r.u32()?, r.u32()?);
+                let (job, pid, nonce) = (JobId(r.u32()?), r.u32()?, r.u32()?);
+                let count = r.bytes.len() / MESSAGE_LEN;
+                if count == 0 || count > MAX_BATCH || !r.bytes.len().is_multiple_of(MESSAGE_LEN) {
+                    return None;
+                }
+                let mut messages = [[0u8; MESSAGE_LEN]; MAX_BATCH];
+                for message in &mut messages[..count] {
+                    *message = r.take(MESSAGE_LEN)?.try_into().ok()?;
+                }
+                Packet::Mailbox {
+                    dst_index,
+                    src_index,
+                    job,
+                    pid,
+                    nonce,
+                    count,
+                    messages,
+                }
+            }
+            ALIVE => Packet::Alive,
+            DIR_QUERY => Packet::DirQuery { req: r.u32()? },
+            DIR_REPLY => {
+                let req = r.u32()?;
+                let word = r.u32()?;
+                let count = (word >> 1) as usize;
+                if count > unimem_dma::MAX_SEGMENTS {
+                    return None;
+                }
+                let mut segments = Vec::with_capacity(count);
+                for _ in 0..count {
+                    segments.push(Segment {
+                        base: r.u64()?,
+                        len: r.u64()?,
+                        key: r.u64()?,
+                    });
+                }
+                Packet::DirReply {
+                    req,
+                    virt_addr: word & 1 != 0,
+                    segments,
+                }
+            }
+            KEY_QUERY => Packet::KeyQuery {
+                req: r.u32()?,
+                key: r.u64()?,
+            },
+            KEY_REPLY => Packet::KeyReply {
+                req: r.u32()?,
+                found: match r.u32()? {
+                    0 => false,
+                    1 => true,
+                    _ => return None,
+                },
+                addr: r.u64()?,
+                len: r.u64()?,
+                access: r.u32()?,
+            },
+            GONE => Packet::Gone { index: r.u32()? },
+            _ => return None,
+        };
+        r.bytes.is_empty().then_some((from, packet))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn from() -> NicAddr {
+        "198.18.0.11:4000".parse().unwrap()
+    }
+
+    fn every_kind() -> Vec<Packet> {
+        vec![
+            Packet::Mailbox {
+                dst_index: 3,
+                src_index: 9,
+                job: JobId(0xabcd),
+                pid: 77,
+                nonce: 0x1234,
+                count: 1,
+                messages: std::array::from_fn(|i| [if i == 0 { 7 } else { 0 }; MESSAGE_LEN]),
+            },
+            Packet::Mailbox {
+                dst_index: 3,
+                src_index: 9,
+                job: JobId(0xabcd),
+                pid: 77,
+                nonce: 0x1234,
+                count: MAX_BATCH,
+                messages: std::array::from_fn(|i| [i as u8; MESSAGE_LEN]),
+            },
+            Packet::Alive,
+            Packet::DirQuery { req: 5 },
+            Packet::DirReply {
+                req: 5,
+                virt_addr: true,
+                segments: vec![
+                    Segment {
+                        base: 0x7f00_0000_0000,
+                        len: 64 << 20,
+                        key: 1,
+                    };
+                    unimem_dma::MAX_SEGMENTS
+                ],
+            },
+            Packet::KeyQuery { req: 6, key: 42 },
+            Packet::KeyReply {
+                req: 6,
+                found: true,
+                addr: 0x1000,
+                len: 0x100,
+                access: 3,
+            },
+            Packet::Gone { index: 4 },
+        ]
+    }
+
+    #[test]
+    fn every_kind_round_trips() {
+        let mut out = Vec::new();
+        for packet in every_kind() {
+            packet.encode(from(), &mut out);
+            assert!(out.len() <= MAX_PACKET);
+            assert_eq!(Packet::decode(&out), Some((from(), packet)));
+        }
+    }
+
+    #[test]
+    fn a_batch_keeps_only_its_messages() {
+        let mut out = Vec::new();
+        let mut packet = every_kind()[1].clone();
+        if let Packet::Mailbox { count, .. } = &mut packet {
+            *count = 3;
+        }
+        packet.encode(from(), &mut out);
+        let Some((
+            _,
+            Packet::Mailbox {
+                count, messages, ..
+            },
+        )) = Packet::decode(&out)
+        else {
+            panic!("a mailbox packet");
+        };
+        assert_eq!(count, 3);
+        assert_eq!(messages[2], [2; MESSAGE_LEN]);
+        assert_eq!(messages[3], [0; MESSAGE_LEN], "nothing past the count");
+    }
+
+    #[test]
+    fn a_mailbox_message_fits_an_inject() {
+        let mut out = Vec::new();
+        every_kind()[0].encode(from(), &mut out);
+        assert!(out.len() <= 64, "{} bytes", out.len());
+    }
+
+    #[test]
+    fn truncated_padded_or_unknown_packets_are_refused() {
+        let mut out = Vec::new();
+        for packet in every_kind() {
+            packet.encode(from(), &mut out);
+            let batch_start = HEADER_LEN + 20;
+            for cut in 0..out.len() {
+                let decoded = Packet::decode(&out[..cut]);
+                let whole_messages = matches!(packet, Packet::Mailbox { .. })
+                    && cut > batch_start
+                    && (cut - batch_start).is_multiple_of(MESSAGE_LEN);
+                if whole_messages {
+                    // A shorter batch: what it has of the messages.
+                    let Some((_, Packet::Mailbox { count, .. })) = decoded else {
+                        panic!("{packet:?} cut at {cut}: a shorter batch");
+                    };
+                    assert_eq!(count, (cut - batch_start) / MESSAGE_LEN);
+                } else {
+                    assert_eq!(decoded, None, "{packet:?} cut at {cut}");
+                }
+            }
+            let mut longer = out.clone();
+            longer.push(0);
+            assert_eq!(Packet::decode(&longer), None);
+        }
+        let mut unknown = out.clone();
+        unknown[0] = 99;
+        assert_eq!(Packet::decode(&unknown), None);
+        // A directory longer than any region.
+        let mut huge = Vec::new();
+        Packet::DirQuery { req: 1 }.encode(from(), &mut huge);
+        huge[0] = DIR_REPLY;
+        huge.extend_from_slice(&(((unimem_dma::MAX_SEGMENTS as u32) + 1) << 1).to_le_bytes());
+        assert_eq!(Packet::decode(&huge), None);
+    }
+}
