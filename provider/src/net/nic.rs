@@ -388,9 +388,7 @@ impl Nic {
         {
             let mut st = self.state.lock();
             st.process(self, nic)?;
-            let mut bytes = Vec::new();
-            question(req).encode(self.name, &mut bytes);
-            st.send_owned(nic, bytes);
+            st.send_owned(self.name, nic, &question(req));
         }
         loop {
             self.progress();
@@ -441,11 +439,9 @@ impl Nic {
                     process.last_sent = Instant::now();
                     process.fi_addr
                 };
-                let ret = if write {
-                    st.transport.write(local, len, fi_addr, addr, key, context)
-                } else {
-                    st.transport.read(local, len, fi_addr, addr, key, context)
-                };
+                let ret = st
+                    .transport
+                    .rma(write, local, len, fi_addr, addr, key, context);
                 match ret {
                     0 => {
                         st.dma_dest.insert(context, nic);
@@ -608,13 +604,15 @@ impl State {
         }
     }
 
-    /// Sends one of our own packets, now or, if the transport is full,
-    /// from the backlog.
-    fn send_owned(&mut self, nic: NicAddr, bytes: Vec<u8>) {
-        if self.backlog.is_empty() && self.inject(nic, &bytes) == 0 {
+    /// Sends one of our own packets (`from` is our name) to `to`, now or,
+    /// if the transport is full, from the backlog.
+    fn send_owned(&mut self, from: NicAddr, to: NicAddr, packet: &Packet) {
+        let mut bytes = Vec::new();
+        packet.encode(from, &mut bytes);
+        if self.backlog.is_empty() && self.inject(to, &bytes) == 0 {
             return;
         }
-        self.backlog.push_back((nic, bytes));
+        self.backlog.push_back((to, bytes));
     }
 
     fn flush_backlog(&mut self) {
@@ -732,23 +730,19 @@ impl State {
                 match self.inboxes.get(&dst_index) {
                     Some(inbox) => inbox.push(source, &messages[..count]),
                     None => {
-                        let mut bytes = Vec::new();
-                        Packet::Gone { index: dst_index }.encode(nic.name, &mut bytes);
-                        self.send_owned(from, bytes);
+                        self.send_owned(nic.name, from, &Packet::Gone { index: dst_index });
                     }
                 }
             }
             Packet::Alive => {}
             Packet::DirQuery { req } => {
                 let segments = self.own_segments();
-                let mut bytes = Vec::new();
-                Packet::DirReply {
+                let reply = Packet::DirReply {
                     req,
                     virt_addr: self.transport.virt_addr,
                     segments,
-                }
-                .encode(nic.name, &mut bytes);
-                self.send_owned(from, bytes);
+                };
+                self.send_owned(nic.name, from, &reply);
             }
             Packet::KeyQuery { req, key } => {
                 let node = unimem_dma::DmaEngine::local_node(&self.local);
@@ -768,9 +762,7 @@ impl State {
                         access: 0,
                     },
                 };
-                let mut bytes = Vec::new();
-                reply.encode(nic.name, &mut bytes);
-                self.send_owned(from, bytes);
+                self.send_owned(nic.name, from, &reply);
             }
             reply @ (Packet::DirReply { req, .. } | Packet::KeyReply { req, .. }) => {
                 // Only an answer to a question we asked is kept.
@@ -874,9 +866,7 @@ impl State {
             );
         }
         for addr in due {
-            let mut bytes = Vec::new();
-            Packet::Alive.encode(nic.name, &mut bytes);
-            self.send_owned(addr, bytes);
+            self.send_owned(nic.name, addr, &Packet::Alive);
         }
     }
 }

@@ -404,39 +404,12 @@ impl Transport {
         })
     }
 
-    /// Writes local `[buf, buf + len)` to `addr` under `key` at `dest`.
-    pub fn write(
+    /// Writes local `[buf, buf + len)` to `addr` under `key` at `dest`
+    /// (`write`), or reads from there into it.
+    #[allow(clippy::too_many_arguments)]
+    pub fn rma(
         &mut self,
-        buf: *const u8,
-        len: usize,
-        dest: ffi::fi_addr_t,
-        addr: u64,
-        key: u64,
-        context: u64,
-    ) -> isize {
-        system_allocations(|| {
-            // SAFETY: the caller keeps buf valid until the completion.
-            unsafe {
-                match (*(*self.ep).rma).write {
-                    Some(write) => write(
-                        self.ep,
-                        buf.cast(),
-                        len,
-                        ptr::null_mut(),
-                        dest,
-                        addr,
-                        key,
-                        context as *mut c_void,
-                    ),
-                    None => -(ffi::FI_ENOSYS as isize),
-                }
-            }
-        })
-    }
-
-    /// Reads `len` bytes at `addr` under `key` of `dest` into local `buf`.
-    pub fn read(
-        &mut self,
+        write: bool,
         buf: *mut u8,
         len: usize,
         dest: ffi::fi_addr_t,
@@ -444,22 +417,39 @@ impl Transport {
         key: u64,
         context: u64,
     ) -> isize {
+        let context = context as *mut c_void;
         system_allocations(|| {
             // SAFETY: the caller keeps buf valid until the completion.
             unsafe {
-                match (*(*self.ep).rma).read {
-                    Some(read) => read(
-                        self.ep,
-                        buf.cast(),
-                        len,
-                        ptr::null_mut(),
-                        dest,
-                        addr,
-                        key,
-                        context as *mut c_void,
-                    ),
-                    None => -(ffi::FI_ENOSYS as isize),
-                }
+                let ops = &*(*self.ep).rma;
+                let ret = if write {
+                    ops.write.map(|op| {
+                        op(
+                            self.ep,
+                            buf.cast(),
+                            len,
+                            ptr::null_mut(),
+                            dest,
+                            addr,
+                            key,
+                            context,
+                        )
+                    })
+                } else {
+                    ops.read.map(|op| {
+                        op(
+                            self.ep,
+                            buf.cast(),
+                            len,
+                            ptr::null_mut(),
+                            dest,
+                            addr,
+                            key,
+                            context,
+                        )
+                    })
+                };
+                ret.unwrap_or(-(ffi::FI_ENOSYS as isize))
             }
         })
     }
