@@ -106,6 +106,31 @@ pub struct LinkCut {
 impl Drop for LinkCut {
     fn drop(&mut self) {
         set_link(&self.host, true);
+        // Addresses found unreachable while the link was down stay so for
+        // a while (failed neighbour entries): forget them on both sides.
+        for args in [
+            vec!["-n", self.host.as_str(), "neigh", "flush", "all"],
+            vec!["neigh", "flush", "dev", "unibr0"],
+        ] {
+            let _ = Command::new("ip").args(&args).status();
+        }
+        // Both ends must be up again before the next job starts: a Hydra
+        // proxy that starts while they are not cannot reach mpiexec.
+        let up = |args: &[&str]| {
+            Command::new("ip")
+                .args(args)
+                .output()
+                .is_ok_and(|out| String::from_utf8_lossy(&out.stdout).contains("state UP"))
+        };
+        let veth = format!("{}-veth", self.host);
+        for _ in 0..100 {
+            if up(&["-o", "link", "show", &veth])
+                && up(&["-n", &self.host, "-o", "link", "show", "uheth0"])
+            {
+                return;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(50));
+        }
     }
 }
 
