@@ -17,7 +17,13 @@
  *                                      wait; each prints the MPI error it
  *                                      got and when ("rank R: MPI error at
  *                                      <epoch seconds>: ...") and exits
- *                                      with 3 */
+ *                                      with 3. SIGUSR2 makes a rank hold
+ *                                      at the start of its next round
+ *                                      ("rank R holding"): all it sent
+ *                                      has been delivered and it sends
+ *                                      nothing more, so a kill then finds
+ *                                      every other rank with a send to it
+ *                                      in flight */
 #include <mpi.h>
 #include <signal.h>
 #include <stdio.h>
@@ -25,6 +31,14 @@
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
+
+static volatile sig_atomic_t hold;
+
+static void hold_at_next_round(int signo)
+{
+    (void)signo;
+    hold = 1;
+}
 
 int main(int argc, char **argv)
 {
@@ -38,6 +52,7 @@ int main(int argc, char **argv)
         signal(SIGQUIT, SIG_IGN);
         signal(SIGTERM, SIG_IGN);
         signal(SIGUSR1, SIG_IGN);
+        signal(SIGUSR2, hold_at_next_round);
     }
     MPI_Init(&argc, &argv);
     int rank, size;
@@ -54,6 +69,12 @@ int main(int argc, char **argv)
     memset(out, rank + 1, (size_t)size * stride);
     double end = MPI_Wtime() + 300.0;
     for (long round = 0; MPI_Wtime() < end; round++) {
+        if (hold) {
+            printf("rank %d holding\n", rank);
+            fflush(stdout);
+            for (;;)
+                pause();
+        }
         int len = round % 8 == 7 ? large : small, n = 0, rc = MPI_SUCCESS;
         for (int peer = 0; peer < size && rc == MPI_SUCCESS; peer++) {
             if (peer == rank)

@@ -45,9 +45,19 @@ fn error_time(lines: &[Line], rank: usize) -> Option<SystemTime> {
     Some(UNIX_EPOCH + Duration::from_secs_f64(seconds))
 }
 
+/// How rank 1 is killed.
+#[derive(Clone, Copy, PartialEq)]
+enum Kill {
+    /// Wherever it is: possibly mid-transfer.
+    Anywhere,
+    /// At the start of a round, once it holds there (`kill_rank survive`
+    /// and SIGUSR2): every other rank then has a send to it in flight.
+    AtRoundStart,
+}
+
 /// Starts `kill_rank` as `job` says (3 ranks) and kills rank 1 with SIGKILL
 /// once traffic flows. Returns the running job and when rank 1 was killed.
-fn kill_rank_one(job: Job) -> (RunningJob, Instant, SystemTime) {
+fn kill_rank_one(job: Job, kill: Kill) -> (RunningJob, Instant, SystemTime) {
     const RANKS: usize = 3;
     // The job's own limit stays above both waits (kill_rank itself stops
     // after 300 s if nobody kills a rank).
@@ -56,6 +66,13 @@ fn kill_rank_one(job: Job) -> (RunningJob, Instant, SystemTime) {
         all_running(lines, RANKS) && rank_pids(lines, RANKS).iter().all(Option::is_some)
     });
     let victim = rank_pids(&running.lines_so_far(), RANKS)[1].expect("waited for it");
+    if kill == Kill::AtRoundStart {
+        // SAFETY: as below; kill_rank survive catches SIGUSR2.
+        assert_eq!(unsafe { libc::kill(victim, libc::SIGUSR2) }, 0);
+        running.wait_until("rank 1 to hold", HANG_GUARD, |lines| {
+            lines.iter().any(|l| l.text == "rank 1 holding")
+        });
+    }
     // SAFETY: kill has no memory effects; the pid is rank 1 of this job,
     // which is still running (it only ends when killed).
     assert_eq!(unsafe { libc::kill(victim, libc::SIGKILL) }, 0);
@@ -69,7 +86,7 @@ fn kill_rank() -> PathBuf {
 #[test]
 fn a_killed_rank_ends_the_job_and_leaves_nothing() {
     // Hydra, as users run it: it sees the dead rank and stops the others.
-    let (running, killed, _) = kill_rank_one(Job::new(kill_rank()));
+    let (running, killed, _) = kill_rank_one(Job::new(kill_rank()), Kill::Anywhere);
     let output = running.wait_timeout(HANG_GUARD);
     eprintln!(
         "the job ended {:?} after rank 1 was killed",
@@ -87,9 +104,9 @@ fn a_killed_rank_ends_the_job_and_leaves_nothing() {
 /// With the launcher's signals ignored, nothing but the provider can end the
 /// survivors' wait: each must get an MPI error and exit on its own.
 /// `sizes`: kill_rank's optional LARGE and SMALL message sizes.
-fn survivors_get_an_mpi_error(job: Job, sizes: &[&str]) {
+fn survivors_get_an_mpi_error(job: Job, sizes: &[&str], kill: Kill) {
     let job = job.helper_option("--gforker").arg("survive").args(sizes);
-    let (mut running, _, killed) = kill_rank_one(job);
+    let (mut running, _, killed) = kill_rank_one(job, kill);
     running.wait_until("an MPI error on each survivor", HANG_GUARD, |lines| {
         error_time(lines, 0).is_some() && error_time(lines, 2).is_some()
     });
@@ -108,22 +125,27 @@ fn survivors_get_an_mpi_error(job: Job, sizes: &[&str]) {
 #[test]
 fn survivors_of_a_killed_rank_get_an_mpi_error_native() {
     // Receives are directed at their source: those from the dead rank fail.
-    survivors_get_an_mpi_error(Job::new(kill_rank()), &[]);
+    survivors_get_an_mpi_error(Job::new(kill_rank()), &[], Kill::Anywhere);
 }
 
 #[test]
 fn survivors_of_a_killed_rank_get_an_mpi_error_active_messages() {
     // MPICH's active-message receives accept any source: the provider
     // cannot tell that one waits for the dead rank. Its sends to it fail:
-    // with 12 KiB messages and a 4 KiB eager size, each survivor always has
-    // a rendezvous send to the dead rank pending while it waits.
+    // with 12 KiB messages and a 4 KiB eager size, a send to the dead rank
+    // is a rendezvous that waits for its grant. Killed anywhere, the dead
+    // rank may have granted a survivor's send of the round and died before
+    // its own send to it left: that survivor then waits on a receive alone,
+    // which nothing at the provider ties to the dead rank (1 run in 10).
+    // Killed at the start of a round, it has delivered all it sent and
+    // grants nothing more: each survivor's next send to it is in flight.
     // (12 KiB stays below MPICH's 16 KiB active-message eager size: MPICH
     // 5.0.2 in AM-only mode crashes on concurrent larger messages between
     // two ranks over any provider, shm and tcp alike.)
     let job = Job::new(kill_rank())
         .am(true)
         .env("FI_UNIMEM_EAGER_SIZE", "4096");
-    survivors_get_an_mpi_error(job, &["12288", "12288"]);
+    survivors_get_an_mpi_error(job, &["12288", "12288"], Kill::AtRoundStart);
 }
 
 /// MPI loaded as Python loads extension modules: `dlopen(RTLD_LOCAL)`, so
