@@ -118,6 +118,11 @@ impl ShmDmaEngine {
         &self.region
     }
 
+    /// The modeled costs this engine enforces.
+    pub fn timing(&self) -> TimingModel {
+        self.timing
+    }
+
     /// Live registrations (for tests and statistics).
     pub fn registrations(&self) -> usize {
         self.registrations.len()

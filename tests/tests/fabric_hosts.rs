@@ -132,6 +132,32 @@ fn sixty_four_mebibytes_between_hosts() {
     c.finish();
 }
 
+/// The `paper` profile across hosts: its modeled costs stand on top of the
+/// network's (a transfer over the network completes no earlier than the
+/// board would have finished it); every size still arrives whole and in
+/// order, both ways.
+#[test]
+fn the_paper_profile_between_hosts() {
+    let _hosts = hosts::exclusive();
+    let mut c = cluster("hosts-paper", &[0, 1]);
+    // Debug logging shows the configuration the provider took.
+    c.env("FI_UNIMEM_PROFILE", "paper")
+        .env("FI_LOG_LEVEL", "debug")
+        .spawn(2)
+        .connect_all();
+    c.transfer(0, 1, &messages(20), Order::Posted);
+    c.transfer(1, 0, &messages(21), Order::Unexpected);
+    c.transfer(0, 1, &[Msg::new(4 * SEGMENT + 1, 22)], Order::Posted);
+    for (i, stderr) in c.finish().iter().enumerate() {
+        assert!(
+            stderr.contains("<debug> profile = paper"),
+            "p{i} did not take the paper profile:\n{stderr}"
+        );
+        let (_, _, transfers) = network_carried(stderr);
+        assert!(transfers > 0, "p{i}: no transfer over the network");
+    }
+}
+
 /// Three hosts, and two processes on the first: each endpoint talks to
 /// its neighbour through shared memory and to the others through the
 /// network, in one stream of messages each way.

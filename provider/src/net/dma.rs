@@ -9,12 +9,20 @@
 //! owner's page generations are in its host's shared memory), and the
 //! atomic unit, so atomics on another host's memory go to the owner's
 //! progress, as on memory that is not dmable.
+//!
+//! Under a timing profile (`paper`) the board's figures are a floor: a
+//! transfer over the network completes no earlier than the modeled engine
+//! would have finished it (transfers queue behind each other, as on the
+//! emulation), and a registration returns no earlier than its modeled
+//! cost. The network may only make them slower.
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
 
 use unimem_dma::{DmaBuf, DmaEngine, DmaError, DmaId, Exposure, RegId, ShmDmaEngine};
-use unimem_mailbox::{NicAddr, NodeId};
+use unimem_mailbox::node::monotonic_ns;
+use unimem_mailbox::profile::spin_until;
+use unimem_mailbox::{NicAddr, NodeId, TimingModel};
 
 use super::nic::Nic;
 
@@ -41,6 +49,69 @@ struct NetHalf {
     done: VecDeque<DmaId>,
     /// Transfers in flight: polling the interface is needed only then.
     in_flight: usize,
+    /// The board's modeled engine, a floor under the network's.
+    floor: ModeledEngine,
+}
+
+impl NetHalf {
+    /// The first completed transfer whose modeled time has come.
+    fn pop_done(&mut self) -> Option<DmaId> {
+        let at = self.floor.first_due(&self.done, monotonic_ns())?;
+        let id = self.done.remove(at)?;
+        self.floor.forget(id);
+        self.in_flight = self.in_flight.saturating_sub(1);
+        Some(id)
+    }
+}
+
+/// When the modeled engine of a timing profile would finish the transfers
+/// it was given: one after the other, each its start-up cost plus its
+/// length at the modeled bandwidth. Under `native` it models nothing.
+struct ModeledEngine {
+    timing: TimingModel,
+    /// When it finishes its last queued transfer (ns, monotonic clock).
+    busy_until: u64,
+    /// Modeled completion time of each transfer in flight.
+    due: HashMap<u64, u64>,
+}
+
+impl ModeledEngine {
+    fn new(timing: TimingModel) -> ModeledEngine {
+        ModeledEngine {
+            timing,
+            busy_until: 0,
+            due: HashMap::new(),
+        }
+    }
+
+    /// Transfers done but not yet due wait; under `native` none are.
+    fn holds_any(&self) -> bool {
+        !self.due.is_empty()
+    }
+
+    /// `id`, of `len` bytes, was submitted at `now`.
+    fn submit(&mut self, id: DmaId, len: usize, now: u64) {
+        if self.timing.dma_bytes_per_sec == 0 {
+            return;
+        }
+        let start = self.busy_until.max(now);
+        self.busy_until = start + self.timing.dma_duration_ns(len);
+        self.due.insert(id.0, self.busy_until);
+    }
+
+    /// Where in `done` (transfers the network finished) the first one is
+    /// whose modeled time has come by `now`.
+    fn first_due(&self, done: &VecDeque<DmaId>, now: u64) -> Option<usize> {
+        if self.due.is_empty() {
+            return (!done.is_empty()).then_some(0);
+        }
+        done.iter()
+            .position(|id| self.due.get(&id.0).is_none_or(|&t| t <= now))
+    }
+
+    fn forget(&mut self, id: DmaId) {
+        self.due.remove(&id.0);
+    }
 }
 
 /// The DMA engine of this process's node.
@@ -51,6 +122,7 @@ pub struct NodeDma {
 
 impl NodeDma {
     pub fn new(shm: ShmDmaEngine, nic: Option<Arc<Nic>>) -> NodeDma {
+        let timing = shm.timing();
         NodeDma {
             shm,
             net: nic.map(|nic| NetHalf {
@@ -61,6 +133,7 @@ impl NodeDma {
                 next_id: 0,
                 done: VecDeque::new(),
                 in_flight: 0,
+                floor: ModeledEngine::new(timing),
             }),
         }
     }
@@ -78,8 +151,10 @@ impl NodeDma {
     /// one of the segments it opened to the network.
     fn register_net(&mut self, node: NodeId, start: u64, end: u64) -> Result<RegId, DmaError> {
         let nic = node.nic.ok_or(DmaError::NoSuchNode)?;
+        let started = monotonic_ns();
         let net = self.net()?;
         net.nic.segment(nic, start, end - start)?;
+        spin_until(started + net.floor.timing.registration_ns);
         net.next_reg += 1;
         let id = NET_REG | net.next_reg;
         net.registrations.insert(
@@ -127,6 +202,7 @@ impl NodeDma {
         net.nic
             .rma(write, net.slot, id, local, len, r.nic, addr, segment.key)?;
         net.in_flight += 1;
+        net.floor.submit(id, len, monotonic_ns());
         Ok(id)
     }
 }
@@ -268,13 +344,14 @@ impl DmaEngine for NodeDma {
             return Some(id);
         }
         let net = self.net.as_mut()?;
-        if net.done.is_empty() && net.in_flight > 0 {
+        // Under a profile, transfers done but not yet due wait in `done`
+        // while the others are polled for.
+        let waiting = net.done.is_empty() || net.floor.holds_any();
+        if waiting && net.done.len() < net.in_flight {
             net.nic.progress();
             net.nic.take_done(net.slot, &mut net.done);
         }
-        let id = net.done.pop_front()?;
-        net.in_flight = net.in_flight.saturating_sub(1);
-        Some(id)
+        net.pop_done()
     }
 
     fn atomic(
@@ -302,5 +379,54 @@ impl DmaEngine for NodeDma {
         }
         let nic = node.nic.ok_or(DmaError::NoSuchNode)?;
         self.net()?.nic.key(nic, key)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use unimem_mailbox::Profile;
+
+    #[test]
+    fn native_models_nothing() {
+        let mut floor = ModeledEngine::new(Profile::Native.timing());
+        floor.submit(DmaId(1), 1 << 20, 0);
+        assert!(!floor.holds_any());
+        let done = VecDeque::from([DmaId(1)]);
+        assert_eq!(floor.first_due(&done, 0), Some(0));
+        assert_eq!(floor.first_due(&VecDeque::new(), 0), None);
+    }
+
+    #[test]
+    fn paper_transfers_are_due_at_the_boards_time_one_after_the_other() {
+        let mut floor = ModeledEngine::new(Profile::Paper.timing());
+        // 1 MB at 1 GB/s: 1 ms plus 1 us of start-up, then the same again
+        // behind it.
+        floor.submit(DmaId(1), 1_000_000, 5_000);
+        floor.submit(DmaId(2), 1_000_000, 5_000);
+        let (first, second) = (5_000 + 1_001_000, 5_000 + 2_002_000);
+        // The network finished both at once, long before the board would.
+        let done = VecDeque::from([DmaId(1), DmaId(2)]);
+        assert_eq!(floor.first_due(&done, 10_000), None);
+        assert_eq!(floor.first_due(&done, first - 1), None);
+        assert_eq!(floor.first_due(&done, first), Some(0));
+        floor.forget(DmaId(1));
+        let done = VecDeque::from([DmaId(2)]);
+        assert_eq!(floor.first_due(&done, second - 1), None);
+        assert_eq!(floor.first_due(&done, second), Some(0));
+        floor.forget(DmaId(2));
+        assert!(!floor.holds_any());
+    }
+
+    #[test]
+    fn a_transfer_after_an_idle_engine_starts_when_submitted() {
+        let mut floor = ModeledEngine::new(Profile::Paper.timing());
+        floor.submit(DmaId(1), 1_000, 0);
+        floor.forget(DmaId(1));
+        floor.submit(DmaId(2), 1_000, 1_000_000);
+        let done = VecDeque::from([DmaId(2)]);
+        // 1 us of start-up and 1 us for 1000 bytes, from its submission.
+        assert_eq!(floor.first_due(&done, 1_001_999), None);
+        assert_eq!(floor.first_due(&done, 1_002_000), Some(0));
     }
 }
