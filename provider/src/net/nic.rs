@@ -38,6 +38,13 @@ const RECV_BUFFERS: usize = 64;
 const TICK: Duration = Duration::from_millis(1);
 /// How often a process tells the processes it talks to that it is alive.
 const ALIVE_EVERY: Duration = Duration::from_millis(500);
+/// The network is quiet for us once no mailbox message came or left for
+/// this long; the data path then polls the transport at most every
+/// `QUIET_POLL_NS`. An empty poll of a socket transport is a system call:
+/// done on every call, it slows the traffic with this host's neighbours
+/// of a process that also has peers on other hosts.
+const QUIET_AFTER_NS: u64 = 1_000_000;
+const QUIET_POLL_NS: u64 = 20_000;
 
 /// What a completion's context names: the kind in the top bits.
 const KIND_SHIFT: u32 = 60;
@@ -154,6 +161,9 @@ pub struct Nic {
     remote_processes: AtomicUsize,
     /// When an endpoint last polled (ns since `epoch`).
     polled_at: AtomicU64,
+    /// When a mailbox message last came or left over the network (ns since
+    /// `epoch`).
+    active_at: AtomicU64,
     epoch: Instant,
     next_req: AtomicU32,
     next_engine: AtomicU32,
@@ -202,6 +212,7 @@ impl Nic {
             pid: std::process::id(),
             remote_processes: AtomicUsize::new(0),
             polled_at: AtomicU64::new(0),
+            active_at: AtomicU64::new(0),
             epoch: Instant::now(),
             next_req: AtomicU32::new(1),
             next_engine: AtomicU32::new(0),
@@ -249,13 +260,23 @@ impl Nic {
     }
 
     /// Polls the transport, as the data path does: when the process talks
-    /// to other hosts at all, and nobody else is polling right now.
+    /// to other hosts at all, and nobody else is polling right now; while
+    /// the network is quiet for us, not more often than `QUIET_POLL_NS`.
     pub fn poll_from_data_path(&self) {
         if self.remote_processes.load(Ordering::Relaxed) == 0 {
             return;
         }
-        self.polled_at.store(self.now_ns(), Ordering::Relaxed);
+        let now = self.now_ns();
+        let quiet = now.saturating_sub(self.active_at.load(Ordering::Relaxed)) > QUIET_AFTER_NS;
+        if quiet && now.saturating_sub(self.polled_at.load(Ordering::Relaxed)) < QUIET_POLL_NS {
+            return;
+        }
+        self.polled_at.store(now, Ordering::Relaxed);
         self.progress();
+    }
+
+    fn mark_active(&self) {
+        self.active_at.store(self.now_ns(), Ordering::Relaxed);
     }
 
     fn now_ns(&self) -> u64 {
@@ -299,6 +320,7 @@ impl Nic {
         if process.dead || process.gone.contains(&index) {
             return Err(unimem_mailbox::Error::Dead);
         }
+        self.mark_active();
         if let Some(batch) = st.batch.as_mut() {
             let same = batch.nic == nic && batch.dst_index == index && batch.from == *from;
             if same && batch.count < MAX_BATCH {
@@ -728,7 +750,10 @@ impl State {
                     return self.drop_invalid("mailbox message from a service address");
                 }
                 match self.inboxes.get(&dst_index) {
-                    Some(inbox) => inbox.push(source, &messages[..count]),
+                    Some(inbox) => {
+                        nic.mark_active();
+                        inbox.push(source, &messages[..count]);
+                    }
                     None => {
                         self.send_owned(nic.name, from, &Packet::Gone { index: dst_index });
                     }
