@@ -10,6 +10,14 @@
 //! atomic unit, so atomics on another host's memory go to the owner's
 //! progress, as on memory that is not dmable.
 //!
+//! A put of at most `write_max` bytes (16 KiB, less over a transport that
+//! keeps only shorter messages in order) travels in a write packet rather
+//! than as the transport's RMA: it is copied, done at once, and leaves in
+//! one transport message with the mailbox messages sent after it (the
+//! protocol announces data it put: an eager message is then one message
+//! on the network). The receiver checks it as the transport checks a
+//! write: inside a segment it opened, under that segment's key.
+//!
 //! Under a timing profile (`paper`) the board's figures are a floor: a
 //! transfer over the network completes no earlier than the modeled engine
 //! would have finished it (transfers queue behind each other, as on the
@@ -199,8 +207,19 @@ impl NodeDma {
         };
         net.next_id = (net.next_id + 1) % NET_DMA;
         let id = DmaId(NET_DMA | net.next_id);
-        net.nic
-            .rma(write, net.slot, id, local, len, r.nic, addr, segment.key)?;
+        if write && len <= net.nic.write_max {
+            // SAFETY: `local` is `len` bytes of our dmable memory (checked
+            // above), valid for this call (the engine's contract).
+            let bytes = unsafe { std::slice::from_raw_parts(local, len) };
+            // Copied into the packet: done for the protocol now, and its
+            // announcement will travel in the same transport message.
+            net.nic
+                .write_in_packet(r.nic, segment.key, remote_addr, bytes)?;
+            net.done.push_back(id);
+        } else {
+            net.nic
+                .rma(write, net.slot, id, local, len, r.nic, addr, segment.key)?;
+        }
         net.in_flight += 1;
         net.floor.submit(id, len, monotonic_ns());
         Ok(id)

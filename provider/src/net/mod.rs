@@ -105,10 +105,11 @@ fn open(cfg: &Config, region: &Arc<DmaRegion>) -> Option<Arc<Nic>> {
     match Nic::open(&cfg.net_provider, ip, Arc::clone(region), timeout) {
         Ok(nic) => {
             tracing::info!(
-                "network backend: {} at {} (peers silent for {} ms are dead)",
+                "network backend: {} at {} (peers silent for {} ms are dead; puts up to {} bytes go in packets)",
                 nic.provider,
                 nic.name,
-                cfg.net_timeout_ms
+                cfg.net_timeout_ms,
+                nic.write_max
             );
             Some(nic)
         }

@@ -28,7 +28,9 @@ use parking_lot::Mutex;
 use unimem_dma::{DmaError, DmaId, DmaRegion, ShmDmaEngine};
 use unimem_mailbox::{MailboxAddr, Message, NicAddr, NodeId, Profile};
 
-use super::packet::{Packet, Segment, MAX_BATCH, MAX_PACKET};
+use super::packet::{
+    write_target, Packet, Segment, Write, MAX_BATCH, MAX_PACKET, WRITE_MAX, WRITE_OVERHEAD,
+};
 use super::transport::{Completion, Registration, Transport};
 use crate::base::ffi;
 
@@ -112,9 +114,23 @@ struct Batch {
     messages: [Message; MAX_BATCH],
 }
 
+/// A short put to a process of another host, encoded as a write packet
+/// ([`Write`]), waiting to leave with the mailbox messages sent after it.
+struct PendingWrite {
+    nic: NicAddr,
+    bytes: Vec<u8>,
+}
+
 struct State {
     transport: Transport,
+    /// What leaves with the next poll, in this order: a write, then the
+    /// batch (both to one process).
+    write: Option<PendingWrite>,
     batch: Option<Batch>,
+    /// A write packet's buffer, kept for the next one.
+    write_spare: Vec<u8>,
+    /// A batch's encoding, kept for the next one.
+    mailbox_scratch: Vec<u8>,
     recv_buffers: Vec<Box<[u8]>>,
     processes: HashMap<NicAddr, RemoteProcess>,
     inboxes: HashMap<u32, Arc<Inbox>>,
@@ -155,6 +171,9 @@ pub struct Nic {
     /// Where peers reach it.
     pub name: NicAddr,
     pub provider: String,
+    /// Longest put that travels in a write packet: a packet's order with
+    /// the others must hold (see `Transport::in_order_max`).
+    pub write_max: usize,
     timeout: Duration,
     pid: u32,
     /// Processes of other hosts known: the data path polls only if any.
@@ -182,10 +201,14 @@ impl Nic {
         let transport = Transport::open(provider, ip)?;
         let name = transport.name;
         let provider = transport.provider.clone();
+        let write_max = WRITE_MAX.min(transport.in_order_max.saturating_sub(WRITE_OVERHEAD));
         let nic = Arc::new(Nic {
             state: Mutex::new(State {
                 transport,
+                write: None,
                 batch: None,
+                write_spare: Vec::new(),
+                mailbox_scratch: Vec::new(),
                 recv_buffers: (0..RECV_BUFFERS)
                     .map(|_| vec![0u8; MAX_PACKET].into_boxed_slice())
                     .collect(),
@@ -208,6 +231,7 @@ impl Nic {
             }),
             name,
             provider,
+            write_max,
             timeout,
             pid: std::process::id(),
             remote_processes: AtomicUsize::new(0),
@@ -321,6 +345,12 @@ impl Nic {
             return Err(unimem_mailbox::Error::Dead);
         }
         self.mark_active();
+        let write_elsewhere = st.write.as_ref().is_some_and(|w| w.nic != nic);
+        if write_elsewhere && st.batch.is_none() && !st.flush_batch(self) {
+            drop(st);
+            self.progress();
+            return Err(unimem_mailbox::Error::Busy);
+        }
         if let Some(batch) = st.batch.as_mut() {
             let same = batch.nic == nic && batch.dst_index == index && batch.from == *from;
             if same && batch.count < MAX_BATCH {
@@ -344,6 +374,43 @@ impl Nic {
             messages,
         });
         Ok(())
+    }
+
+    /// Puts `bytes` (at most `write_max`)
+    /// at `addr` under `key` in the memory of the process at `nic`, in a
+    /// write packet that leaves with the next poll, ahead of the mailbox
+    /// messages sent to that process after it and in one transport message
+    /// with them. The bytes are copied: the put is done for the caller.
+    pub fn write_in_packet(
+        &self,
+        nic: NicAddr,
+        key: u64,
+        addr: u64,
+        bytes: &[u8],
+    ) -> Result<(), DmaError> {
+        loop {
+            {
+                let mut st = self.state.lock();
+                let process = st.process(self, nic)?;
+                if process.dead {
+                    return Err(DmaError::DeadNode);
+                }
+                process.last_sent = Instant::now();
+                // Whatever was gathered before it leaves before it.
+                if (st.write.is_none() && st.batch.is_none()) || st.flush_batch(self) {
+                    self.mark_active();
+                    let mut out = std::mem::take(&mut st.write_spare);
+                    Write { key, addr, bytes }.encode(self.name, &mut out);
+                    st.write = Some(PendingWrite { nic, bytes: out });
+                    st.counters.transfers += 1;
+                    st.counters.transfer_bytes += bytes.len() as u64;
+                    return Ok(());
+                }
+            }
+            // The transport's queue is full: move it along, then retry.
+            self.progress();
+            std::thread::yield_now();
+        }
     }
 
     /// The registered segment of the process at `nic` that holds
@@ -588,42 +655,66 @@ impl State {
         }
     }
 
-    /// Sends the gathered mailbox messages; false if the transport had no
-    /// room (they wait for the next try, and no message may pass them).
+    /// Sends the gathered write and mailbox messages, as one transport
+    /// message; false if the transport had no room (they wait for the next
+    /// try, and nothing may pass them).
     fn flush_batch(&mut self, nic: &Nic) -> bool {
-        let Some(batch) = self.batch.take() else {
-            return true;
+        let (mut write, batch) = (self.write.take(), self.batch.take());
+        let to = match (&write, &batch) {
+            (Some(w), _) => w.nic,
+            (None, Some(b)) => b.nic,
+            (None, None) => return true,
         };
-        let packet = Packet::Mailbox {
-            dst_index: batch.dst_index,
-            src_index: batch.from.index,
-            job: batch.from.node.job,
-            pid: batch.from.node.pid,
-            nonce: batch.from.node.nonce,
-            count: batch.count,
-            messages: batch.messages,
+        // The write packet's own buffer, with the mailbox packet appended.
+        let mut bytes = match write.as_mut() {
+            Some(w) => std::mem::take(&mut w.bytes),
+            None => {
+                let mut bytes = std::mem::take(&mut self.scratch);
+                bytes.clear();
+                bytes
+            }
         };
-        let mut bytes = std::mem::take(&mut self.scratch);
-        packet.encode(nic.name, &mut bytes);
+        let write_len = bytes.len();
+        if let Some(batch) = &batch {
+            let packet = Packet::Mailbox {
+                dst_index: batch.dst_index,
+                src_index: batch.from.index,
+                job: batch.from.node.job,
+                pid: batch.from.node.pid,
+                nonce: batch.from.node.nonce,
+                count: batch.count,
+                messages: batch.messages,
+            };
+            let mut encoded = std::mem::take(&mut self.mailbox_scratch);
+            packet.encode(nic.name, &mut encoded);
+            bytes.extend_from_slice(&encoded);
+            self.mailbox_scratch = encoded;
+        }
         // Behind our own packets waiting for room, if any.
         let sent = if self.backlog.is_empty() {
-            self.inject(batch.nic, &bytes)
+            self.inject(to, &bytes)
         } else {
             -(ffi::FI_EAGAIN as isize)
         };
-        self.scratch = bytes;
-        match sent {
-            0 => true,
-            e if e == -(ffi::FI_EAGAIN as isize) => {
-                self.batch = Some(batch);
-                false
+        if sent == -(ffi::FI_EAGAIN as isize) {
+            bytes.truncate(write_len);
+            match write.as_mut() {
+                Some(w) => w.bytes = bytes,
+                None => self.scratch = bytes,
             }
-            e => {
-                let why = crate::base::core::strerror(e as i32);
-                self.mark_dead(batch.nic, &format!("send failed: {why}"));
-                true
-            }
+            self.write = write;
+            self.batch = batch;
+            return false;
         }
+        match write {
+            Some(_) => self.write_spare = bytes,
+            None => self.scratch = bytes,
+        }
+        if sent != 0 {
+            let why = crate::base::core::strerror(sent as i32);
+            self.mark_dead(to, &format!("send failed: {why}"));
+        }
+        true
     }
 
     /// Sends one of our own packets (`from` is our name) to `to`, now or,
@@ -686,12 +777,22 @@ impl State {
                 }
                 if c.error.is_none() {
                     self.counters.packets_in += 1;
-                    let len = c.len.min(MAX_PACKET);
-                    let packet = Packet::decode(&self.recv_buffers[index][..len]);
-                    match packet {
-                        Some((from, packet)) => self.on_packet(nic, from, packet),
-                        None => self.drop_invalid("malformed packet"),
+                    let buffer = std::mem::take(&mut self.recv_buffers[index]);
+                    let bytes = &buffer[..c.len.min(buffer.len())];
+                    match Write::decode(bytes) {
+                        Some(Ok((from, write, then))) => {
+                            self.on_write(nic, from, write);
+                            if let Some(packet) = then {
+                                self.on_packet(nic, from, packet);
+                            }
+                        }
+                        Some(Err(())) => self.drop_invalid("malformed write packet"),
+                        None => match Packet::decode(bytes) {
+                            Some((from, packet)) => self.on_packet(nic, from, packet),
+                            None => self.drop_invalid("malformed packet"),
+                        },
                     }
+                    self.recv_buffers[index] = buffer;
                 }
                 if let Err(e) = self.repost(index) {
                     tracing::warn!("{e}");
@@ -718,6 +819,30 @@ impl State {
             }
             _ => {}
         }
+    }
+
+    /// A short put into our memory: it must lie inside one segment we
+    /// opened to the network, under that segment's key, as the transport
+    /// checks an RMA write.
+    fn on_write(&mut self, nic: &Nic, from: NicAddr, write: Write<'_>) {
+        if let Ok(process) = self.process(nic, from) {
+            process.last_heard = Instant::now();
+        }
+        let segments = self.own.iter().map(|own| &own.segment);
+        if write_target(segments, write.key, write.addr, write.bytes.len()).is_none() {
+            return self.drop_invalid("write outside the memory opened to the network");
+        }
+        // SAFETY: [addr, addr + len) lies inside one of our dmable
+        // segments registered with the transport (checked above), which
+        // stay mapped while the interface runs; the packet's bytes are a
+        // receive buffer of ours, which cannot overlap it.
+        unsafe {
+            std::ptr::copy_nonoverlapping(
+                write.bytes.as_ptr(),
+                write.addr as *mut u8,
+                write.bytes.len(),
+            )
+        };
     }
 
     fn on_packet(&mut self, nic: &Nic, from: NicAddr, packet: Packet) {

@@ -7,12 +7,106 @@ use unimem_mailbox::{JobId, Message, NicAddr, MESSAGE_LEN};
 
 /// Bytes of the header every packet starts with.
 pub const HEADER_LEN: usize = 8;
-/// Largest packet (a directory reply of every segment a region can have).
-pub const MAX_PACKET: usize = HEADER_LEN + 8 + 24 * unimem_dma::MAX_SEGMENTS;
 /// Most mailbox messages one packet carries: one sender's messages to one
 /// mailbox, sent in a row (a message in parts takes up to four), go in one
 /// packet, as a network pays per packet what shared memory pays per byte.
 pub const MAX_BATCH: usize = 8;
+/// Longest write that travels in a packet (see [`Write`]).
+pub const WRITE_MAX: usize = 16 << 10;
+/// A write packet's fields before its bytes: key, address, length.
+const WRITE_FIELDS: usize = 8 + 8 + 4;
+/// What a write packet adds to its bytes, with a full batch behind it.
+pub const WRITE_OVERHEAD: usize = HEADER_LEN + WRITE_FIELDS + MAILBOX_MAX;
+const MAILBOX_MAX: usize = HEADER_LEN + 20 + MAX_BATCH * MESSAGE_LEN;
+const DIR_REPLY_MAX: usize = HEADER_LEN + 8 + 24 * unimem_dma::MAX_SEGMENTS;
+const WRITE_PACKET_MAX: usize = WRITE_OVERHEAD + WRITE_MAX;
+/// Largest packet: a write with the mailbox messages behind it, or a
+/// directory reply of every segment a region can have.
+pub const MAX_PACKET: usize = if WRITE_PACKET_MAX > DIR_REPLY_MAX {
+    WRITE_PACKET_MAX
+} else {
+    DIR_REPLY_MAX
+};
+
+/// A short put carried by a packet of its own kind rather than by the
+/// transport's RMA: `bytes` for the receiver's memory at `addr` (a virtual
+/// address of the receiver), inside the segment it opened to the network
+/// under `key`. The mailbox messages its sender sent after it may follow in
+/// the same transport message, as one mailbox packet: an eager message and
+/// its announcement are then one message on the network, not two.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Write<'a> {
+    pub key: u64,
+    pub addr: u64,
+    pub bytes: &'a [u8],
+}
+
+impl Write<'_> {
+    /// Encodes the write from `from` into `out` (cleared first); the
+    /// mailbox packet behind it, if any, is appended by the caller.
+    pub fn encode(&self, from: NicAddr, out: &mut Vec<u8>) {
+        debug_assert!(self.bytes.len() <= WRITE_MAX);
+        out.clear();
+        out.push(WRITE);
+        out.push(0);
+        out.extend_from_slice(&from.port.to_le_bytes());
+        out.extend_from_slice(&from.ip);
+        put64(out, self.key);
+        put64(out, self.addr);
+        put32(out, self.bytes.len() as u32);
+        out.extend_from_slice(self.bytes);
+    }
+
+    /// If `bytes` is a write packet: its sender, the write, and the mailbox
+    /// packet behind it (which must be whole and from the same sender).
+    /// `None` for any other kind; `Some(Err)` for a write that does not
+    /// parse.
+    #[allow(clippy::type_complexity)]
+    pub fn decode(bytes: &[u8]) -> Option<Result<(NicAddr, Write<'_>, Option<Packet>), ()>> {
+        if bytes.first() != Some(&WRITE) {
+            return None;
+        }
+        Some(Self::decode_whole(bytes).ok_or(()))
+    }
+
+    fn decode_whole(bytes: &[u8]) -> Option<(NicAddr, Write<'_>, Option<Packet>)> {
+        let mut r = Reader { bytes };
+        let from = header_sender(r.take(HEADER_LEN)?)?;
+        let (key, addr, len) = (r.u64()?, r.u64()?, r.u32()? as usize);
+        if len > WRITE_MAX {
+            return None;
+        }
+        let write = Write {
+            key,
+            addr,
+            bytes: r.take(len)?,
+        };
+        if r.bytes.is_empty() {
+            return Some((from, write, None));
+        }
+        match Packet::decode(r.bytes)? {
+            (sender, packet @ Packet::Mailbox { .. }) if sender == from => {
+                Some((from, write, Some(packet)))
+            }
+            _ => None,
+        }
+    }
+}
+
+/// Where in `segments` (ours, opened to the network) a write of `len`
+/// bytes under `key` at `addr` lands: the segment's index, if the whole
+/// range lies inside the one segment of that key.
+pub fn write_target<'a>(
+    segments: impl IntoIterator<Item = &'a Segment>,
+    key: u64,
+    addr: u64,
+    len: usize,
+) -> Option<usize> {
+    let end = addr.checked_add(len as u64)?;
+    segments
+        .into_iter()
+        .position(|s| s.key == key && addr >= s.base && end <= s.base.saturating_add(s.len))
+}
 
 /// One registered range of a process's dmable memory, as its peers use it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -69,6 +163,7 @@ const DIR_REPLY: u8 = 4;
 const KEY_QUERY: u8 = 5;
 const KEY_REPLY: u8 = 6;
 const GONE: u8 = 7;
+const WRITE: u8 = 8;
 
 fn put32(out: &mut Vec<u8>, v: u32) {
     out.extend_from_slice(&v.to_le_bytes());
@@ -76,6 +171,15 @@ fn put32(out: &mut Vec<u8>, v: u32) {
 
 fn put64(out: &mut Vec<u8>, v: u64) {
     out.extend_from_slice(&v.to_le_bytes());
+}
+
+/// The sender a packet's header names, if the header is well formed.
+fn header_sender(head: &[u8]) -> Option<NicAddr> {
+    let from = NicAddr {
+        port: u16::from_le_bytes([head[2], head[3]]),
+        ip: head[4..8].try_into().ok()?,
+    };
+    (from.port != 0 && head[1] == 0).then_some(from)
 }
 
 /// Reads a packet's fields in order, refusing to read past its end.
@@ -179,13 +283,7 @@ impl Packet {
     pub fn decode(bytes: &[u8]) -> Option<(NicAddr, Packet)> {
         let mut r = Reader { bytes };
         let head = r.take(HEADER_LEN)?;
-        let from = NicAddr {
-            port: u16::from_le_bytes([head[2], head[3]]),
-            ip: head[4..8].try_into().ok()?,
-        };
-        if from.port == 0 || head[1] != 0 {
-            return None;
-        }
+        let from = header_sender(head)?;
         let packet = match head[0] {
             MAILBOX => {
                 let (dst_index, src_index) = (r.u32()?, r.u32()?);
@@ -337,6 +435,102 @@ mod tests {
         assert_eq!(count, 3);
         assert_eq!(messages[2], [2; MESSAGE_LEN]);
         assert_eq!(messages[3], [0; MESSAGE_LEN], "nothing past the count");
+    }
+
+    #[test]
+    fn a_write_round_trips_alone_and_with_its_announcement() {
+        let data: Vec<u8> = (0..WRITE_MAX).map(|i| i as u8).collect();
+        let write = Write {
+            key: 7,
+            addr: 0x7f00_0000_1000,
+            bytes: &data,
+        };
+        let mut out = Vec::new();
+        write.encode(from(), &mut out);
+        assert_eq!(Write::decode(&out), Some(Ok((from(), write, None))));
+        let mut mailbox = Vec::new();
+        let announcement = every_kind()[1].clone();
+        announcement.encode(from(), &mut mailbox);
+        out.extend_from_slice(&mailbox);
+        assert!(out.len() <= MAX_PACKET);
+        assert_eq!(
+            Write::decode(&out),
+            Some(Ok((from(), write, Some(announcement))))
+        );
+        // Not a write: for Packet::decode.
+        assert_eq!(Write::decode(&mailbox), None);
+    }
+
+    #[test]
+    fn bad_writes_are_refused() {
+        let data = [5u8; 100];
+        let write = Write {
+            key: 1,
+            addr: 0x1000,
+            bytes: &data,
+        };
+        let mut out = Vec::new();
+        write.encode(from(), &mut out);
+        // Cut anywhere: refused, never a shorter write.
+        for cut in 1..out.len() {
+            assert_eq!(Write::decode(&out[..cut]), Some(Err(())), "cut at {cut}");
+        }
+        // A length past the packet, or past the limit.
+        let mut long = out.clone();
+        long[HEADER_LEN + 16..HEADER_LEN + 20].copy_from_slice(&(101u32).to_le_bytes());
+        assert_eq!(Write::decode(&long), Some(Err(())));
+        let mut huge = out.clone();
+        huge[HEADER_LEN + 16..HEADER_LEN + 20]
+            .copy_from_slice(&((WRITE_MAX + 1) as u32).to_le_bytes());
+        huge.resize(HEADER_LEN + WRITE_FIELDS + WRITE_MAX + 1, 0);
+        assert_eq!(Write::decode(&huge), Some(Err(())));
+        // Followed by anything but a whole mailbox packet of its sender.
+        let mut trailing = out.clone();
+        trailing.push(0);
+        assert_eq!(Write::decode(&trailing), Some(Err(())));
+        let mut other = Vec::new();
+        every_kind()[0].encode("198.18.0.12:4000".parse().unwrap(), &mut other);
+        let mut foreign = out.clone();
+        foreign.extend_from_slice(&other);
+        assert_eq!(Write::decode(&foreign), Some(Err(())));
+        let mut alive = Vec::new();
+        Packet::Alive.encode(from(), &mut alive);
+        let mut not_mailbox = out.clone();
+        not_mailbox.extend_from_slice(&alive);
+        assert_eq!(Write::decode(&not_mailbox), Some(Err(())));
+        // Packet::decode knows no write.
+        assert_eq!(Packet::decode(&out), None);
+    }
+
+    #[test]
+    fn a_write_lands_only_inside_the_segment_of_its_key() {
+        let segments = [
+            Segment {
+                base: 0x1000,
+                len: 0x1000,
+                key: 1,
+            },
+            Segment {
+                base: 0x4000,
+                len: 0x1000,
+                key: 2,
+            },
+        ];
+        assert_eq!(write_target(&segments, 1, 0x1000, 0x1000), Some(0));
+        assert_eq!(write_target(&segments, 2, 0x4ff0, 0x10), Some(1));
+        assert_eq!(
+            write_target(&segments, 2, 0x4ff0, 0x11),
+            None,
+            "past the end"
+        );
+        assert_eq!(write_target(&segments, 1, 0x4000, 1), None, "another key's");
+        assert_eq!(
+            write_target(&segments, 1, 0xfff, 2),
+            None,
+            "before the start"
+        );
+        assert_eq!(write_target(&segments, 3, 0x1000, 1), None, "no such key");
+        assert_eq!(write_target(&segments, 1, u64::MAX, 2), None, "wraps");
     }
 
     #[test]

@@ -65,6 +65,11 @@ pub struct Transport {
     pub provider: String,
     /// Largest message `inject` takes.
     pub inject_size: usize,
+    /// Largest message that keeps its order with the others: a utility
+    /// provider over a connection (`ofi_rxm`) sends longer ones by a
+    /// protocol of their own, which later short ones can pass. `usize::MAX`
+    /// where the provider names no such limit.
+    pub in_order_max: usize,
     /// Remote addresses are virtual addresses (else offsets into the
     /// registration).
     pub virt_addr: bool,
@@ -199,6 +204,7 @@ impl Transport {
                 name: NicAddr { ip, port: 0 },
                 provider: String::new(),
                 inject_size: 0,
+                in_order_max: usize::MAX,
                 virt_addr: false,
                 prov_key: false,
             };
@@ -293,6 +299,20 @@ impl Transport {
                 ),
                 "fi_enable",
             )?;
+            if let Some(getopt) = (*(*self.ep).ops).getopt {
+                let mut limit: usize = 0;
+                let mut limit_len = std::mem::size_of::<usize>();
+                let ret = getopt(
+                    ep_fid,
+                    ffi::FI_OPT_ENDPOINT as c_int,
+                    ffi::FI_OPT_BUFFERED_LIMIT as c_int,
+                    ptr::addr_of_mut!(limit).cast(),
+                    &mut limit_len,
+                );
+                if ret == 0 && limit > 0 {
+                    self.in_order_max = limit;
+                }
+            }
             let mut name: libc::sockaddr_in = std::mem::zeroed();
             let mut len = std::mem::size_of::<libc::sockaddr_in>();
             check(
