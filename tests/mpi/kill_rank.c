@@ -96,6 +96,10 @@ int main(int argc, char **argv)
             printf("rank %d: MPI error at %ld.%09ld: %s\n", rank, (long)now.tv_sec, now.tv_nsec,
                    text);
             fflush(stdout);
+            /* MPICH aborts the job as this rank exits (its launcher then
+             * kills the others, SIGKILL): a while first, so that every
+             * survivor can report its own error. */
+            sleep(3);
             exit(3);
         }
         for (int peer = 0; peer < size; peer++) {
