@@ -25,6 +25,8 @@ fn cluster(test: &str, on: &[usize]) -> Cluster {
     let mut c = Cluster::new(env!("CARGO_BIN_EXE_fabric-peer"), test);
     c.env("FI_PROVIDER", "unimem,tcp")
         .env("FI_UNIMEM_NET_PROVIDER", "tcp")
+        // Write packets (experimental, off by default) are exercised here.
+        .env("FI_UNIMEM_NET_WRITE_MAX", "16k")
         // The close lines say what the network carried.
         .env("FI_LOG_LEVEL", "info")
         .on_hosts(&on);

@@ -10,8 +10,9 @@
 //! atomic unit, so atomics on another host's memory go to the owner's
 //! progress, as on memory that is not dmable.
 //!
-//! A put of at most `write_max` bytes (16 KiB, less over a transport that
-//! keeps only shorter messages in order) travels in a write packet rather
+//! With `net_write_max` set (off by default: experimental), a put of at
+//! most that many bytes (16 KiB at most, less over a transport that keeps
+//! only shorter messages in order) travels in a write packet rather
 //! than as the transport's RMA: it is copied, done at once, and leaves in
 //! one transport message with the mailbox messages sent after it (the
 //! protocol announces data it put: an eager message is then one message
@@ -207,7 +208,7 @@ impl NodeDma {
         };
         net.next_id = (net.next_id + 1) % NET_DMA;
         let id = DmaId(NET_DMA | net.next_id);
-        if write && len <= net.nic.write_max {
+        if write && len <= net.nic.write_max && net.nic.write_max > 0 {
             // SAFETY: `local` is `len` bytes of our dmable memory (checked
             // above), valid for this call (the engine's contract).
             let bytes = unsafe { std::slice::from_raw_parts(local, len) };

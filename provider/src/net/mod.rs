@@ -102,7 +102,13 @@ fn open(cfg: &Config, region: &Arc<DmaRegion>) -> Option<Arc<Nic>> {
         return None;
     };
     let timeout = Duration::from_millis(cfg.net_timeout_ms as u64);
-    match Nic::open(&cfg.net_provider, ip, Arc::clone(region), timeout) {
+    match Nic::open(
+        &cfg.net_provider,
+        ip,
+        Arc::clone(region),
+        timeout,
+        cfg.net_write_max,
+    ) {
         Ok(nic) => {
             tracing::info!(
                 "network backend: {} at {} (peers silent for {} ms are dead; puts up to {} bytes go in packets)",

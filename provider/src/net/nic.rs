@@ -29,7 +29,7 @@ use unimem_dma::{DmaError, DmaId, DmaRegion, ShmDmaEngine};
 use unimem_mailbox::{MailboxAddr, Message, NicAddr, NodeId, Profile};
 
 use super::packet::{
-    write_target, Packet, Segment, Write, MAX_BATCH, MAX_PACKET, WRITE_MAX, WRITE_OVERHEAD,
+    max_packet, write_target, Packet, Segment, Write, MAX_BATCH, WRITE_MAX, WRITE_OVERHEAD,
 };
 use super::transport::{Completion, Registration, Transport};
 use crate::base::ffi;
@@ -171,8 +171,9 @@ pub struct Nic {
     /// Where peers reach it.
     pub name: NicAddr,
     pub provider: String,
-    /// Longest put that travels in a write packet: a packet's order with
-    /// the others must hold (see `Transport::in_order_max`).
+    /// Longest put that travels in a write packet (`net_write_max`, 0:
+    /// none): a packet's order with the others must hold (see
+    /// `Transport::in_order_max`).
     pub write_max: usize,
     timeout: Duration,
     pid: u32,
@@ -197,11 +198,14 @@ impl Nic {
         ip: [u8; 4],
         region: Arc<DmaRegion>,
         timeout: Duration,
+        write_max: usize,
     ) -> Result<Arc<Nic>, String> {
         let transport = Transport::open(provider, ip)?;
         let name = transport.name;
         let provider = transport.provider.clone();
-        let write_max = WRITE_MAX.min(transport.in_order_max.saturating_sub(WRITE_OVERHEAD));
+        let write_max = write_max
+            .min(WRITE_MAX)
+            .min(transport.in_order_max.saturating_sub(WRITE_OVERHEAD));
         let nic = Arc::new(Nic {
             state: Mutex::new(State {
                 transport,
@@ -210,7 +214,7 @@ impl Nic {
                 write_spare: Vec::new(),
                 mailbox_scratch: Vec::new(),
                 recv_buffers: (0..RECV_BUFFERS)
-                    .map(|_| vec![0u8; MAX_PACKET].into_boxed_slice())
+                    .map(|_| vec![0u8; max_packet(write_max)].into_boxed_slice())
                     .collect(),
                 processes: HashMap::new(),
                 inboxes: HashMap::new(),
@@ -600,10 +604,11 @@ impl State {
     }
 
     fn repost(&mut self, index: usize) -> Result<(), String> {
-        let buf = self.recv_buffers[index].as_mut_ptr();
+        let buffer = &mut self.recv_buffers[index];
+        let (buf, len) = (buffer.as_mut_ptr(), buffer.len());
         let ret = self
             .transport
-            .post_recv(buf, MAX_PACKET, RECV << KIND_SHIFT | index as u64);
+            .post_recv(buf, len, RECV << KIND_SHIFT | index as u64);
         if ret != 0 {
             return Err(format!(
                 "cannot post a network receive: {}",
@@ -793,6 +798,13 @@ impl State {
                         },
                     }
                     self.recv_buffers[index] = buffer;
+                } else if c.error == Some(ffi::FI_ETRUNC as i32) {
+                    // Receive buffers are as long as this process's
+                    // net_write_max wants; a sender with a larger one
+                    // loses its packets here.
+                    self.drop_invalid(
+                        "a packet longer than this process's receive buffers: FI_UNIMEM_NET_WRITE_MAX must be the same in every process of the job",
+                    );
                 }
                 if let Err(e) = self.repost(index) {
                     tracing::warn!("{e}");

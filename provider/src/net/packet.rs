@@ -19,14 +19,17 @@ const WRITE_FIELDS: usize = 8 + 8 + 4;
 pub const WRITE_OVERHEAD: usize = HEADER_LEN + WRITE_FIELDS + MAILBOX_MAX;
 const MAILBOX_MAX: usize = HEADER_LEN + 20 + MAX_BATCH * MESSAGE_LEN;
 const DIR_REPLY_MAX: usize = HEADER_LEN + 8 + 24 * unimem_dma::MAX_SEGMENTS;
-const WRITE_PACKET_MAX: usize = WRITE_OVERHEAD + WRITE_MAX;
-/// Largest packet: a write with the mailbox messages behind it, or a
-/// directory reply of every segment a region can have.
-pub const MAX_PACKET: usize = if WRITE_PACKET_MAX > DIR_REPLY_MAX {
-    WRITE_PACKET_MAX
-} else {
-    DIR_REPLY_MAX
-};
+/// Largest packet when writes carry at most `write_max` bytes (a write
+/// with the mailbox messages behind it, or a directory reply of every
+/// segment a region can have): what a receive buffer must hold.
+pub const fn max_packet(write_max: usize) -> usize {
+    let write_packet = WRITE_OVERHEAD + write_max;
+    if write_packet > DIR_REPLY_MAX {
+        write_packet
+    } else {
+        DIR_REPLY_MAX
+    }
+}
 
 /// A short put carried by a packet of its own kind rather than by the
 /// transport's RMA: `bytes` for the receiver's memory at `addr` (a virtual
@@ -410,7 +413,7 @@ mod tests {
         let mut out = Vec::new();
         for packet in every_kind() {
             packet.encode(from(), &mut out);
-            assert!(out.len() <= MAX_PACKET);
+            assert!(out.len() <= max_packet(WRITE_MAX));
             assert_eq!(Packet::decode(&out), Some((from(), packet)));
         }
     }
@@ -452,7 +455,7 @@ mod tests {
         let announcement = every_kind()[1].clone();
         announcement.encode(from(), &mut mailbox);
         out.extend_from_slice(&mailbox);
-        assert!(out.len() <= MAX_PACKET);
+        assert!(out.len() <= max_packet(WRITE_MAX));
         assert_eq!(
             Write::decode(&out),
             Some(Ok((from(), write, Some(announcement))))
