@@ -367,14 +367,10 @@ impl ShmDmaEngine {
     fn complete_after(&mut self, len: usize) -> DmaId {
         let id = DmaId(self.next_id);
         self.next_id += 1;
-        let done_at = match self.timing.dma_bytes_per_sec {
-            0 => 0,
-            _ => {
-                let start = self.busy_until.max(monotonic_ns());
-                self.busy_until = start + self.timing.dma_duration_ns(len);
-                self.busy_until
-            }
-        };
+        let done_at = self
+            .timing
+            .queue_transfer(&mut self.busy_until, len, monotonic_ns)
+            .unwrap_or(0);
         self.in_flight.push_back((done_at, id));
         id
     }

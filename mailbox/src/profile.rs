@@ -65,6 +65,22 @@ impl TimingModel {
         };
         self.dma_startup_ns + transfer
     }
+
+    /// Queues a transfer of `len` bytes behind the engine's last one
+    /// (`busy_until`, moved on) and returns when it is done, or `None` where
+    /// the profile models no bandwidth (`now` is then not read).
+    pub fn queue_transfer(
+        &self,
+        busy_until: &mut u64,
+        len: usize,
+        now: impl FnOnce() -> u64,
+    ) -> Option<u64> {
+        if self.dma_bytes_per_sec == 0 {
+            return None;
+        }
+        *busy_until = (*busy_until).max(now()) + self.dma_duration_ns(len);
+        Some(*busy_until)
+    }
 }
 
 impl fmt::Display for Profile {

@@ -98,14 +98,12 @@ impl ModeledEngine {
         !self.due.is_empty()
     }
 
-    /// `id`, of `len` bytes, was submitted at `now`.
-    fn submit(&mut self, id: DmaId, len: usize, now: u64) {
-        if self.timing.dma_bytes_per_sec == 0 {
-            return;
+    /// `id`, of `len` bytes, was submitted at `now` (read only under a
+    /// profile).
+    fn submit(&mut self, id: DmaId, len: usize, now: impl FnOnce() -> u64) {
+        if let Some(due) = self.timing.queue_transfer(&mut self.busy_until, len, now) {
+            self.due.insert(id.0, due);
         }
-        let start = self.busy_until.max(now);
-        self.busy_until = start + self.timing.dma_duration_ns(len);
-        self.due.insert(id.0, self.busy_until);
     }
 
     /// Where in `done` (transfers the network finished) the first one is
@@ -222,7 +220,7 @@ impl NodeDma {
                 .rma(write, net.slot, id, local, len, r.nic, addr, segment.key)?;
         }
         net.in_flight += 1;
-        net.floor.submit(id, len, monotonic_ns());
+        net.floor.submit(id, len, monotonic_ns);
         Ok(id)
     }
 }
@@ -410,7 +408,7 @@ mod tests {
     #[test]
     fn native_models_nothing() {
         let mut floor = ModeledEngine::new(Profile::Native.timing());
-        floor.submit(DmaId(1), 1 << 20, 0);
+        floor.submit(DmaId(1), 1 << 20, || 0);
         assert!(!floor.holds_any());
         let done = VecDeque::from([DmaId(1)]);
         assert_eq!(floor.first_due(&done, 0), Some(0));
@@ -422,8 +420,8 @@ mod tests {
         let mut floor = ModeledEngine::new(Profile::Paper.timing());
         // 1 MB at 1 GB/s: 1 ms plus 1 us of start-up, then the same again
         // behind it.
-        floor.submit(DmaId(1), 1_000_000, 5_000);
-        floor.submit(DmaId(2), 1_000_000, 5_000);
+        floor.submit(DmaId(1), 1_000_000, || 5_000);
+        floor.submit(DmaId(2), 1_000_000, || 5_000);
         let (first, second) = (5_000 + 1_001_000, 5_000 + 2_002_000);
         // The network finished both at once, long before the board would.
         let done = VecDeque::from([DmaId(1), DmaId(2)]);
@@ -441,9 +439,9 @@ mod tests {
     #[test]
     fn a_transfer_after_an_idle_engine_starts_when_submitted() {
         let mut floor = ModeledEngine::new(Profile::Paper.timing());
-        floor.submit(DmaId(1), 1_000, 0);
+        floor.submit(DmaId(1), 1_000, || 0);
         floor.forget(DmaId(1));
-        floor.submit(DmaId(2), 1_000, 1_000_000);
+        floor.submit(DmaId(2), 1_000, || 1_000_000);
         let done = VecDeque::from([DmaId(2)]);
         // 1 us of start-up and 1 us for 1000 bytes, from its submission.
         assert_eq!(floor.first_due(&done, 1_001_999), None);

@@ -401,7 +401,7 @@ impl Nic {
                 }
                 process.last_sent = Instant::now();
                 // Whatever was gathered before it leaves before it.
-                if (st.write.is_none() && st.batch.is_none()) || st.flush_batch(self) {
+                if st.flush_batch(self) {
                     self.mark_active();
                     let mut out = std::mem::take(&mut st.write_spare);
                     Write { key, addr, bytes }.encode(self.name, &mut out);
@@ -670,30 +670,34 @@ impl State {
             (None, Some(b)) => b.nic,
             (None, None) => return true,
         };
-        // The write packet's own buffer, with the mailbox packet appended.
-        let mut bytes = match write.as_mut() {
-            Some(w) => std::mem::take(&mut w.bytes),
-            None => {
-                let mut bytes = std::mem::take(&mut self.scratch);
-                bytes.clear();
-                bytes
+        let packet = batch.as_ref().map(|batch| Packet::Mailbox {
+            dst_index: batch.dst_index,
+            src_index: batch.from.index,
+            job: batch.from.node.job,
+            pid: batch.from.node.pid,
+            nonce: batch.from.node.nonce,
+            count: batch.count,
+            messages: batch.messages,
+        });
+        // The write packet's own buffer with the mailbox packet appended,
+        // or the mailbox packet alone, encoded in place.
+        let (mut bytes, write_len) = match write.as_mut() {
+            Some(w) => {
+                let bytes = std::mem::take(&mut w.bytes);
+                let len = bytes.len();
+                (bytes, len)
             }
+            None => (std::mem::take(&mut self.scratch), 0),
         };
-        let write_len = bytes.len();
-        if let Some(batch) = &batch {
-            let packet = Packet::Mailbox {
-                dst_index: batch.dst_index,
-                src_index: batch.from.index,
-                job: batch.from.node.job,
-                pid: batch.from.node.pid,
-                nonce: batch.from.node.nonce,
-                count: batch.count,
-                messages: batch.messages,
-            };
-            let mut encoded = std::mem::take(&mut self.mailbox_scratch);
-            packet.encode(nic.name, &mut encoded);
-            bytes.extend_from_slice(&encoded);
-            self.mailbox_scratch = encoded;
+        match (&packet, write.is_some()) {
+            (Some(packet), true) => {
+                let mut encoded = std::mem::take(&mut self.mailbox_scratch);
+                packet.encode(nic.name, &mut encoded);
+                bytes.extend_from_slice(&encoded);
+                self.mailbox_scratch = encoded;
+            }
+            (Some(packet), false) => packet.encode(nic.name, &mut bytes),
+            (None, _) => {}
         }
         // Behind our own packets waiting for room, if any.
         let sent = if self.backlog.is_empty() {
@@ -786,14 +790,18 @@ impl State {
                     let bytes = &buffer[..c.len.min(buffer.len())];
                     match Write::decode(bytes) {
                         Some(Ok((from, write, then))) => {
-                            self.on_write(nic, from, write);
+                            self.heard(nic, from);
+                            self.on_write(write);
                             if let Some(packet) = then {
                                 self.on_packet(nic, from, packet);
                             }
                         }
                         Some(Err(())) => self.drop_invalid("malformed write packet"),
                         None => match Packet::decode(bytes) {
-                            Some((from, packet)) => self.on_packet(nic, from, packet),
+                            Some((from, packet)) => {
+                                self.heard(nic, from);
+                                self.on_packet(nic, from, packet);
+                            }
                             None => self.drop_invalid("malformed packet"),
                         },
                     }
@@ -836,10 +844,7 @@ impl State {
     /// A short put into our memory: it must lie inside one segment we
     /// opened to the network, under that segment's key, as the transport
     /// checks an RMA write.
-    fn on_write(&mut self, nic: &Nic, from: NicAddr, write: Write<'_>) {
-        if let Ok(process) = self.process(nic, from) {
-            process.last_heard = Instant::now();
-        }
+    fn on_write(&mut self, write: Write<'_>) {
         let segments = self.own.iter().map(|own| &own.segment);
         if write_target(segments, write.key, write.addr, write.bytes.len()).is_none() {
             return self.drop_invalid("write outside the memory opened to the network");
@@ -857,10 +862,14 @@ impl State {
         };
     }
 
-    fn on_packet(&mut self, nic: &Nic, from: NicAddr, packet: Packet) {
+    /// A whole packet (with what rode behind it) came from `from`.
+    fn heard(&mut self, nic: &Nic, from: NicAddr) {
         if let Ok(process) = self.process(nic, from) {
             process.last_heard = Instant::now();
         }
+    }
+
+    fn on_packet(&mut self, nic: &Nic, from: NicAddr, packet: Packet) {
         match packet {
             Packet::Mailbox {
                 dst_index,

@@ -49,11 +49,7 @@ impl Write<'_> {
     /// mailbox packet behind it, if any, is appended by the caller.
     pub fn encode(&self, from: NicAddr, out: &mut Vec<u8>) {
         debug_assert!(self.bytes.len() <= WRITE_MAX);
-        out.clear();
-        out.push(WRITE);
-        out.push(0);
-        out.extend_from_slice(&from.port.to_le_bytes());
-        out.extend_from_slice(&from.ip);
+        put_header(out, WRITE, from);
         put64(out, self.key);
         put64(out, self.addr);
         put32(out, self.bytes.len() as u32);
@@ -168,6 +164,16 @@ const KEY_REPLY: u8 = 6;
 const GONE: u8 = 7;
 const WRITE: u8 = 8;
 
+/// Starts `out` (cleared first) with the header of a packet of `kind` from
+/// `from`; [`header_sender`] reads it back.
+fn put_header(out: &mut Vec<u8>, kind: u8, from: NicAddr) {
+    out.clear();
+    out.push(kind);
+    out.push(0);
+    out.extend_from_slice(&from.port.to_le_bytes());
+    out.extend_from_slice(&from.ip);
+}
+
 fn put32(out: &mut Vec<u8>, v: u32) {
     out.extend_from_slice(&v.to_le_bytes());
 }
@@ -212,7 +218,6 @@ impl<'a> Reader<'a> {
 impl Packet {
     /// The packet from `from`, encoded into `out` (cleared first).
     pub fn encode(&self, from: NicAddr, out: &mut Vec<u8>) {
-        out.clear();
         let kind = match self {
             Packet::Mailbox { .. } => MAILBOX,
             Packet::Alive => ALIVE,
@@ -222,10 +227,7 @@ impl Packet {
             Packet::KeyReply { .. } => KEY_REPLY,
             Packet::Gone { .. } => GONE,
         };
-        out.push(kind);
-        out.push(0);
-        out.extend_from_slice(&from.port.to_le_bytes());
-        out.extend_from_slice(&from.ip);
+        put_header(out, kind, from);
         match self {
             Packet::Mailbox {
                 dst_index,
