@@ -164,7 +164,7 @@ static int burst_size(int i)
     case 1:
         return 100 + (i * 37) % 4000;
     case 2:
-        return 16384 - (i % 5) * 8 - (avoid_am_bugs ? 64 : 0);
+        return (avoid_am_bugs ? AM_LONG : 16384) - (i % 5) * 8;
     default:
         return 100000 + i * 512;
     }
