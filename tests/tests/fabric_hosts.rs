@@ -6,7 +6,8 @@
 //! shared memory crosses a host (each host's `/dev/shm` holds its own
 //! processes' objects only, and the transport carried the traffic); and a
 //! host cut off mid-transfer, whose peers fail with `FI_EHOSTUNREACH`
-//! within seconds.
+//! within seconds; and a whole job stopped for longer than that, which goes
+//! on.
 //!
 //! The system's libfabric (1.17) carries `tcp` RDM as `tcp;ofi_rxm`, which
 //! opens only if `FI_PROVIDER` lets `tcp` through (see fi_unimem(7)).
@@ -237,6 +238,37 @@ fn a_host_cut_off_fails_its_peers_within_seconds() {
             stderrs[i].contains("unreachable: not heard from"),
             "p{i} says why:\n{}",
             stderrs[i]
+        );
+    }
+}
+
+/// A whole job stopped for longer than the network timeout (what a paused
+/// virtual machine does to it) goes on once resumed: a process that did
+/// not run does not blame its peers for the silence of that time. Both
+/// ways, every protocol, afterwards.
+#[test]
+fn a_job_stopped_longer_than_the_timeout_goes_on() {
+    let _hosts = hosts::exclusive();
+    let mut c = cluster("hosts-stopped", &[0, 1]);
+    c.env("FI_UNIMEM_NET_TIMEOUT_MS", "1500");
+    c.spawn(2).connect_all();
+    c.transfer(0, 1, &[Msg::new(EAGER + 1, 1)], Order::Posted);
+    c.pause(0);
+    c.pause(1);
+    std::thread::sleep(Duration::from_secs(4));
+    c.resume(1);
+    c.resume(0);
+    c.transfer(0, 1, &messages(2), Order::Posted);
+    c.transfer(1, 0, &messages(3), Order::Unexpected);
+    let stderrs = c.finish_with_warnings();
+    for (i, stderr) in stderrs.iter().enumerate() {
+        assert!(
+            !stderr.contains("unreachable"),
+            "p{i} blamed a peer:\n{stderr}"
+        );
+        assert!(
+            stderr.contains("did not run for"),
+            "p{i} says it stalled:\n{stderr}"
         );
     }
 }

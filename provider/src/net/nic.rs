@@ -1014,15 +1014,24 @@ impl State {
     }
 
     /// Tells the processes we talk to that we live; finds those that went
-    /// silent.
-    fn keep_alive(&mut self, nic: &Nic) {
+    /// silent. `absent`: how long this process did not run (see
+    /// [`absence`]); its peers' silence over that time is not held against
+    /// them.
+    fn keep_alive(&mut self, nic: &Nic, absent: Duration) {
         let now = Instant::now();
+        if absent > ALIVE_EVERY {
+            tracing::warn!(
+                "this process did not run for {} ms (the machine or the process stalled): its peers' silence over that time is not counted",
+                absent.as_millis()
+            );
+        }
         let mut silent = Vec::new();
         let mut due = Vec::new();
-        for (&addr, p) in &self.processes {
+        for (&addr, p) in self.processes.iter_mut() {
             if p.dead {
                 continue;
             }
+            p.last_heard = credit_absence(p.last_heard, absent, now);
             if now.duration_since(p.last_heard) > nic.timeout {
                 silent.push(addr);
             } else if now.duration_since(p.last_sent) >= ALIVE_EVERY {
@@ -1040,6 +1049,21 @@ impl State {
             self.send_owned(nic.name, addr, &Packet::Alive);
         }
     }
+}
+
+/// How long this process did not run, from the time since the interface's
+/// thread last looked at its peers (every `ALIVE_EVERY / 2` when it runs):
+/// what is beyond that period. A paused virtual machine, a stopped job or a
+/// starved thread: the peers' silence then says nothing about them, and
+/// they, stalled too, may have heard nothing from us either.
+fn absence(since_last_look: Duration) -> Duration {
+    since_last_look.saturating_sub(ALIVE_EVERY / 2)
+}
+
+/// When a peer last heard from counts as heard, once `absent` of the time
+/// up to `now` is credited to it: never later than now.
+fn credit_absence(last_heard: Instant, absent: Duration, now: Instant) -> Instant {
+    last_heard.checked_add(absent).map_or(now, |t| t.min(now))
 }
 
 /// The interface's thread: polls when no endpoint has for a tick (the
@@ -1064,10 +1088,37 @@ fn run(nic: Weak<Nic>) {
             st.flush_batch(&nic);
         }
         if last_alive.elapsed() >= ALIVE_EVERY / 2 {
-            last_alive = Instant::now();
             let mut st = nic.state.lock();
-            st.keep_alive(&nic);
+            let absent = absence(last_alive.elapsed());
+            last_alive = Instant::now();
+            st.keep_alive(&nic, absent);
             st.flush_backlog();
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_look_on_time_is_no_absence() {
+        assert_eq!(absence(Duration::ZERO), Duration::ZERO);
+        assert_eq!(absence(ALIVE_EVERY / 2), Duration::ZERO);
+        assert_eq!(
+            absence(ALIVE_EVERY / 2 + Duration::from_secs(30)),
+            Duration::from_secs(30)
+        );
+    }
+
+    #[test]
+    fn an_absence_is_credited_to_a_peer_up_to_now() {
+        let now = Instant::now();
+        let heard = now.checked_sub(Duration::from_secs(5)).expect("uptime");
+        let credited = credit_absence(heard, Duration::from_secs(4), now);
+        assert_eq!(now.duration_since(credited), Duration::from_secs(1));
+        // A peer heard just before the stall is as good as heard now.
+        assert_eq!(credit_absence(heard, Duration::from_secs(60), now), now);
+        assert_eq!(credit_absence(heard, Duration::ZERO, now), heard);
     }
 }
