@@ -2,6 +2,7 @@
 //! shared-memory emulation's for the former, the network interface's for
 //! the latter, behind one address.
 
+use std::cell::Cell;
 use std::sync::Arc;
 
 use unimem_mailbox::{Error, Mailbox, MailboxAddr, Message, NicAddr, ShmMailbox, ShmPeer};
@@ -22,6 +23,11 @@ pub struct NodeMailbox {
     /// Alternates which half `poll` looks at first, so that neither starves
     /// the other.
     net_first: bool,
+    /// The transport was polled, and brought messages, since `poll` last
+    /// came up empty: once the inbox is drained, the caller has all there
+    /// was, and another poll (a system call on a socket transport) would
+    /// only delay what it does with them.
+    net_polled: Cell<bool>,
 }
 
 /// A route to a peer's mailbox.
@@ -42,6 +48,7 @@ impl NodeMailbox {
             shm,
             net,
             net_first: false,
+            net_polled: Cell::new(false),
         }
     }
 
@@ -52,10 +59,16 @@ impl NodeMailbox {
 
     fn poll_net(&mut self) -> Option<(MailboxAddr, Message)> {
         let net = self.net.as_ref()?;
-        if net.inbox.is_empty() {
-            net.nic.poll_from_data_path();
+        if let Some(message) = net.inbox.pop() {
+            return Some(message);
         }
-        net.inbox.pop()
+        if self.net_polled.replace(false) {
+            return None;
+        }
+        net.nic.poll_from_data_path();
+        let message = net.inbox.pop();
+        self.net_polled.set(message.is_some());
+        message
     }
 }
 
@@ -137,6 +150,7 @@ impl Mailbox for NodeMailbox {
         };
         if net.inbox.is_empty() {
             net.nic.poll_from_data_path();
+            self.net_polled.set(!net.inbox.is_empty());
         }
         !net.inbox.is_empty()
     }

@@ -31,7 +31,7 @@ use unimem_mailbox::{MailboxAddr, Message, NicAddr, NodeId, Profile};
 use super::packet::{
     max_packet, write_target, Packet, Segment, Write, MAX_BATCH, WRITE_MAX, WRITE_OVERHEAD,
 };
-use super::transport::{Completion, Registration, Transport};
+use super::transport::{Completion, Registration, Transport, POLL_MAX};
 use crate::base::ffi;
 
 /// Receive buffers kept posted.
@@ -763,13 +763,17 @@ impl State {
         self.flush_backlog();
         self.flush_batch(nic);
         let mut completions = std::mem::take(&mut self.completions);
+        // Polls again only after a full batch: another poll of a socket
+        // transport that has nothing is a system call on the way of what
+        // just came.
         for _ in 0..8 {
             self.transport.poll(&mut completions);
-            if completions.is_empty() {
-                break;
-            }
+            let more = completions.len() == POLL_MAX;
             for c in completions.drain(..) {
                 self.complete(nic, c);
+            }
+            if !more {
+                break;
             }
         }
         self.completions = completions;

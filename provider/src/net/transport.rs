@@ -27,6 +27,9 @@ const OFI_GETINFO_HIDDEN: u64 = 1 << 60;
 /// to the 1.17 struct).
 const ERR_ENTRY_ROOM: usize = 256;
 
+/// The most completions one [`Transport::poll`] returns.
+pub const POLL_MAX: usize = 16;
+
 /// A completion the transport reported.
 #[derive(Clone, Copy, Debug)]
 pub struct Completion {
@@ -501,14 +504,14 @@ impl Transport {
         })
     }
 
-    /// The next completions, into `out` (cleared first); an error
-    /// completion comes alone.
+    /// The next completions, at most [`POLL_MAX`], into `out` (cleared
+    /// first); an error completion comes alone.
     pub fn poll(&mut self, out: &mut Vec<Completion>) {
         system_allocations(|| {
             out.clear();
             // SAFETY: zeroed entries are valid plain data.
-            let mut entries: [ffi::fi_cq_msg_entry; 16] = unsafe { std::mem::zeroed() };
-            // SAFETY: the CQ is open, of FI_CQ_FORMAT_MSG; room for 16 entries.
+            let mut entries: [ffi::fi_cq_msg_entry; POLL_MAX] = unsafe { std::mem::zeroed() };
+            // SAFETY: the CQ is open, of FI_CQ_FORMAT_MSG; room for POLL_MAX entries.
             let n = unsafe {
                 match (*(*self.cq).ops).read {
                     Some(read) => read(self.cq, entries.as_mut_ptr().cast(), entries.len()),
