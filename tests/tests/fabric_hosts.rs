@@ -208,12 +208,13 @@ fn three_hosts_and_a_neighbour() {
 
 /// A host whose link is cut mid-transfer: the peer on the other host
 /// fails what it had with it, `FI_EHOSTUNREACH`, within seconds
-/// (`net_timeout_ms`, 3 s by default, plus a peer check), and serves its
+/// (`net_timeout_ms`, 3 s here, plus a peer check), and serves its
 /// neighbour on its own host meanwhile.
 #[test]
 fn a_host_cut_off_fails_its_peers_within_seconds() {
     let _hosts = hosts::exclusive();
     let mut c = cluster("hosts-cut", &[0, 1, 0]);
+    c.env("FI_UNIMEM_NET_TIMEOUT_MS", "3000");
     c.spawn(3).connect_all();
     c.transfer(0, 1, &[Msg::new(SEGMENT + 1, 1)], Order::Posted);
     // p1 posts nothing: the rendezvous waits for it.

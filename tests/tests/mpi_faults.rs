@@ -198,7 +198,7 @@ fn mpi_loaded_with_rtld_local_runs_over_unimem_active_messages() {
 
 /// A host cut off from the others mid-job (its link to the bridge down):
 /// a rank of the other host gets an MPI error within seconds (the network
-/// backend hears nothing from the cut-off rank for `net_timeout_ms`, 3 s),
+/// backend hears nothing from the cut-off rank for `net_timeout_ms`, 10 s),
 /// Hydra ends the job on it, and nothing is left in either host's
 /// `/dev/shm` (the cut-off host's once its link is back).
 #[test]

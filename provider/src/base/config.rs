@@ -184,7 +184,7 @@ tunables! {
     peer_check_ms: usize = Kind::Int { min: 0, max: 3_600_000 }, "100", "how often (ms) progress checks that known peers are alive; operations with a dead peer fail (0: never)";
     net_provider: String = Kind::OptName, "", "libfabric provider that carries traffic to peers on other hosts (tcp, or verbs;ofi_rxm on an RDMA cluster), opened through the running libfabric; empty (the default): this host only (scripts/mpirun-unimem --hosts sets tcp)";
     net_iface: String = Kind::OptName, "", "IPv4 address or interface name the network backend binds to; empty: the first up, non-loopback IPv4 interface (loopback if there is none)";
-    net_timeout_ms: usize = Kind::Int { min: 100, max: 3_600_000 }, "3000", "a peer on another host not heard from for this long (ms) is dead: its operations fail with FI_EHOSTUNREACH (every process says it is alive twice a second)";
+    net_timeout_ms: usize = Kind::Int { min: 100, max: 3_600_000 }, "10000", "a peer on another host not heard from for this long (ms) is dead: its operations fail with FI_EHOSTUNREACH (every process says it is alive twice a second)";
     net_write_max: usize = Kind::Size { min: 0, max: 16 * KIB }, "16k", "largest put to another host carried in a write packet, in one transport message with the mailbox messages sent after it (an eager message: one message on the network, not an RMA write and a send); 0: none, every put is the transport's RMA write; the same in every process of a job (receive buffers are sized by it); capped by the transport's in-order limit";
 }
 
