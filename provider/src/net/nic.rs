@@ -40,12 +40,12 @@ const RECV_BUFFERS: usize = 64;
 const TICK: Duration = Duration::from_millis(1);
 /// How often a process tells the processes it talks to that it is alive.
 const ALIVE_EVERY: Duration = Duration::from_millis(500);
-/// The network is quiet for us once no mailbox message came or left for
-/// this long; the data path then polls the transport at most every
-/// `QUIET_POLL_NS`. An empty poll of a socket transport is a system call:
-/// done on every call, it slows the traffic with this host's neighbours
-/// of a process that also has peers on other hosts.
-const QUIET_AFTER_NS: u64 = 1_000_000;
+/// The network is quiet for us once no mailbox message came or left for a
+/// whole tick (the interface's thread says so); the data path then polls
+/// the transport at most every `QUIET_POLL_NS`. An empty poll of a socket
+/// transport is a system call: done on every call, it slows the traffic
+/// with this host's neighbours of a process that also has peers on other
+/// hosts.
 const QUIET_POLL_NS: u64 = 20_000;
 
 /// What a completion's context names: the kind in the top bits.
@@ -179,11 +179,17 @@ pub struct Nic {
     pid: u32,
     /// Processes of other hosts known: the data path polls only if any.
     remote_processes: AtomicUsize,
-    /// When an endpoint last polled (ns since `epoch`).
-    polled_at: AtomicU64,
-    /// When a mailbox message last came or left over the network (ns since
+    /// An endpoint polled since the interface's thread last looked.
+    polled: AtomicBool,
+    /// When an endpoint last polled while the network was quiet (ns since
     /// `epoch`).
-    active_at: AtomicU64,
+    polled_at: AtomicU64,
+    /// A mailbox message came or left over the network since the
+    /// interface's thread last looked.
+    active: AtomicBool,
+    /// No mailbox message came or left over the network for a tick or more
+    /// (the interface's thread says so; a message says otherwise at once).
+    quiet: AtomicBool,
     epoch: Instant,
     next_req: AtomicU32,
     next_engine: AtomicU32,
@@ -239,8 +245,10 @@ impl Nic {
             timeout,
             pid: std::process::id(),
             remote_processes: AtomicUsize::new(0),
+            polled: AtomicBool::new(false),
             polled_at: AtomicU64::new(0),
-            active_at: AtomicU64::new(0),
+            active: AtomicBool::new(false),
+            quiet: AtomicBool::new(false),
             epoch: Instant::now(),
             next_req: AtomicU32::new(1),
             next_engine: AtomicU32::new(0),
@@ -290,21 +298,32 @@ impl Nic {
     /// Polls the transport, as the data path does: when the process talks
     /// to other hosts at all, and nobody else is polling right now; while
     /// the network is quiet for us, not more often than `QUIET_POLL_NS`.
+    /// While it is not, without reading the clock: the data path spins on
+    /// this.
     pub fn poll_from_data_path(&self) {
         if self.remote_processes.load(Ordering::Relaxed) == 0 {
             return;
         }
-        let now = self.now_ns();
-        let quiet = now.saturating_sub(self.active_at.load(Ordering::Relaxed)) > QUIET_AFTER_NS;
-        if quiet && now.saturating_sub(self.polled_at.load(Ordering::Relaxed)) < QUIET_POLL_NS {
-            return;
+        if self.quiet.load(Ordering::Relaxed) {
+            let now = self.now_ns();
+            if now.saturating_sub(self.polled_at.load(Ordering::Relaxed)) < QUIET_POLL_NS {
+                return;
+            }
+            self.polled_at.store(now, Ordering::Relaxed);
         }
-        self.polled_at.store(now, Ordering::Relaxed);
+        if !self.polled.load(Ordering::Relaxed) {
+            self.polled.store(true, Ordering::Relaxed);
+        }
         self.progress();
     }
 
     fn mark_active(&self) {
-        self.active_at.store(self.now_ns(), Ordering::Relaxed);
+        if !self.active.load(Ordering::Relaxed) {
+            self.active.store(true, Ordering::Relaxed);
+        }
+        if self.quiet.load(Ordering::Relaxed) {
+            self.quiet.store(false, Ordering::Relaxed);
+        }
     }
 
     fn now_ns(&self) -> u64 {
@@ -1082,10 +1101,11 @@ fn run(nic: Weak<Nic>) {
         if nic.stop.load(Ordering::Acquire) || !nic.is_own() {
             return;
         }
-        let idle = nic
-            .now_ns()
-            .saturating_sub(nic.polled_at.load(Ordering::Relaxed));
-        if idle > TICK.as_nanos() as u64 {
+        // Quiet once a whole tick passed without a mailbox message.
+        let active = nic.active.swap(false, Ordering::Relaxed);
+        nic.quiet.store(!active, Ordering::Relaxed);
+        let idle = !nic.polled.swap(false, Ordering::Relaxed);
+        if idle {
             nic.progress();
         } else if let Some(mut st) = nic.state.try_lock() {
             // A sender that stopped polling still sends what it gathered.
