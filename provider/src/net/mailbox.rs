@@ -23,10 +23,10 @@ pub struct NodeMailbox {
     /// Alternates which half `poll` looks at first, so that neither starves
     /// the other.
     net_first: bool,
-    /// The transport was polled, and brought messages, since `poll` last
-    /// came up empty: once the inbox is drained, the caller has all there
-    /// was, and another poll (a system call on a socket transport) would
-    /// only delay what it does with them.
+    /// The inbox was found holding messages right after a poll of the
+    /// transport was tried, since `poll` last came up empty: once it is
+    /// drained, the caller has what there was, and another poll (a system
+    /// call on a socket transport) would only delay what it does with them.
     net_polled: Cell<bool>,
 }
 

@@ -47,6 +47,9 @@ const ALIVE_EVERY: Duration = Duration::from_millis(500);
 /// with this host's neighbours of a process that also has peers on other
 /// hosts.
 const QUIET_POLL_NS: u64 = 20_000;
+/// At most one "did not run" warning this often (a starved thread would
+/// say it at every look).
+const STALL_WARNING_EVERY: Duration = Duration::from_secs(10);
 
 /// What a completion's context names: the kind in the top bits.
 const KIND_SHIFT: u32 = 60;
@@ -152,6 +155,8 @@ struct State {
     scratch: Vec<u8>,
     dropped: u64,
     last_warning: Option<Instant>,
+    /// When this process last said it did not run.
+    last_stall_warning: Option<Instant>,
     counters: Counters,
 }
 
@@ -237,6 +242,7 @@ impl Nic {
                 scratch: Vec::new(),
                 dropped: 0,
                 last_warning: None,
+                last_stall_warning: None,
                 counters: Counters::default(),
             }),
             name,
@@ -782,12 +788,13 @@ impl State {
         self.flush_backlog();
         self.flush_batch(nic);
         let mut completions = std::mem::take(&mut self.completions);
-        // Polls again only after a full batch: another poll of a socket
-        // transport that has nothing is a system call on the way of what
-        // just came.
+        // Polls again only after a full batch, or an error (which comes
+        // alone): another poll of a socket transport that has nothing is a
+        // system call on the way of what just came.
         for _ in 0..8 {
             self.transport.poll(&mut completions);
-            let more = completions.len() == POLL_MAX;
+            let more =
+                completions.len() == POLL_MAX || completions.iter().any(|c| c.error.is_some());
             for c in completions.drain(..) {
                 self.complete(nic, c);
             }
@@ -1040,9 +1047,12 @@ impl State {
     /// silent. `absent`: how long this process did not run (see
     /// [`absence`]); its peers' silence over that time is not held against
     /// them.
-    fn keep_alive(&mut self, nic: &Nic, absent: Duration) {
-        let now = Instant::now();
-        if absent > ALIVE_EVERY {
+    fn keep_alive(&mut self, nic: &Nic, absent: Duration, now: Instant) {
+        let warned_lately = self
+            .last_stall_warning
+            .is_some_and(|t| now.duration_since(t) < STALL_WARNING_EVERY);
+        if absent > ALIVE_EVERY && !warned_lately {
+            self.last_stall_warning = Some(now);
             tracing::warn!(
                 "this process did not run for {} ms (the machine or the process stalled): its peers' silence over that time is not counted",
                 absent.as_millis()
@@ -1101,9 +1111,13 @@ fn run(nic: Weak<Nic>) {
         if nic.stop.load(Ordering::Acquire) || !nic.is_own() {
             return;
         }
-        // Quiet once a whole tick passed without a mailbox message.
+        // Quiet once a whole tick passed without a mailbox message; one
+        // that came in between says otherwise.
         let active = nic.active.swap(false, Ordering::Relaxed);
         nic.quiet.store(!active, Ordering::Relaxed);
+        if !active && nic.active.load(Ordering::Relaxed) {
+            nic.quiet.store(false, Ordering::Relaxed);
+        }
         let idle = !nic.polled.swap(false, Ordering::Relaxed);
         if idle {
             nic.progress();
@@ -1113,9 +1127,10 @@ fn run(nic: Weak<Nic>) {
         }
         if last_alive.elapsed() >= ALIVE_EVERY / 2 {
             let mut st = nic.state.lock();
-            let absent = absence(last_alive.elapsed());
-            last_alive = Instant::now();
-            st.keep_alive(&nic, absent);
+            let now = Instant::now();
+            let absent = absence(now.duration_since(last_alive));
+            last_alive = now;
+            st.keep_alive(&nic, absent, now);
             st.flush_backlog();
         }
     }
