@@ -169,8 +169,8 @@ static UNUSED void sleep_ms(int ms)
  *     rank (crashes; a message overtaking an earlier one of the same
  *     thread).
  * Where `avoid_am_bugs` is set (AM mode) the programs keep clear of these:
- * at most one long message in flight per sending rank, such structs under
- * 16 KiB, threads with messages under 16 KiB; `avoid_rma_bugs` keeps one
+ * at most one long message in flight per sending rank, such structs not
+ * long, threads with messages under 16 KiB; `avoid_rma_bugs` keeps one
  * long RMA operation in flight per rank in AM mode. MPI_SUITE_AM_FULL=1
  * lifts all of it, to see whether MPICH still fails.
  *

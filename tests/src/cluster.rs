@@ -759,8 +759,22 @@ impl Cluster {
     /// Stops child `i` (SIGSTOP) and waits until it is stopped: it makes
     /// no progress until resumed.
     pub fn pause(&self, i: usize) {
+        self.pause_together(&[i]);
+    }
+
+    /// Stops children `ids` at once (SIGSTOP to all, then waits for each),
+    /// as a machine that stops stops them all.
+    pub fn pause_together(&self, ids: &[usize]) {
+        for &i in ids {
+            self.peers[i].signal(libc::SIGSTOP);
+        }
+        for &i in ids {
+            self.wait_stopped(i);
+        }
+    }
+
+    fn wait_stopped(&self, i: usize) {
         let peer = &self.peers[i];
-        peer.signal(libc::SIGSTOP);
         let stat = format!("/proc/{}/stat", peer.child.id());
         // A guard against a hang only: stopping is quick, but not under load.
         let deadline = Instant::now() + Duration::from_secs(60);

@@ -235,7 +235,9 @@ fn a_host_cut_off_mid_job_ends_it_within_seconds() {
     let output = running.wait_timeout(HANG_GUARD);
     let after = noticed.unwrap_or_else(|| panic!("nothing within 30 s\n{}", output.report()));
     eprintln!("the job had its error {after:?} after uh2 was cut off");
-    assert!(after < Duration::from_secs(15), "{after:?}");
+    // The default timeout (10 s), a look at the peers, and room for a
+    // loaded machine.
+    assert!(after < Duration::from_secs(20), "{after:?}");
     assert!(
         !output.success()
             && (output.contains("MPI error at") || output.contains("No route to host")),
