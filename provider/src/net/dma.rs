@@ -10,9 +10,9 @@
 //! atomic unit, so atomics on another host's memory go to the owner's
 //! progress, as on memory that is not dmable.
 //!
-//! With `net_write_max` set (off by default: experimental), a put of at
-//! most that many bytes (16 KiB at most, less over a transport that keeps
-//! only shorter messages in order) travels in a write packet rather
+//! A put of at most `net_write_max` bytes (16 KiB by default and at most,
+//! less over a transport that keeps only shorter messages in order; 0:
+//! none) travels in a write packet rather
 //! than as the transport's RMA: it is copied, done at once, and leaves in
 //! one transport message with the mailbox messages sent after it (the
 //! protocol announces data it put: an eager message is then one message
