@@ -529,6 +529,30 @@ impl DmaEngine for ShmDmaEngine {
         Ok(self.complete_after(len))
     }
 
+    fn load_store(
+        &mut self,
+        reg: RegId,
+        remote_addr: u64,
+        len: usize,
+        store: bool,
+        access: &mut dyn FnMut(*mut u8),
+    ) -> Result<(), DmaError> {
+        // The native profile models nothing: no clock read.
+        let cost = self.timing.load_store_ns(len, store);
+        let started = if cost > 0 { monotonic_ns() } else { 0 };
+        let remote_end = remote_addr
+            .checked_add(len as u64)
+            .ok_or(DmaError::LengthOverflow)?;
+        self.pinned(reg, remote_addr, remote_end, None, |at| {
+            access(at);
+            Ok(())
+        })?;
+        if cost > 0 {
+            spin_until(started + cost);
+        }
+        Ok(())
+    }
+
     fn poll(&mut self) -> Option<DmaId> {
         let &(done_at, id) = self.in_flight.front()?;
         if done_at != 0 && monotonic_ns() < done_at {

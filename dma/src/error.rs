@@ -38,6 +38,9 @@ pub enum DmaError {
     /// The owner freed memory of the range since it granted it: the grant
     /// is void (its receive is gone), and no registration revives it.
     Revoked,
+    /// The CPU's loads and stores do not reach that memory (a node of
+    /// another host): only the engine's transfers do.
+    NoLoadStore,
     /// The host refused a resource.
     Io(io::Error),
 }
@@ -59,6 +62,7 @@ impl fmt::Display for DmaError {
             DmaError::AccessDenied => f.write_str("key does not grant this access"),
             DmaError::Stale => f.write_str("registration is stale: the owner freed that memory"),
             DmaError::Revoked => f.write_str("grant is void: the owner freed that memory"),
+            DmaError::NoLoadStore => f.write_str("loads and stores do not reach that node"),
             DmaError::Io(e) => write!(f, "DMA resource error: {e}"),
         }
     }

@@ -138,6 +138,28 @@ pub trait DmaEngine: Send {
         old: &mut dyn FnMut(usize, u64),
     ) -> Result<DmaId, DmaError>;
 
+    /// Reaches `[remote_addr, remote_addr + len)` of registration `reg`
+    /// with the CPU's own loads and stores, as Unimem's unified addressing
+    /// lets a node reach a remote node's memory: runs `access` on where
+    /// the range is mapped here, and is done when it returns (a store is
+    /// then in the target's memory, a load here). The range is checked as
+    /// for a transfer (inside the registration, [`DmaError::Stale`] if its
+    /// owner freed any of it since), and the owner's frees wait until
+    /// `access` returns. The model charges one way for stores (`store`)
+    /// and a round trip for loads. [`DmaError::NoLoadStore`] where they
+    /// do not reach (a node of another host).
+    fn load_store(
+        &mut self,
+        reg: RegId,
+        remote_addr: u64,
+        len: usize,
+        store: bool,
+        access: &mut dyn FnMut(*mut u8),
+    ) -> Result<(), DmaError> {
+        let _ = (reg, remote_addr, len, store, access);
+        Err(DmaError::NoLoadStore)
+    }
+
     /// Whether the engine's atomic unit reaches `node`'s memory; where it
     /// does not, atomics go to the owner's progress.
     fn atomics_reach(&self, node: Self::Node) -> bool {

@@ -59,11 +59,24 @@ impl Profile {
 impl TimingModel {
     /// Time the DMA engine is busy with one transfer of `len` bytes.
     pub fn dma_duration_ns(&self, len: usize) -> u64 {
-        let transfer = match self.dma_bytes_per_sec {
+        self.dma_startup_ns + self.wire_ns(len)
+    }
+
+    /// Time `len` bytes take on the links at the DMA's bandwidth.
+    fn wire_ns(&self, len: usize) -> u64 {
+        match self.dma_bytes_per_sec {
             0 => 0,
             bw => (len as u128 * 1_000_000_000).div_ceil(u128::from(bw)) as u64,
-        };
-        self.dma_startup_ns + transfer
+        }
+    }
+
+    /// Time a CPU access of `len` bytes of a remote node's memory takes
+    /// (Unimem's unified addressing): a store reaches the target in one
+    /// mailbox latency, a load comes back in two, and the bytes move at the
+    /// DMA's bandwidth (the same links). 0 where the profile models nothing.
+    pub fn load_store_ns(&self, len: usize, store: bool) -> u64 {
+        let trips = if store { 1 } else { 2 };
+        trips * self.mailbox_latency_ns + self.wire_ns(len)
     }
 
     /// Queues a transfer of `len` bytes behind the engine's last one

@@ -585,6 +585,22 @@ pub fn carried(stderr: &str) -> (u64, u64, u64) {
     (nums[0], nums[1], nums[2])
 }
 
+/// How many of an endpoint's one-sided operations were done inside their
+/// call (the direct path), from its close line (`FI_LOG_LEVEL=info`).
+/// Fails if `stderr` has no such line, or more than one.
+pub fn carried_direct(stderr: &str) -> u64 {
+    let lines: Vec<&str> = stderr
+        .lines()
+        .filter(|l| l.contains("one-sided operations done inside their call"))
+        .collect();
+    assert_eq!(lines.len(), 1, "one direct-path line in:\n{stderr}");
+    let tail = lines[0].rsplit("<info> endpoint ").next().expect("split");
+    tail.split_whitespace()
+        .nth(1)
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("direct-path line: {}", lines[0]))
+}
+
 /// A warning line of the provider in libfabric's log.
 pub fn is_provider_warning(line: &str) -> bool {
     line.contains("<warn>") && line.contains(":unimem:")

@@ -360,6 +360,22 @@ impl<D: DmaEngine> DmaSession<'_, D> {
         Ok(())
     }
 
+    /// Reaches `[remote_addr, remote_addr + len)` in `reg` with loads and
+    /// stores (see [`DmaEngine::load_store`]): done on return, with no
+    /// completion to reap.
+    pub fn load_store(
+        &mut self,
+        reg: RegId,
+        remote_addr: u64,
+        len: usize,
+        store: bool,
+        access: &mut dyn FnMut(*mut u8),
+    ) -> Result<(), DmaError> {
+        self.shared
+            .engine
+            .load_store(reg, remote_addr, len, store, access)
+    }
+
     /// Appends to `done` the tokens of this view's completed transfers:
     /// those another view polled for it first, then those it polls now.
     /// Completions of other views' transfers go to their queues.

@@ -198,6 +198,11 @@ unsafe impl FiObject for EpInner {
             carried.atomics
         );
         tracing::info!(
+            "endpoint {:p}: {} of the one-sided operations done inside their call (direct path)",
+            ep,
+            carried.direct
+        );
+        tracing::info!(
             "endpoint {:p}: {} peers; dmable memory of its own: {} bytes of buffers, {} bytes of eager rings for its peers",
             ep,
             carried.peers,

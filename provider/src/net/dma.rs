@@ -387,6 +387,20 @@ impl DmaEngine for NodeDma {
         Err(DmaError::OutOfBounds)
     }
 
+    fn load_store(
+        &mut self,
+        reg: RegId,
+        remote_addr: u64,
+        len: usize,
+        store: bool,
+        access: &mut dyn FnMut(*mut u8),
+    ) -> Result<(), DmaError> {
+        if reg.0 & NET_REG == 0 {
+            return self.shm.load_store(reg, remote_addr, len, store, access);
+        }
+        Err(DmaError::NoLoadStore)
+    }
+
     fn atomics_reach(&self, node: NodeId) -> bool {
         !node.is_remote()
     }

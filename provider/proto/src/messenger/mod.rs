@@ -202,6 +202,9 @@ pub struct Stats {
     /// RMA and atomics moved by DMA (or the atomic unit) with no action of
     /// the target.
     pub one_sided: u64,
+    /// Of the one-sided ones, those done inside their call by loads and
+    /// stores (the direct path of small operations).
+    pub direct: u64,
     /// Carried out by the target's progress (target memory not dmable).
     pub assisted: u64,
     /// Of both, atomics.

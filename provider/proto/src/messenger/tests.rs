@@ -1453,6 +1453,15 @@ fn write_read_round_trips(target_dmable: bool, local_dmable: bool) {
     assert_eq!(a.tx_staging.available(), 3);
     assert_eq!(b.rx_staging.available(), 3);
     assert!(b.next_event().is_none(), "the target reports nothing");
+    // Those of at most the inject size to dmable memory went the direct
+    // path (done in the call), both ways; nothing else did.
+    let small = RMA_SIZES
+        .iter()
+        .filter(|&&len| len > 0 && len <= a.cfg.eager_size)
+        .count() as u64;
+    let direct = if target_dmable { 2 * small } else { 0 };
+    assert!(small > 0);
+    assert_eq!(a.stats.direct, direct, "direct operations");
 }
 
 #[test]

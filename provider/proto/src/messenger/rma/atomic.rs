@@ -82,18 +82,13 @@ impl AtomicArgs {
 
     /// The new bits of element `index`, which holds `old`.
     fn update(&self, index: usize, old: u64) -> Option<u64> {
-        let size = self.datatype.size();
-        let operand = if self.op == AtomicOp::Read {
-            0
-        } else {
-            element(&self.operands, size, index)
-        };
-        let compare = if self.call == AtomicCall::Compare {
-            element(&self.operands[self.count * size..], size, index)
-        } else {
-            0
-        };
-        atomic::apply(self.op, self.datatype, old, operand, compare)
+        update(
+            (self.call, self.op, self.datatype),
+            self.count,
+            &self.operands,
+            index,
+            old,
+        )
     }
 
     pub(crate) fn op_writes(&self) -> bool {
@@ -107,6 +102,30 @@ impl AtomicArgs {
     pub(crate) fn wants_old(&self) -> bool {
         self.call != AtomicCall::Write
     }
+}
+
+/// The new bits of element `index` (holding `old`) of an atomic `call`
+/// with `count` elements whose operands, then compare operands, are
+/// `operands`; `None`: it stays as is.
+pub(crate) fn update(
+    (call, op, datatype): (AtomicCall, AtomicOp, Datatype),
+    count: usize,
+    operands: &[u8],
+    index: usize,
+    old: u64,
+) -> Option<u64> {
+    let size = datatype.size();
+    let operand = if op == AtomicOp::Read {
+        0
+    } else {
+        element(operands, size, index)
+    };
+    let compare = if call == AtomicCall::Compare {
+        element(&operands[count * size..], size, index)
+    } else {
+        0
+    };
+    atomic::apply(op, datatype, old, operand, compare)
 }
 
 /// A peer's atomic whose operands are still arriving.
@@ -174,6 +193,10 @@ where
         let peer = self.peer_index(&req.dest)?;
         if self.peers[peer].dead {
             return Err(PostError::Unreachable);
+        }
+        // SAFETY: the iovs are valid for their lengths (caller, checked).
+        if unsafe { self.atomic_direct(peer, &req, len) } {
+            return Ok(());
         }
         let mut operands = vec![0u8; operand_len + compare_len];
         // SAFETY: the operands are readable during this call (caller), and

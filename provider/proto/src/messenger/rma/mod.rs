@@ -21,6 +21,7 @@
 //! over to `tx_ops` (writes) and `rx_xfers` (reads).
 
 pub(crate) mod atomic;
+mod direct;
 pub(crate) mod target;
 
 use std::collections::HashMap;
@@ -164,6 +165,10 @@ where
         let peer = self.peer_index(&req.dest)?;
         if self.peers[peer].dead {
             return Err(PostError::Unreachable);
+        }
+        // SAFETY: the iov is valid during this call (caller).
+        if unsafe { self.rma_direct(kind, peer, &req, len) } {
+            return Ok(());
         }
         let (local, copy) = if inject {
             let mut bytes = vec![0u8; len].into_boxed_slice();

@@ -1,0 +1,248 @@
+//! The direct path of small one-sided operations: a write, read or atomic
+//! of at most the inject size to dmable memory of a node of this host is
+//! done inside its call by the CPU's own loads and stores on the mapping
+//! the registration cache already holds (Unimem's unified addressing,
+//! [`unimem_dma::DmaEngine::load_store`]), and completes there: no
+//! operation object, no DMA waiter, nothing for the target to do.
+//!
+//! It checks what the general path checks, before a byte moves: the key in
+//! the target's table (rights, range, alignment of atomics) and the page
+//! generations of the registration. It takes only the case where nothing
+//! is in doubt; anything else goes the general path untouched, which
+//! refuses, renews or hands over as it always has: the target's node not
+//! yet known, a refused key, memory that is not dmable (served by the
+//! target), a stale registration (renewed there after the key is asked
+//! again), a node of another host, an atomic behind atomics the target
+//! still has to apply (`FI_ORDER_ATOMIC_*`).
+//!
+//! Completion: on return the bytes are in the target's memory (a write,
+//! an atomic) or here (a read, an atomic's old values), which is delivery
+//! complete, so every completion level holds. RMA writes and reads are not
+//! ordered with each other (`fi_info` says so), so one done at once may
+//! pass an earlier one of the general path still in flight.
+
+use std::hash::Hash;
+
+use unimem_dma::{Access, DmaEngine, DmaError, RegId};
+use unimem_mailbox::Mailbox;
+
+use super::atomic::{update, AtomicReq};
+use super::{RmaReq, RmaState};
+use crate::atomic::{set_element, AtomicCall, AtomicOp, ATOMIC_MAX_BYTES};
+use crate::dma::DmaSession;
+use crate::iov::{gather, scatter};
+use crate::messenger::{Messenger, PeerIdx};
+use crate::wire::Wire;
+use crate::{Event, RmaKind, WireNode};
+
+/// What the target's key granted a direct operation.
+struct Granted {
+    /// The target's address of byte 0.
+    target: u64,
+    reg: RegId,
+    /// The key counts remote accesses: tell the target once done.
+    notify: bool,
+}
+
+impl<M, D> Messenger<M, D>
+where
+    M: Mailbox,
+    M::Addr: Hash,
+    D: DmaEngine,
+    D::Node: WireNode<M::Addr>,
+{
+    /// Does write or read `req` of `len` bytes with `peer` at once, if it
+    /// may go the direct path; false (nothing done) if not.
+    ///
+    /// # Safety
+    /// `req.iov` must be valid for `len` bytes during the call.
+    pub(crate) unsafe fn rma_direct(
+        &mut self,
+        kind: RmaKind,
+        peer: PeerIdx,
+        req: &RmaReq<M::Addr>,
+        len: usize,
+    ) -> bool {
+        if len == 0 || len > self.cfg.eager_size {
+            return false;
+        }
+        let Some(node) = self.peers[peer].node else {
+            return false;
+        };
+        let (need, store) = if kind == RmaKind::Write {
+            (Access::REMOTE_WRITE, true)
+        } else {
+            (Access::REMOTE_READ, false)
+        };
+        let mut dma = self.dma.lock();
+        let Some(granted) = grant(&mut dma, node, (req.key, req.addr, len), need, 1) else {
+            return false;
+        };
+        let done = dma.load_store(granted.reg, granted.target, len, store, &mut |at| {
+            // SAFETY: `at` reaches `len` bytes of the target's range (the
+            // engine checked it against the registration and the pages'
+            // generations); the iov holds `len` bytes (caller).
+            unsafe {
+                if store {
+                    gather(&req.iov, 0, at, len)
+                } else {
+                    scatter(&req.iov, 0, at, len)
+                }
+            }
+        });
+        drop(dma);
+        if done.is_err() {
+            return false;
+        }
+        let (read, write) = (!store, store);
+        self.direct_done(peer, req.key, granted.notify, (read, write));
+        if let Some(data) = req.data.filter(|_| store) {
+            let done = Wire::RemoteData {
+                data,
+                len: len as u64,
+            };
+            self.queue_control(peer, done.encode());
+        }
+        self.events.push_back(Event::Rma {
+            context: req.context,
+            kind,
+            completion: req.completion,
+        });
+        true
+    }
+
+    /// Applies atomic `req` (`count` elements, `len` bytes, already checked
+    /// against the call's limits) with `peer` at once, if it may go the
+    /// direct path; false (nothing done) if not.
+    ///
+    /// # Safety
+    /// The operand and compare iovs must be readable, the result iov
+    /// writable, for their lengths during the call.
+    pub(crate) unsafe fn atomic_direct(
+        &mut self,
+        peer: PeerIdx,
+        req: &AtomicReq<M::Addr>,
+        len: usize,
+    ) -> bool {
+        let Some(node) = self.peers[peer].node else {
+            return false;
+        };
+        // Behind atomics of ours that the target still has to apply, or
+        // that still wait to start, this one waits too (their order).
+        if self.rma_ops.any(|r| {
+            r.peer == peer && r.atomic.is_some() && !matches!(r.state, RmaState::Direct { .. })
+        }) {
+            return false;
+        }
+        let (size, count) = (req.datatype.size(), req.count);
+        let fetch = req.call != AtomicCall::Write;
+        let writes = req.op.writes();
+        let mut need = Access::empty();
+        if writes {
+            need = need.union(Access::REMOTE_WRITE);
+        }
+        if fetch {
+            need = need.union(Access::REMOTE_READ);
+        }
+        let mut dma = self.dma.lock();
+        if !dma.atomics_reach(node) {
+            return false;
+        }
+        let Some(granted) = grant(&mut dma, node, (req.key, req.addr, len), need, size) else {
+            return false;
+        };
+        // The operands, then the compare operands, as the general path
+        // keeps them; on the stack (at most 64 bytes each).
+        let mut operands = [0u8; 2 * ATOMIC_MAX_BYTES];
+        let operand_len = if req.op == AtomicOp::Read { 0 } else { len };
+        let compare_len = if req.call == AtomicCall::Compare {
+            len
+        } else {
+            0
+        };
+        // SAFETY: the operand iovs hold these lengths (checked by the
+        // caller) and are readable during the call.
+        unsafe {
+            gather(&req.operand, 0, operands.as_mut_ptr(), operand_len);
+            gather(&req.compare, 0, operands[len..].as_mut_ptr(), compare_len);
+        }
+        let mut old = [0u8; ATOMIC_MAX_BYTES];
+        let what = (req.call, req.op, req.datatype);
+        let mut applied = Err(DmaError::Invalid);
+        let done = dma.load_store(granted.reg, granted.target, len, !fetch, &mut |at| {
+            // SAFETY: `at` reaches the `len` bytes of the target's range
+            // (checked by the engine), aligned to the element (checked by
+            // `grant`; update_elements checks it again).
+            applied = unsafe {
+                unimem_dma::update_elements(
+                    at,
+                    size,
+                    count,
+                    &mut |i, bits| update(what, count, &operands, i, bits),
+                    &mut |i, bits| set_element(&mut old, size, i, bits),
+                )
+            };
+        });
+        drop(dma);
+        if done.and(applied).is_err() {
+            return false;
+        }
+        if fetch {
+            // SAFETY: the result iov is writable and holds len bytes
+            // (caller).
+            unsafe { scatter(&req.result, 0, old.as_ptr(), len) };
+        }
+        self.stats.atomics += 1;
+        self.direct_done(peer, req.key, granted.notify, (fetch, writes));
+        self.events.push_back(Event::Rma {
+            context: req.context,
+            kind: if fetch {
+                RmaKind::AtomicFetch
+            } else {
+                RmaKind::Atomic
+            },
+            completion: req.completion,
+        });
+        true
+    }
+
+    /// Counts a direct operation, and tells the target of the access
+    /// (`read`, `write`) if its key counts them.
+    fn direct_done(&mut self, peer: PeerIdx, key: u64, notify: bool, (read, write): (bool, bool)) {
+        self.stats.one_sided += 1;
+        self.stats.direct += 1;
+        if notify {
+            let notice = Wire::RemoteNotice { key, read, write };
+            self.queue_control(peer, notice.encode());
+        }
+    }
+}
+
+/// What `node`'s key grants an access `need` of `len` bytes at `addr`
+/// (elements of `align` bytes), with a cached registration of dmable
+/// memory that covers it; `None` for anything the general path must
+/// decide (refusal, misalignment, memory not dmable, no cached
+/// registration to be had).
+fn grant<D: DmaEngine>(
+    dma: &mut DmaSession<'_, D>,
+    node: D::Node,
+    (key, addr, len): (u64, u64, usize),
+    need: Access,
+    align: usize,
+) -> Option<Granted> {
+    let exposure = dma.resolve_key(node, key).ok()?;
+    let target = exposure.translate(addr, len as u64, need).ok()?;
+    if !target.is_multiple_of(align as u64) {
+        return None;
+    }
+    let (reg, stale) = dma.cached_registration(node, target, len).ok()?;
+    // A registration made for this range alone (not inside one segment)
+    // comes back among those to release: not the direct path's case.
+    let kept = !stale.contains(&reg);
+    dma.release(stale);
+    kept.then_some(Granted {
+        target,
+        reg,
+        notify: exposure.access.contains(Access::NOTIFY),
+    })
+}
