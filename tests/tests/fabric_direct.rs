@@ -8,7 +8,7 @@
 //! moved a byte it should not have, fails.
 
 use unimem_fi::base::ffi;
-use unimem_tests::cluster::{carried, carried_direct, Cluster, Kind, Msg, Order, EAGER};
+use unimem_tests::cluster::{carried, carried_direct, Cluster, Kind, Msg, Order, Region, EAGER};
 use unimem_tests::{heap, payload};
 
 /// Every process preloads the dmable heap: a region of at least its
@@ -28,58 +28,6 @@ fn cluster(test: &str) -> Cluster {
 const DMABLE: usize = 1 << 20;
 /// An ordinary one (below it).
 const ORDINARY: usize = 20_000;
-
-/// A region at `target` and the test's model of its bytes.
-struct Region {
-    target: usize,
-    key: u64,
-    bytes: Vec<u8>,
-}
-
-impl Region {
-    fn new(
-        c: &mut Cluster,
-        target: usize,
-        key: u64,
-        len: usize,
-        seed: u64,
-        access: &str,
-    ) -> Region {
-        let rc = c
-            .cmd(
-                target,
-                format!("mr {key} {len} access={access} seed={seed}"),
-            )
-            .num();
-        assert_eq!(rc, 0, "fi_mr_reg of key {key} at p{target}");
-        Region {
-            target,
-            key,
-            bytes: payload::pattern(seed, len),
-        }
-    }
-
-    /// The target's region holds exactly the model, guards intact.
-    fn check(&self, c: &mut Cluster, what: &str) {
-        let reply = c.cmd(self.target, format!("mr-sum {}", self.key));
-        assert_eq!(
-            reply.field("guard"),
-            1,
-            "guards of region {:#x}: {what}",
-            self.key
-        );
-        assert_eq!(
-            reply.field("sum") as u64,
-            payload::checksum(&self.bytes),
-            "contents of region {:#x}: {what}",
-            self.key
-        );
-    }
-
-    fn u64_at(&self, off: usize) -> u64 {
-        u64::from_le_bytes(self.bytes[off..off + 8].try_into().expect("8 bytes"))
-    }
-}
 
 /// Sizes around the inject limit (the direct path's bound) and the inline
 /// one, within `max`.

@@ -16,10 +16,10 @@
 
 use unimem_fi::base::ffi;
 use unimem_tests::cluster::{
-    carried, Cluster, Completion, Kind, Msg, Order, Reply, EAGER, SEGMENT,
+    carried, Cluster, Completion, Kind, Msg, Order, Region, EAGER, SEGMENT,
 };
 use unimem_tests::fabric::rc;
-use unimem_tests::{heap, payload};
+use unimem_tests::heap;
 
 fn cluster(test: &str) -> Cluster {
     let mut c = Cluster::new(env!("CARGO_BIN_EXE_fabric-peer"), test);
@@ -101,91 +101,6 @@ impl ReadCall {
             ReadCall::Readv => " v",
             ReadCall::Readmsg => " msg",
         }
-    }
-}
-
-/// A region registered at a target, and the test's model of its bytes.
-struct Region {
-    target: usize,
-    key: u64,
-    bytes: Vec<u8>,
-}
-
-impl Region {
-    /// Registers `len` bytes of pattern `seed` as `key` at `target`.
-    fn new(
-        c: &mut Cluster,
-        target: usize,
-        key: u64,
-        len: usize,
-        seed: u64,
-        access: &str,
-    ) -> Region {
-        let rc = c
-            .cmd(
-                target,
-                format!("mr {key} {len} access={access} seed={seed}"),
-            )
-            .num();
-        assert_eq!(rc, 0, "fi_mr_reg of key {key} at p{target}");
-        Region {
-            target,
-            key,
-            bytes: payload::pattern(seed, len),
-        }
-    }
-
-    fn len(&self) -> usize {
-        self.bytes.len()
-    }
-
-    /// The model after a write of `len` bytes of pattern `seed` at `off`.
-    fn written(&mut self, off: usize, len: usize, seed: u64) {
-        self.bytes[off..off + len].copy_from_slice(&payload::pattern(seed, len));
-    }
-
-    fn sum(&self, off: usize, len: usize) -> u64 {
-        payload::checksum(&self.bytes[off..off + len])
-    }
-
-    /// [`Self::check`] for a target in `sleep-no-progress wake`.
-    fn check_asleep(&self, c: &mut Cluster, what: &str) {
-        c.begin(self.target, format!("mr-sum {}", self.key));
-        let reply = Reply {
-            lines: Vec::new(),
-            ok: c.next_line(self.target),
-        };
-        assert_eq!(
-            reply.field("guard"),
-            1,
-            "guard bytes of region {}: {what}",
-            self.key
-        );
-        assert_eq!(
-            reply.field("sum") as u64,
-            self.sum(0, self.len()),
-            "contents of region {} at p{}: {what}",
-            self.key,
-            self.target
-        );
-    }
-
-    /// The target's region holds exactly the model, guards intact.
-    fn check(&self, c: &mut Cluster, what: &str) {
-        let reply = c.cmd(self.target, format!("mr-sum {}", self.key));
-        assert_eq!(
-            reply.field("guard"),
-            1,
-            "guard bytes of region {}: {what}",
-            self.key
-        );
-        assert_eq!(
-            reply.field("sum") as u64,
-            self.sum(0, self.len()),
-            "contents of region {} at p{}: {what}",
-            self.key,
-            self.target
-        );
     }
 }
 
