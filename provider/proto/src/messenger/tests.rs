@@ -1470,6 +1470,84 @@ fn rma_one_sided_to_dmable_target_memory() {
     write_read_round_trips(true, false);
 }
 
+/// A write or read of at most 64 bytes to ordinary memory takes one round
+/// trip through the target (its request and bytes in a few mailbox
+/// messages, applied on the target's next progress, answered at once),
+/// where the rendezvous takes three; one more byte takes the rendezvous.
+#[test]
+fn small_rma_to_ordinary_memory_takes_one_round_trip() {
+    let mut a = messenger();
+    let mut b = messenger();
+    first_contact(&mut a, &mut b);
+    first_contact(&mut b, &mut a);
+    let mut target = vec![0u8; 256];
+    let key = fresh_key();
+    let _handle = expose(
+        key,
+        target.as_mut_ptr() as usize,
+        256,
+        Access::REMOTE_READ.union(Access::REMOTE_WRITE),
+    );
+    // One progress of each side, target first, after the post.
+    let round_trip = |a: &mut Shm, b: &mut Shm| {
+        b.progress();
+        a.progress();
+        a.next_event()
+    };
+    for len in [1, 8, 21, 64] {
+        let data = pattern(len, len as u8);
+        rma(
+            &mut a,
+            RmaKind::Write,
+            rma_req(b.addr(), data.as_ptr(), len, key, 3),
+        );
+        let done = round_trip(&mut a, &mut b);
+        assert!(
+            matches!(
+                done,
+                Some(Event::Rma {
+                    kind: RmaKind::Write,
+                    ..
+                })
+            ),
+            "write of {len} done after one round trip: {done:?}"
+        );
+        assert_eq!(&target[3..3 + len], &data[..], "write of {len} in place");
+        let mut back = vec![0u8; len];
+        rma(
+            &mut a,
+            RmaKind::Read,
+            rma_req(b.addr(), back.as_mut_ptr(), len, key, 3),
+        );
+        let done = round_trip(&mut a, &mut b);
+        assert!(
+            matches!(
+                done,
+                Some(Event::Rma {
+                    kind: RmaKind::Read,
+                    ..
+                })
+            ),
+            "read of {len} done after one round trip: {done:?}"
+        );
+        assert_eq!(back, data, "read of {len}");
+    }
+    let data = pattern(65, 65);
+    rma(
+        &mut a,
+        RmaKind::Write,
+        rma_req(b.addr(), data.as_ptr(), 65, key, 3),
+    );
+    assert!(
+        round_trip(&mut a, &mut b).is_none(),
+        "65 bytes go by the rendezvous"
+    );
+    collect(&mut [&mut a, &mut b], 0, 1);
+    assert_eq!(&target[3..68], &data[..]);
+    assert_eq!(a.stats.assisted, 9);
+    assert_eq!(a.stats.atomics, 0, "none of them counts as an atomic");
+}
+
 #[test]
 fn rma_through_the_target_to_ordinary_memory() {
     write_read_round_trips(false, true);

@@ -311,6 +311,43 @@ where
         true
     }
 
+    /// Turns small write or read `op` (at most [`ATOMIC_MAX_BYTES`], no CQ
+    /// data) into an atomic write or read of bytes, so that it goes to the
+    /// target in a few mailbox messages and is answered in one round trip
+    /// (see `atomic_assisted`), where the rendezvous would take three. The
+    /// target copies the bytes (`run_atomic`). False if it is not one.
+    pub(crate) fn rma_as_bytes(&mut self, op: usize) -> bool {
+        let rma = self.rma_ops.get_mut(op).expect("checked by the caller");
+        if rma.atomic.is_some() || rma.data.is_some() || rma.len > ATOMIC_MAX_BYTES {
+            return false;
+        }
+        let (call, atomic_op) = match rma.kind {
+            RmaKind::Write => (AtomicCall::Write, AtomicOp::Write),
+            RmaKind::Read => (AtomicCall::Fetch, AtomicOp::Read),
+            RmaKind::Atomic | RmaKind::AtomicFetch => return false,
+        };
+        let mut operands = vec![
+            0u8;
+            if call == AtomicCall::Write {
+                rma.len
+            } else {
+                0
+            }
+        ];
+        // SAFETY: the local iov is valid until the operation completes
+        // (an inject's names its own copy) and holds len bytes.
+        unsafe { gather(&rma.local, 0, operands.as_mut_ptr(), operands.len()) };
+        rma.atomic = Some(Box::new(AtomicArgs {
+            call,
+            op: atomic_op,
+            datatype: Datatype::U8,
+            count: rma.len,
+            operands,
+            old: Vec::new(),
+        }));
+        true
+    }
+
     /// Hands atomic `op` to the target's progress: its request and
     /// operands go by mailbox.
     pub(crate) fn atomic_assisted(&mut self, op: usize, target: u64) {
@@ -496,21 +533,42 @@ where
             }
         };
         let mut old = vec![0u8; if args.wants_old() { len } else { 0 }];
-        // SAFETY: the range lies inside a range of ours exposed for this
-        // access (checked), which the application keeps valid while it is
-        // registered; update_elements checks the alignment.
-        let applied = unsafe {
-            unimem_dma::update_elements(
-                pending.addr as *mut u8,
-                size,
-                args.count,
-                &mut |i, bits| args.update(i, bits),
-                &mut |i, bits| {
-                    if !old.is_empty() {
-                        set_element(&mut old, size, i, bits)
-                    }
-                },
-            )
+        // Bytes written or read whole (what a small write or read to
+        // ordinary memory becomes, see `rma_as_bytes`): plain copies, as
+        // every byte store and load is one atomic step already.
+        let copy = args.datatype == Datatype::U8
+            && matches!(
+                (args.call, args.op),
+                (AtomicCall::Write, AtomicOp::Write) | (AtomicCall::Fetch, AtomicOp::Read)
+            );
+        let applied = if copy {
+            let at = pending.addr as *mut u8;
+            // SAFETY: the range lies inside a range of ours exposed for
+            // this access (checked), which the application keeps valid
+            // while it is registered; `old` and the operands hold len bytes.
+            unsafe {
+                if args.op == AtomicOp::Write {
+                    std::ptr::copy_nonoverlapping(args.operands.as_ptr(), at, len)
+                } else {
+                    std::ptr::copy_nonoverlapping(at, old.as_mut_ptr(), len)
+                }
+            }
+            Ok(())
+        } else {
+            // SAFETY: as above; update_elements checks the alignment.
+            unsafe {
+                unimem_dma::update_elements(
+                    pending.addr as *mut u8,
+                    size,
+                    args.count,
+                    &mut |i, bits| args.update(i, bits),
+                    &mut |i, bits| {
+                        if !old.is_empty() {
+                            set_element(&mut old, size, i, bits)
+                        }
+                    },
+                )
+            }
         };
         match applied {
             Ok(()) => {

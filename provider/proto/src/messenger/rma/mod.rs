@@ -304,8 +304,13 @@ where
             Err(DmaError::OutOfBounds) => {
                 drop(dma);
                 self.stats.assisted += 1;
-                if element.is_some() {
+                if element.is_some() || self.rma_as_bytes(op) {
+                    let peer = self.rma_ops.get(op).expect("checked above").peer;
                     self.atomic_assisted(op, target);
+                    // Out now: the answer is a round trip away.
+                    if self.flush_peer(peer) {
+                        self.mark_active(peer);
+                    }
                 } else {
                     self.assist_rma(op, target);
                 }
