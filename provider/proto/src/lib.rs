@@ -95,7 +95,7 @@ impl Default for ProtoConfig {
     fn default() -> Self {
         ProtoConfig {
             eager_size: 16 << 10,
-            eager_credits: 16,
+            eager_credits: 64,
             bounce_buffers: 64,
             fragment_size: 256 << 10,
             rendezvous_window: 4,

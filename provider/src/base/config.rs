@@ -165,7 +165,7 @@ tunables! {
     dma_segment_size: usize = Kind::Size { min: 64 * KIB, max: GIB }, "64m", "size of one dmable shared-memory segment";
     dma_max_size: usize = Kind::Size { min: 64 * KIB, max: 64 * GIB }, "1g", "bound on a process's dmable memory";
     eager_size: usize = Kind::Size { min: 0, max: MIB }, "16k", "largest message sent eagerly (DMA into pre-allocated receiver buffers); bigger ones use rendezvous; also the inject size";
-    eager_credits: usize = Kind::Int { min: 0, max: 255 }, "16", "eager receive buffers a receiver pre-allocates per peer (flow-control credits); 0: none, eager messages come by rendezvous";
+    eager_credits: usize = Kind::Int { min: 0, max: 255 }, "64", "eager receive buffers a receiver pre-allocates per peer (flow-control credits); 0: none, eager messages come by rendezvous";
     bounce_buffers: usize = Kind::Int { min: 1, max: 4096 }, "64", "eager_size bounce buffers per endpoint: an eager send copies its data into one when it leaves (it has a credit) and frees it when its DMA is done";
     max_msg_size: usize = Kind::Size { min: 0, max: u64::MAX }, "0", "largest message and RMA operation (ep_attr->max_msg_size); 0: every length (the wire carries 64-bit lengths)";
     segment_size: usize = Kind::Size { min: 4 * KIB, max: 8 * MIB }, "256k", "rendezvous fragment: what one DMA of a rendezvous transfer moves";
@@ -663,7 +663,7 @@ mod tests {
         assert_eq!(c.dma_segment_size, 64 << 20);
         assert_eq!(c.dma_max_size, 1 << 30);
         assert_eq!(c.eager_size, 16 << 10);
-        assert_eq!(c.eager_credits, 16);
+        assert_eq!(c.eager_credits, 64);
         assert_eq!(c.segment_size, 256 << 10);
         assert!(c.regcache_enable);
         assert_eq!(c.regcache_max_entries, 1024);
@@ -814,7 +814,7 @@ mod tests {
             _ => None,
         };
         let c = Config::layered(None, env);
-        assert_eq!((c.eager_size, c.eager_credits), (16 << 10, 16));
+        assert_eq!((c.eager_size, c.eager_credits), (16 << 10, 64));
         let env = |name: &str| match name {
             "segment_size" => Some("64m".to_owned()),
             "staging_segments" => Some("1024".to_owned()),
