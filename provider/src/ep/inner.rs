@@ -198,9 +198,10 @@ unsafe impl FiObject for EpInner {
             carried.atomics
         );
         tracing::info!(
-            "endpoint {:p}: {} of the one-sided operations done inside their call (direct path)",
+            "endpoint {:p}: {} of the one-sided operations done inside their call (direct path); {} eager messages stored into their slot",
             ep,
-            carried.direct
+            carried.direct,
+            carried.stored
         );
         tracing::info!(
             "endpoint {:p}: {} peers; dmable memory of its own: {} bytes of buffers, {} bytes of eager rings for its peers",

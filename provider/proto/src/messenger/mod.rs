@@ -207,6 +207,9 @@ pub struct Stats {
     pub direct: u64,
     /// Carried out by the target's progress (target memory not dmable).
     pub assisted: u64,
+    /// Eager messages whose data we stored into the receiver's slot with
+    /// the CPU (a peer of this host), not put by DMA.
+    pub stored: u64,
     /// Of both, atomics.
     pub atomics: u64,
     /// Most unexpected message data held from one sender at once (bytes,

@@ -61,6 +61,9 @@ pub(crate) struct TxRing {
     pub(crate) credits: usize,
     /// Sequence number of our next eager announcement to the peer.
     pub(crate) seq: u8,
+    /// Our loads and stores reach the ring (a node of this host): eager
+    /// data is stored into its slots, not put by DMA (`send/eager.rs`).
+    pub(crate) stores: bool,
 }
 
 /// The eager ring we set aside for a peer.
@@ -405,6 +408,7 @@ where
                         next: 0,
                         credits: slots as usize,
                         seq: 0,
+                        stores: true,
                     })
                 }
                 Err(e) => {

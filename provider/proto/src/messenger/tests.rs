@@ -3324,6 +3324,53 @@ fn messages_in_parts_arrive_whole_and_in_order() {
 /// inline injects and sends with CQ data (what MPI sends for small
 /// messages), eager sends and FI_INJECT eager sends, their receives, the
 /// progress that carries them and the events that complete them.
+/// Eager data to a peer of this host is stored into its slot by the CPU,
+/// not put by DMA: when the send call returns, no DMA of ours is in
+/// flight, no bounce buffer is held, and the message (data and
+/// announcement) is at the receiver, whose next progress delivers it.
+#[test]
+fn eager_data_is_stored_into_the_slot_within_the_call() {
+    let mut a = messenger();
+    let mut b = messenger();
+    first_contact(&mut a, &mut b);
+    first_contact(&mut b, &mut a);
+    let bounce = a.bounce_pool.available();
+    let stored = a.stats.stored;
+    let eager = a.cfg.eager_size;
+    for (len, inject, copy) in [
+        (100, true, false),
+        (eager, true, false),
+        (eager / 2, false, true),
+        (eager - 1, false, false),
+    ] {
+        let data = pattern(len, len as u8);
+        let mut buf = vec![0u8; len];
+        post(&mut b, false, recv_spec(&mut buf, 7, None, 0, 0));
+        let req = SendReq {
+            inject,
+            copy,
+            ..send_req(b.addr(), data.as_ptr(), len)
+        };
+        // SAFETY: data outlives the send, which completes below.
+        unsafe { a.send(req) }.unwrap();
+        assert!(a.dma_waiters.is_empty(), "{len}: a DMA in flight");
+        assert_eq!(
+            a.bounce_pool.available(),
+            bounce,
+            "{len}: a bounce buffer held"
+        );
+        b.progress();
+        let got = b.next_event();
+        assert!(
+            matches!(&got, Some(Event::Recv(done)) if done.len == len),
+            "{len}: delivered on the receiver's first progress: {got:?}"
+        );
+        assert_eq!(buf, data, "{len}: data");
+        a.progress();
+    }
+    assert_eq!(a.stats.stored - stored, 4, "every message's data stored");
+}
+
 #[test]
 fn small_and_eager_messages_allocate_nothing() {
     use crate::counting_alloc::allocations;

@@ -1,11 +1,16 @@
-//! Eager sends: the data is put by DMA into the next slot of the ring the
-//! receiver set aside for us, then announced by the data queue; a peer
-//! without a ring gets it by rendezvous instead.
+//! Eager sends: the data goes into the next slot of the ring the receiver
+//! set aside for us, then is announced by the data queue; a peer without a
+//! ring gets it by rendezvous instead.
 //!
-//! A send takes a bounce buffer only when it can leave: when it has a
-//! credit, its data is copied from the application's buffers (or from an
-//! inject's copy) into one, and the buffer goes back to the pool as soon
-//! as the DMA has read it. A send waiting for a slow peer holds none.
+//! To a peer of this host the CPU stores the data into the slot
+//! ([`unimem_dma::DmaEngine::load_store`]: Unimem's unified addressing),
+//! within the send's call when it can leave at once (`store_now`), else
+//! from progress as credits come (`store_eager`): one copy, no bounce
+//! buffer, no DMA to wait for. To any other peer it is put by DMA from a
+//! bounce buffer: a send takes one only when it can leave (it has a
+//! credit), its data copied from the application's buffers (or from an
+//! inject's copy), and the buffer goes back to the pool as soon as the DMA
+//! has read it. A send waiting for a slow peer holds none.
 //!
 //! Moves through [`TxRing`](super::super::peers::TxRing), our place in the
 //! peer's ring (its credits are
@@ -22,6 +27,7 @@ use super::super::peers::DataItem;
 use super::super::{Messenger, PeerIdx};
 use super::{EagerState, Payload, TxKind, TxOp, Waiter};
 use crate::iov::gather;
+use crate::matching::IovList;
 use crate::WireNode;
 
 impl<M, D> Messenger<M, D>
@@ -87,6 +93,15 @@ where
         }) else {
             return false;
         };
+        if ring.stores {
+            match self.store_eager(peer, first) {
+                Some(()) => return false,
+                // Loads and stores do not reach it: by DMA from now on.
+                None => self.peers[peer].tx.as_mut().expect("checked").stores = false,
+            }
+        }
+        let state = &mut self.peers[peer];
+        let ring = state.tx.as_mut().expect("checked above");
         // As many as have credits, in order, get their bounce buffers.
         let mut ready = 0;
         for item in state.data.iter().skip(first) {
@@ -169,6 +184,109 @@ where
         drop(dma);
         self.on_dma_done(done);
         true
+    }
+
+    /// An inject (or a `copy` send) that can leave at once, nothing queued
+    /// ahead of it and a credit to spend, to a ring our stores reach: its
+    /// data goes from the caller's buffers straight into its slot within
+    /// the call, one copy, where a bounce buffer would take two. False if
+    /// it cannot (nothing done).
+    ///
+    /// # Safety
+    /// `iov` must hold `len` readable bytes, `len` <= the peer's slot size.
+    pub(crate) unsafe fn store_now(&mut self, peer: PeerIdx, iov: &IovList, len: usize) -> bool {
+        let state = &mut self.peers[peer];
+        if !state.data.is_empty() {
+            return false;
+        }
+        let Some(ring) = state.tx.as_mut().filter(|r| r.stores && r.credits > 0) else {
+            return false;
+        };
+        let remote = ring.base + (ring.next * ring.slot_size) as u64;
+        let mut dma = self.dma.lock();
+        // SAFETY: `at` reaches the slot, slot_size >= len bytes (the engine
+        // checked the range); the iov holds len bytes (caller).
+        let stored = dma.load_store(ring.reg, remote, len, true, &mut |at| unsafe {
+            gather(iov, 0, at, len)
+        });
+        match stored {
+            Ok(()) => {
+                ring.credits -= 1;
+                ring.next = (ring.next + 1) % ring.slots;
+                self.stats.stored += 1;
+                true
+            }
+            Err(unimem_dma::DmaError::NoLoadStore) => {
+                ring.stores = false;
+                false
+            }
+            Err(e) => {
+                tracing::warn!("eager store refused: {e}");
+                false
+            }
+        }
+    }
+
+    /// Stores the data of queued eager sends that have a credit, in order
+    /// from the data queue's item `first`, straight into their slots of the
+    /// peer's ring by the CPU (Unimem's unified addressing: a node stores
+    /// into a remote node's memory): one copy, no bounce buffer, no DMA to
+    /// wait for; the announcements follow from the same flush. `None` if
+    /// loads and stores do not reach the ring (nothing done).
+    fn store_eager(&mut self, peer: PeerIdx, first: usize) -> Option<()> {
+        let state = &mut self.peers[peer];
+        let ring = state.tx.as_mut().expect("checked by the caller");
+        let mut dma = self.dma.lock();
+        for item in state.data.iter().skip(first) {
+            if ring.credits == 0 {
+                break;
+            }
+            let DataItem::Eager { op } = *item else {
+                continue;
+            };
+            let tx = self.tx_ops.get_mut(op).expect("queued op exists");
+            let len = tx.len;
+            let TxKind::Eager(eager) = &mut tx.kind else {
+                continue;
+            };
+            let EagerState::Waiting(payload) = eager else {
+                continue;
+            };
+            let remote = ring.base + (ring.next * ring.slot_size) as u64;
+            let bounce_pool = &self.bounce_pool;
+            let stored = dma.load_store(ring.reg, remote, len, true, &mut |at| match payload {
+                // SAFETY: `at` reaches the slot, slot_size >= len bytes
+                // (the engine checked the range); a non-inject send's
+                // buffers stay valid until it completes (caller of `send`).
+                Payload::User(iov) => unsafe { gather(iov, 0, at, len) },
+                // SAFETY: as above; the copy holds len bytes.
+                Payload::Copy(bytes) => unsafe {
+                    std::ptr::copy_nonoverlapping(bytes.as_ptr(), at, len)
+                },
+                // SAFETY: as above; the bounce buffer holds len bytes.
+                Payload::Bounce(bounce) => unsafe {
+                    std::ptr::copy_nonoverlapping(bounce_pool.addr(*bounce), at, len)
+                },
+            });
+            match stored {
+                Ok(()) => {
+                    ring.credits -= 1;
+                    ring.next = (ring.next + 1) % ring.slots;
+                    self.stats.stored += 1;
+                    if let EagerState::Waiting(Payload::Bounce(bounce)) =
+                        std::mem::replace(eager, EagerState::Done)
+                    {
+                        self.bounce_pool.put(bounce);
+                    }
+                }
+                Err(unimem_dma::DmaError::NoLoadStore) => return None,
+                Err(e) => {
+                    tracing::warn!("eager store refused: {e}");
+                    break;
+                }
+            }
+        }
+        Some(())
     }
 
     /// The peer holds too much of our unexpected data (`on`), or no longer.

@@ -183,8 +183,13 @@ where
             })
         } else if copy {
             // SAFETY: the iov is valid during this call (caller).
-            let payload = unsafe { self.copy_payload(peer, &req.iov, len) };
-            TxKind::Eager(EagerState::Waiting(payload))
+            if unsafe { self.store_now(peer, &req.iov, len) } {
+                TxKind::Eager(EagerState::Done)
+            } else {
+                // SAFETY: as above.
+                let payload = unsafe { self.copy_payload(peer, &req.iov, len) };
+                TxKind::Eager(EagerState::Waiting(payload))
+            }
         } else {
             TxKind::Eager(EagerState::Waiting(Payload::User(req.iov)))
         };
