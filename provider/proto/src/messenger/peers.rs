@@ -66,6 +66,19 @@ pub(crate) struct TxRing {
     pub(crate) stores: bool,
 }
 
+impl TxRing {
+    /// The peer's address of our next slot.
+    pub(crate) fn next_slot(&self) -> u64 {
+        self.base + (self.next * self.slot_size) as u64
+    }
+
+    /// That slot is filled: its credit is spent.
+    pub(crate) fn spend(&mut self) {
+        self.credits -= 1;
+        self.next = (self.next + 1) % self.slots;
+    }
+}
+
 /// The eager ring we set aside for a peer.
 pub(crate) struct RxRing {
     pub(crate) memory: DmaBuf,

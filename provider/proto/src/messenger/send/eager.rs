@@ -157,7 +157,7 @@ where
             if ring.credits == 0 {
                 break;
             }
-            let remote = ring.base + (ring.next * ring.slot_size) as u64;
+            let remote = ring.next_slot();
             let token = self.dma_waiters.next_id();
             match dma.put(
                 self.bounce_pool.addr(bounce),
@@ -167,8 +167,7 @@ where
                 token,
             ) {
                 Ok(()) => {
-                    ring.credits -= 1;
-                    ring.next = (ring.next + 1) % ring.slots;
+                    ring.spend();
                     *eager = EagerState::InFlight(token);
                     let id = self.dma_waiters.insert(Waiter::Eager { op, bounce });
                     debug_assert_eq!(id, token);
@@ -202,7 +201,7 @@ where
         let Some(ring) = state.tx.as_mut().filter(|r| r.stores && r.credits > 0) else {
             return false;
         };
-        let remote = ring.base + (ring.next * ring.slot_size) as u64;
+        let remote = ring.next_slot();
         let mut dma = self.dma.lock();
         // SAFETY: `at` reaches the slot, slot_size >= len bytes (the engine
         // checked the range); the iov holds len bytes (caller).
@@ -211,8 +210,7 @@ where
         });
         match stored {
             Ok(()) => {
-                ring.credits -= 1;
-                ring.next = (ring.next + 1) % ring.slots;
+                ring.spend();
                 self.stats.stored += 1;
                 true
             }
@@ -252,7 +250,7 @@ where
             let EagerState::Waiting(payload) = eager else {
                 continue;
             };
-            let remote = ring.base + (ring.next * ring.slot_size) as u64;
+            let remote = ring.next_slot();
             let bounce_pool = &self.bounce_pool;
             let stored = dma.load_store(ring.reg, remote, len, true, &mut |at| match payload {
                 // SAFETY: `at` reaches the slot, slot_size >= len bytes
@@ -270,8 +268,7 @@ where
             });
             match stored {
                 Ok(()) => {
-                    ring.credits -= 1;
-                    ring.next = (ring.next + 1) % ring.slots;
+                    ring.spend();
                     self.stats.stored += 1;
                     if let EagerState::Waiting(Payload::Bounce(bounce)) =
                         std::mem::replace(eager, EagerState::Done)
