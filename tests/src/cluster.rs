@@ -633,24 +633,17 @@ impl Region {
             lines: Vec::new(),
             ok: c.next_line(self.target),
         };
-        assert_eq!(
-            reply.field("guard"),
-            1,
-            "guard bytes of region {}: {what}",
-            self.key
-        );
-        assert_eq!(
-            reply.field("sum") as u64,
-            self.sum(0, self.bytes.len()),
-            "contents of region {} at p{}: {what}",
-            self.key,
-            self.target
-        );
+        self.holds(&reply, what);
     }
 
     /// The target's region holds exactly the model, guards intact.
     pub fn check(&self, c: &mut Cluster, what: &str) {
         let reply = c.cmd(self.target, format!("mr-sum {}", self.key));
+        self.holds(&reply, what);
+    }
+
+    /// `reply` (to `mr-sum`) says the region holds the model, guards intact.
+    fn holds(&self, reply: &Reply, what: &str) {
         assert_eq!(
             reply.field("guard"),
             1,
