@@ -138,6 +138,13 @@ pub trait DmaEngine: Send {
         old: &mut dyn FnMut(usize, u64),
     ) -> Result<DmaId, DmaError>;
 
+    /// Whether [`Self::load_store`] reaches `node`'s memory at all (a node
+    /// of this host): asked before anything costly is done for it.
+    fn loads_reach(&self, node: Self::Node) -> bool {
+        let _ = node;
+        false
+    }
+
     /// Reaches `[remote_addr, remote_addr + len)` of registration `reg`
     /// with the CPU's own loads and stores, as Unimem's unified addressing
     /// lets a node reach a remote node's memory: runs `access` on where

@@ -360,6 +360,11 @@ impl<D: DmaEngine> DmaSession<'_, D> {
         Ok(())
     }
 
+    /// See [`DmaEngine::loads_reach`].
+    pub fn loads_reach(&self, node: D::Node) -> bool {
+        self.shared.engine.loads_reach(node)
+    }
+
     /// Reaches `[remote_addr, remote_addr + len)` in `reg` with loads and
     /// stores (see [`DmaEngine::load_store`]): done on return, with no
     /// completion to reap.

@@ -387,6 +387,10 @@ impl DmaEngine for NodeDma {
         Err(DmaError::OutOfBounds)
     }
 
+    fn loads_reach(&self, node: NodeId) -> bool {
+        !node.is_remote()
+    }
+
     fn load_store(
         &mut self,
         reg: RegId,

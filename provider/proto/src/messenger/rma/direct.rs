@@ -75,6 +75,11 @@ where
             (Access::REMOTE_READ, false)
         };
         let mut dma = self.dma.lock();
+        // Another host: its key is a question over the network, which the
+        // general path asks once.
+        if !dma.loads_reach(node) {
+            return false;
+        }
         let Some(granted) = grant(&mut dma, node, (req.key, req.addr, len), need, 1) else {
             return false;
         };
@@ -145,7 +150,7 @@ where
             need = need.union(Access::REMOTE_READ);
         }
         let mut dma = self.dma.lock();
-        if !dma.atomics_reach(node) {
+        if !dma.loads_reach(node) || !dma.atomics_reach(node) {
             return false;
         }
         let Some(granted) = grant(&mut dma, node, (req.key, req.addr, len), need, size) else {
@@ -169,7 +174,9 @@ where
         let mut old = [0u8; ATOMIC_MAX_BYTES];
         let what = (req.call, req.op, req.datatype);
         let mut applied = Err(DmaError::Invalid);
-        let done = dma.load_store(granted.reg, granted.target, len, !fetch, &mut |at| {
+        // Only a plain write goes one way; every other update reads first.
+        let one_way = req.call == AtomicCall::Write && req.op == AtomicOp::Write;
+        let done = dma.load_store(granted.reg, granted.target, len, one_way, &mut |at| {
             // SAFETY: `at` reaches the `len` bytes of the target's range
             // (checked by the engine), aligned to the element (checked by
             // `grant`; update_elements checks it again).
