@@ -27,12 +27,11 @@ use unimem_dma::{Access, DmaEngine, DmaError, RegId};
 use unimem_mailbox::Mailbox;
 
 use super::atomic::{update, AtomicReq};
-use super::{RmaReq, RmaState};
+use super::{resolve_access, RmaReq, RmaState};
 use crate::atomic::{set_element, AtomicCall, AtomicOp, ATOMIC_MAX_BYTES};
 use crate::dma::DmaSession;
 use crate::iov::{gather, scatter};
 use crate::messenger::{Messenger, PeerIdx};
-use crate::wire::Wire;
 use crate::{Event, RmaKind, WireNode};
 
 /// What the target's key granted a direct operation.
@@ -99,15 +98,8 @@ where
         if done.is_err() {
             return false;
         }
-        let (read, write) = (!store, store);
-        self.direct_done(peer, req.key, granted.notify, (read, write));
-        if let Some(data) = req.data.filter(|_| store) {
-            let done = Wire::RemoteData {
-                data,
-                len: len as u64,
-            };
-            self.queue_control(peer, done.encode());
-        }
+        self.direct_done(peer, req.key, granted.notify, (!store, store));
+        self.tell_target(peer, req.key, None, req.data.filter(|_| store), len);
         self.events.push_back(Event::Rma {
             context: req.context,
             kind,
@@ -218,10 +210,7 @@ where
     fn direct_done(&mut self, peer: PeerIdx, key: u64, notify: bool, (read, write): (bool, bool)) {
         self.stats.one_sided += 1;
         self.stats.direct += 1;
-        if notify {
-            let notice = Wire::RemoteNotice { key, read, write };
-            self.queue_control(peer, notice.encode());
-        }
+        self.tell_target(peer, key, notify.then_some((read, write)), None, 0);
     }
 }
 
@@ -237,8 +226,7 @@ fn grant<D: DmaEngine>(
     need: Access,
     align: usize,
 ) -> Option<Granted> {
-    let exposure = dma.resolve_key(node, key).ok()?;
-    let target = exposure.translate(addr, len as u64, need).ok()?;
+    let (target, notify) = resolve_access(dma, node, (key, addr, len), need).ok()?;
     if !target.is_multiple_of(align as u64) {
         return None;
     }
@@ -250,6 +238,6 @@ fn grant<D: DmaEngine>(
     kept.then_some(Granted {
         target,
         reg,
-        notify: exposure.access.contains(Access::NOTIFY),
+        notify,
     })
 }

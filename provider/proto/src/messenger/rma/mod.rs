@@ -119,9 +119,8 @@ impl RmaOp {
         dma: &mut DmaSession<'_, D>,
         node: D::Node,
     ) -> Result<(u64, bool), DmaError> {
-        let exposure = dma.resolve_key(node, self.key)?;
-        let target = exposure.translate(self.addr, self.len as u64, self.access_needed())?;
-        Ok((target, exposure.access.contains(Access::NOTIFY)))
+        let range = (self.key, self.addr, self.len);
+        resolve_access(dma, node, range, self.access_needed())
     }
 
     /// Whether `node`'s key still grants this operation (asked again when
@@ -558,32 +557,45 @@ where
             None => {
                 // A one-sided access the target did not see: tell it, if
                 // its key counts accesses (an assisted one it saw itself).
-                if rma.notify && matches!(rma.state, RmaState::Direct { .. }) {
-                    let (read, write) = match (&rma.atomic, rma.kind) {
-                        (Some(args), _) => (args.wants_old(), args.op_writes()),
-                        (None, RmaKind::Read) => (true, false),
-                        (None, _) => (false, true),
-                    };
-                    let notice = Wire::RemoteNotice {
-                        key: rma.key,
-                        read,
-                        write,
-                    };
-                    self.queue_control(rma.peer, notice.encode());
-                }
-                if let Some(data) = rma.data {
-                    let done = Wire::RemoteData {
-                        data,
-                        len: rma.len as u64,
-                    };
-                    self.queue_control(rma.peer, done.encode());
-                }
+                let notice =
+                    (rma.notify && matches!(rma.state, RmaState::Direct { .. })).then(|| {
+                        match (&rma.atomic, rma.kind) {
+                            (Some(args), _) => (args.wants_old(), args.op_writes()),
+                            (None, RmaKind::Read) => (true, false),
+                            (None, _) => (false, true),
+                        }
+                    });
+                self.tell_target(rma.peer, rma.key, notice, rma.data, rma.len);
                 self.events.push_back(Event::Rma {
                     context,
                     kind,
                     completion: rma.completion,
                 });
             }
+        }
+    }
+
+    /// Tells the target of a finished access of ours what it asks to know:
+    /// the access (`notice`: read, write) when its key counts them, and
+    /// `fi_writedata`'s CQ data (`data`, for a write of `len` bytes).
+    pub(crate) fn tell_target(
+        &mut self,
+        peer: PeerIdx,
+        key: u64,
+        notice: Option<(bool, bool)>,
+        data: Option<u64>,
+        len: usize,
+    ) {
+        if let Some((read, write)) = notice {
+            let notice = Wire::RemoteNotice { key, read, write };
+            self.queue_control(peer, notice.encode());
+        }
+        if let Some(data) = data {
+            let done = Wire::RemoteData {
+                data,
+                len: len as u64,
+            };
+            self.queue_control(peer, done.encode());
         }
     }
 
@@ -617,6 +629,20 @@ where
     pub(crate) fn rma_waiting(&self) -> bool {
         !self.rma_pending.is_empty()
     }
+}
+
+/// What `node`'s key grants an access `need` of `len` bytes at `addr`: the
+/// target address there, and whether the key counts accesses
+/// (`Access::NOTIFY`). The one check of a key, for every path.
+pub(crate) fn resolve_access<D: DmaEngine>(
+    dma: &mut DmaSession<'_, D>,
+    node: D::Node,
+    (key, addr, len): (u64, u64, usize),
+    need: Access,
+) -> Result<(u64, bool), DmaError> {
+    let exposure = dma.resolve_key(node, key)?;
+    let target = exposure.translate(addr, len as u64, need)?;
+    Ok((target, exposure.access.contains(Access::NOTIFY)))
 }
 
 /// The error an initiator reports for a target's refusal.
