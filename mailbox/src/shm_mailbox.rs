@@ -37,9 +37,10 @@
 use std::cell::UnsafeCell;
 use std::io;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
-use std::sync::Once;
+use std::sync::{Arc, Once};
 
 use crate::addr::{MailboxAddr, ADDR_LEN};
+use crate::doorbell::{self, Doorbell};
 use crate::node::{monotonic_ns, JobId, NodeId};
 use crate::profile::Profile;
 use crate::shm::{object_name, rate_limited, reclaim_dead_objects, SharedObject, HEADER_SIZE};
@@ -130,10 +131,14 @@ struct Tail(AtomicU32);
 
 const RING_HEADER_OFFSET: usize = 128;
 const TAIL_OFFSET: usize = 256;
+const _: () = assert!(doorbell::BELL_OFFSET + 64 <= TAIL_OFFSET);
+const _: () =
+    assert!(RING_HEADER_OFFSET + std::mem::size_of::<RingHeader>() <= doorbell::BELL_OFFSET);
 
 /// A view of a mapped mailbox object.
 struct Ring {
-    object: SharedObject,
+    /// Shared with the owner's [`Doorbell`] handles.
+    object: Arc<SharedObject>,
     mask: u32,
 }
 
@@ -141,7 +146,7 @@ impl Ring {
     fn create(name: &str, depth: usize, latency_ns: u64) -> io::Result<Ring> {
         let object = SharedObject::create(name, HEADER_SIZE + depth * std::mem::size_of::<Slot>())?;
         let ring = Ring {
-            object,
+            object: Arc::new(object),
             mask: depth as u32 - 1,
         };
         ring.header().depth.store(depth as u32, Ordering::Relaxed);
@@ -173,7 +178,7 @@ impl Ring {
             return Err(io::Error::from(io::ErrorKind::InvalidData));
         }
         Ok(Ring {
-            object,
+            object: Arc::new(object),
             mask: depth as u32 - 1,
         })
     }
@@ -338,6 +343,21 @@ impl ShmMailbox {
 
     pub fn depth(&self) -> usize {
         self.ring.depth() as usize
+    }
+
+    /// Makes the mailbox wakeable: from now on senders ring its doorbell
+    /// when a thread of ours armed it (each send then pays a fence). Done
+    /// once, before the address is handed out.
+    pub fn make_wakeable(&self) {
+        doorbell::line(&self.ring.object)
+            .wakeable
+            .store(1, Ordering::Release);
+    }
+
+    /// A handle on the doorbell, for threads that sleep until a message
+    /// comes (see [`crate::doorbell`]).
+    pub fn doorbell(&self) -> Doorbell {
+        Doorbell::new(Arc::clone(&self.ring.object))
     }
 
     /// What our claim on a peer's slot `pos` holds while we write it.
@@ -556,6 +576,10 @@ impl Mailbox for ShmMailbox {
                     // slot taken moves it on): publishing first takes a
                     // locked instruction off the receiver's critical path.
                     advance_tail(tail, pos);
+                    let bell = doorbell::line(&ring.object);
+                    if bell.wakeable.load(Ordering::Relaxed) != 0 {
+                        doorbell::ring_if_armed(bell);
+                    }
                     return Ok(());
                 }
                 Err(seen) => state_pos(seen),
@@ -719,6 +743,64 @@ mod tests {
             mbx.send(&me, &message(n)).unwrap();
             assert_eq!(mbx.poll().unwrap().1, message(n));
         }
+    }
+
+    #[test]
+    fn an_armed_doorbell_wakes_its_sleeper_on_the_next_message() {
+        use crate::doorbell::wait_any;
+        use std::time::{Duration, Instant};
+        let mut mbx = ShmMailbox::open(&config("bell", 8)).unwrap();
+        mbx.make_wakeable();
+        let sender = ShmMailbox::open(&config("bell", 8)).unwrap();
+        let route = sender.connect(&mbx.addr()).unwrap();
+        let bell = mbx.doorbell();
+        // Not armed: a send does not ring.
+        let before = bell.arm();
+        bell.disarm();
+        sender.send(&route, &message(1)).unwrap();
+        assert!(!bell.rang(before));
+        assert_eq!(mbx.poll().unwrap().1, message(1));
+        // Armed, nothing waiting: the sleeper wakes on the send of another
+        // thread, long before its timeout.
+        let armed = bell.arm();
+        assert!(!mbx.has_message());
+        let started = Instant::now();
+        std::thread::scope(|s| {
+            s.spawn(|| {
+                std::thread::sleep(Duration::from_millis(50));
+                sender.send(&route, &message(2)).unwrap();
+                // Only the first send after the arming rings.
+                sender.send(&route, &message(3)).unwrap();
+            });
+            wait_any(&[(&bell, armed)], None, Some(Duration::from_secs(10)));
+        });
+        assert!(
+            started.elapsed() < Duration::from_secs(5),
+            "{:?}",
+            started.elapsed()
+        );
+        assert!(bell.rang(armed));
+        assert_eq!(mbx.poll().unwrap().1, message(2));
+        assert_eq!(mbx.poll().unwrap().1, message(3));
+        // Rung once: the count moved by one.
+        let after = bell.arm();
+        assert_eq!(after, crate::doorbell::Armed::after(armed));
+        // A ring that came before the sleep returns at once.
+        sender.send(&route, &message(4)).unwrap();
+        let started = Instant::now();
+        wait_any(&[(&bell, after)], None, Some(Duration::from_secs(10)));
+        assert!(started.elapsed() < Duration::from_secs(5));
+    }
+
+    #[test]
+    fn a_mailbox_that_is_not_wakeable_is_never_rung() {
+        let mbx = ShmMailbox::open(&config("nobell", 8)).unwrap();
+        let route = mbx.connect(&mbx.addr()).unwrap();
+        let bell = mbx.doorbell();
+        assert!(!bell.is_wakeable());
+        let armed = bell.arm();
+        mbx.send(&route, &message(1)).unwrap();
+        assert!(!bell.rang(armed));
     }
 
     #[test]

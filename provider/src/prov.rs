@@ -124,6 +124,7 @@ unsafe extern "C" fn cleanup_entry() {
         // dlclose us: stop calling into it and drop cached state so that a
         // re-load starts fresh.
         tracing::debug!("cleanup");
+        crate::state::agent::shutdown();
         crate::net::shutdown();
         memory::release_process_region();
         log::shutdown();

@@ -87,6 +87,12 @@ impl Deadline {
     pub fn instant(&self) -> Option<Instant> {
         self.0
     }
+
+    /// Time left, `None` for never.
+    pub fn remaining(&self) -> Option<Duration> {
+        self.0
+            .map(|end| end.saturating_duration_since(Instant::now()))
+    }
 }
 
 /// Spin `spins` rounds, then yield the CPU on every further round.
@@ -100,6 +106,11 @@ impl Backoff {
     /// `spins` comes from the `spin_yield` tunable.
     pub fn new(spins: usize) -> Self {
         Backoff { spins, round: 0 }
+    }
+
+    /// Whether it still spins (the next snooze does not yield).
+    pub fn spinning(&self) -> bool {
+        self.round < self.spins
     }
 
     pub fn snooze(&mut self) {

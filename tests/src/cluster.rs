@@ -339,6 +339,16 @@ impl Reply {
         parse_signed(&self.ok).unwrap_or_else(|| panic!("not a number: '{}'", self.ok))
     }
 
+    /// Field `key=value` of the `ok` text, as a decimal fraction.
+    pub fn float(&self, key: &str) -> f64 {
+        self.ok
+            .split_whitespace()
+            .filter_map(|w| w.split_once('='))
+            .find(|(k, _)| *k == key)
+            .and_then(|(_, v)| v.parse().ok())
+            .unwrap_or_else(|| panic!("no number {key}= in '{}'", self.ok))
+    }
+
     /// Field `key=value` of the `ok` text, as a number.
     pub fn field(&self, key: &str) -> i64 {
         self.ok

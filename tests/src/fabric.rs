@@ -121,6 +121,8 @@ pub struct Hints {
     pub prov_name: Option<String>,
     /// `tx_attr.op_flags`: the endpoint's default send flags.
     pub tx_op_flags: u64,
+    /// `domain_attr.data_progress` and `control_progress` (UNSPEC: none).
+    pub progress: ffi::fi_progress,
 }
 
 impl Default for Hints {
@@ -137,6 +139,7 @@ impl Default for Hints {
             ep_type: ffi::FI_EP_RDM,
             prov_name: Some("unimem".into()),
             tx_op_flags: 0,
+            progress: ffi::FI_PROGRESS_UNSPEC,
         }
     }
 }
@@ -159,6 +162,8 @@ impl Info {
             (*h).caps = hints.caps;
             (*(*h).ep_attr).type_ = hints.ep_type;
             (*(*h).tx_attr).op_flags = hints.tx_op_flags;
+            (*(*h).domain_attr).data_progress = hints.progress;
+            (*(*h).domain_attr).control_progress = hints.progress;
             if let Some(name) = &hints.prov_name {
                 let c = CString::new(name.as_str()).expect("no NUL in provider names");
                 (*(*h).fabric_attr).prov_name = libc::strdup(c.as_ptr());
@@ -352,9 +357,14 @@ impl Domain {
 
     /// `fi_cq_open`: a CQ of `FI_CQ_FORMAT_TAGGED` entries, no wait object.
     pub fn cq(&self) -> Result<Cq, i32> {
+        self.cq_waiting_on(ffi::FI_WAIT_NONE)
+    }
+
+    /// `fi_cq_open`: a CQ of `FI_CQ_FORMAT_TAGGED` entries with `wait_obj`.
+    pub fn cq_waiting_on(&self, wait_obj: ffi::fi_wait_obj) -> Result<Cq, i32> {
         let mut attr = ffi::fi_cq_attr {
             format: ffi::FI_CQ_FORMAT_TAGGED,
-            wait_obj: ffi::FI_WAIT_NONE,
+            wait_obj,
             ..Default::default()
         };
         let mut ptr = null_mut();
@@ -559,6 +569,38 @@ impl Cq {
             src,
         }));
         Ok(n)
+    }
+
+    /// `fi_cq_sreadfrom` of one entry, waiting at most `timeout_ms`:
+    /// `Ok(1)` with the entry appended to `out`, or the negative code.
+    pub fn sread(&self, out: &mut Vec<CqEntry>, timeout_ms: i32) -> Result<usize, isize> {
+        let mut e = ffi::fi_cq_tagged_entry::default();
+        let mut src = FI_ADDR_NOTAVAIL;
+        // SAFETY: the CQ is live and of the tagged format; one entry and
+        // one address of room.
+        let n = unsafe {
+            self.ops().sreadfrom.expect("sreadfrom")(
+                self.ptr,
+                (&mut e as *mut ffi::fi_cq_tagged_entry).cast(),
+                1,
+                &mut src,
+                null(),
+                timeout_ms,
+            )
+        };
+        if n < 0 {
+            return Err(n);
+        }
+        out.push(CqEntry {
+            context: e.op_context as usize,
+            flags: e.flags,
+            len: e.len,
+            buf: e.buf as usize,
+            data: e.data,
+            tag: e.tag,
+            src,
+        });
+        Ok(n as usize)
     }
 
     /// `fi_cq_readerr`.

@@ -127,11 +127,27 @@ impl Control for EpInner {
                     tracing::warn!("fi_enable: no CQ or counter bound to the endpoint");
                     return -(ffi::FI_ENOCQ as c_int);
                 }
+                // A blocking read of its CQ sleeps on the mailbox's doorbell.
+                if [&b.tx_cq, &b.rx_cq]
+                    .into_iter()
+                    .flatten()
+                    .any(|cq| cq.blocks())
+                {
+                    ep.inner.bell.make_wakeable();
+                }
                 // Binding is refused from now on, so the bindings freeze.
                 let _ = ep.inner.active.set(std::mem::take(&mut *b));
                 // Reads of the domain's CQs and counters progress it now.
                 let me: Arc<dyn Progress> = ep.inner.clone();
                 ep.inner.domain.progress().add(&me);
+                // And the agent, in an agent domain, the rest of the time.
+                if ep.inner.agent {
+                    if let Err(e) = crate::state::agent::join(&me) {
+                        tracing::warn!("fi_enable: {e}");
+                        ep.inner.domain.progress().remove(&me);
+                        return ret::ENOMEM;
+                    }
+                }
                 ret::SUCCESS
             }
             other => {

@@ -12,16 +12,54 @@ use crate::base::ffi;
 use crate::base::fid::ParentRef;
 use crate::cntr::CntrInner;
 use crate::cq::{Completion, CompletionError};
-use crate::state::progress::Progress;
+use crate::state::progress::{Pending, Progress};
+use unimem_mailbox::doorbell::Doorbell;
 use unimem_proto::{ErrorKind, Event, RmaKind};
 
 impl Progress for EpInner {
     fn progress(&self) {
-        let mut core = self.core.lock();
-        core.progress();
-        self.drain(&mut core);
+        let mut core = self.enter();
+        self.advance(&mut core);
         let lost = core.peers_lost();
         drop(core);
+        self.reclaim_lost(lost);
+    }
+
+    fn progress_if_free(&self) -> Option<Pending> {
+        let mut core = self.core.try_lock()?;
+        self.advance(&mut core);
+        let pending = pending_of(&core);
+        let lost = core.peers_lost();
+        drop(core);
+        self.reclaim_lost(lost);
+        Some(pending)
+    }
+
+    fn pending(&self) -> Pending {
+        pending_of(&self.core.lock())
+    }
+
+    fn doorbell(&self) -> Option<&Doorbell> {
+        self.bell.is_wakeable().then_some(&self.bell)
+    }
+}
+
+fn pending_of(core: &EpCore) -> Pending {
+    Pending {
+        message: core.message_waiting(),
+        local_work: core.local_work(),
+        busy: core.busy(),
+    }
+}
+
+impl EpInner {
+    fn advance(&self, core: &mut EpCore) {
+        core.progress();
+        self.drain(core);
+    }
+
+    /// Peers found dead since the last look: their shared objects go.
+    fn reclaim_lost(&self, lost: usize) {
         // A load first: a swap on every progress call would be a locked
         // instruction on the polling path.
         if self.peers_reclaimed.load(Ordering::Relaxed) != lost

@@ -9,16 +9,18 @@ use std::sync::atomic::{AtomicBool, AtomicUsize};
 use std::sync::{Arc, OnceLock};
 
 use parking_lot::RwLock;
+use unimem_mailbox::doorbell::Doorbell;
 use unimem_mailbox::MailboxAddr;
 
 use crate::av::AvInner;
 use crate::base::ffi;
 use crate::base::fid::{self, FiObject, FidObject, ParentRef};
-use crate::base::lock::DomainMutex;
+use crate::base::lock::{DomainMutex, DomainMutexGuard};
 use crate::cntr::CntrInner;
 use crate::cq::CqInner;
 use crate::eq::EqInner;
 use crate::net::{NodeDma, NodeMailbox};
+use crate::state::agent;
 use crate::state::progress::Progress;
 use crate::state::DomainState;
 use unimem_proto as proto;
@@ -117,6 +119,32 @@ pub struct EpInner {
     pub(super) warned_no_rma: AtomicBool,
     /// Warnings of refused posts, rate-limited for this endpoint.
     pub(super) post_warnings: PostWarnings,
+    /// The doorbell of its mailbox: rung by senders once the mailbox is
+    /// wakeable (an agent domain, or a CQ or counter with a wait object).
+    pub(super) bell: Doorbell,
+    /// The progress agent serves it (an agent domain).
+    pub(super) agent: bool,
+}
+
+impl EpInner {
+    /// The messenger, for a call of the application: counted for the
+    /// progress agent, which leaves the endpoint to it (see
+    /// `state/agent.rs`).
+    #[inline]
+    pub(super) fn enter(&self) -> DomainMutexGuard<'_, EpCore> {
+        agent::entered(&self.bell);
+        self.core.lock()
+    }
+
+    /// After a post that the peer answers with a message the application
+    /// might not be there to take (a rendezvous, an RMA or atomic): arms the
+    /// doorbell so that the answer wakes the agent at once.
+    #[inline]
+    pub(super) fn expect_answer(&self) {
+        if self.agent {
+            self.bell.arm_for_answer();
+        }
+    }
 }
 
 /// A rate limit on the warnings of one endpoint's refused posts: an
@@ -180,6 +208,9 @@ unsafe impl FiObject for EpInner {
     fn on_close(ep: &Ep) -> Result<(), c_int> {
         let me: Arc<dyn Progress> = ep.inner.clone();
         ep.inner.domain.progress().remove(&me);
+        if ep.inner.agent {
+            agent::leave(&me);
+        }
         let carried = {
             let mut core = ep.inner.core.lock();
             // What peers still wait for from us goes first (bounded: a

@@ -148,6 +148,12 @@ pub unsafe fn open(
             return ret::ENOMEM;
         }
     };
+    // In an agent domain the agent sleeps on the mailbox's doorbell.
+    let agent = domain.has_agent();
+    if agent {
+        mailbox.make_wakeable();
+    }
+    let bell = mailbox.doorbell();
     // The domain's DMA opened the process's network interface, if any.
     let mailbox = NodeMailbox::new(mailbox, crate::net::current());
     let core = match Core::new(mailbox, &dma, proto_config(cfg)) {
@@ -186,6 +192,8 @@ pub unsafe fn open(
             peers_reclaimed: AtomicUsize::new(0),
             warned_no_rma: AtomicBool::new(false),
             post_warnings: Default::default(),
+            bell,
+            agent,
         }),
     });
     tracing::info!(

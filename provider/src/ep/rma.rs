@@ -180,12 +180,15 @@ fn post_rma(ep: &EpInner, op: &str, iov: IovList, call: &RmaCall) -> isize {
         inject,
         data: call.data,
     };
-    let mut core = ep.core.lock();
+    let mut core = ep.enter();
     // SAFETY: libfabric's contract: the buffers stay valid until the
     // operation completes (until return for an inject, which the protocol
     // copies).
     let result = unsafe { core.rma(call.kind, req) };
     ep.drain(&mut core);
+    if ep.agent && core.busy() {
+        ep.expect_answer();
+    }
     match result {
         Ok(()) => 0,
         Err(e) => map_post_error(ep, e, op),

@@ -13,6 +13,7 @@ use unimem_dma::{DmaError, ShmDmaEngine};
 use unimem_proto::DomainDma;
 
 use crate::base::config::Config;
+use crate::base::ffi;
 use crate::base::fid::{Children, Parent, ParentRef};
 use crate::base::lock::Locking;
 use crate::info::attr::Info;
@@ -45,11 +46,17 @@ pub struct DomainState {
     /// An endpoint has a counter of remote accesses (`FI_REMOTE_READ`/
     /// `FI_REMOTE_WRITE`): initiators must tell of their one-sided ones.
     remote_counters: AtomicBool,
+    /// The progress agent serves the domain's endpoints
+    /// (`FI_PROGRESS_AUTO`, or the `async_progress` tunable).
+    agent: bool,
 }
 
 impl DomainState {
     pub fn new(fabric: &Arc<FabricState>, api_version: u32, info: Info) -> Self {
-        let locking = Locking::for_threading(info.domain.threading);
+        let agent = fabric.config.async_progress
+            || info.domain.data_progress == ffi::FI_PROGRESS_AUTO
+            || info.domain.control_progress == ffi::FI_PROGRESS_AUTO;
+        let locking = locking_for(info.domain.threading, agent);
         DomainState {
             fabric: ParentRef::new(fabric),
             api_version,
@@ -59,7 +66,13 @@ impl DomainState {
             progress: ProgressList::new(locking),
             children: Children::default(),
             remote_counters: AtomicBool::new(false),
+            agent,
         }
+    }
+
+    /// Whether the progress agent serves the domain's endpoints.
+    pub fn has_agent(&self) -> bool {
+        self.agent
     }
 
     /// An endpoint bound a counter of remote accesses.
@@ -118,7 +131,7 @@ impl DomainState {
     /// Whether the locks of the domain's objects lock: not when the
     /// application serializes its calls on them (`FI_THREAD_DOMAIN`).
     pub fn locking(&self) -> Locking {
-        Locking::for_threading(self.info.domain.threading)
+        locking_for(self.info.domain.threading, self.agent)
     }
 
     /// The domain's enabled endpoints, run by every CQ and counter read.
@@ -129,6 +142,16 @@ impl DomainState {
     /// Whether an EQ is bound.
     pub fn has_eq(&self) -> bool {
         self.eq.lock().is_some()
+    }
+}
+
+/// A domain's locks lock unless the application serializes its calls
+/// (`FI_THREAD_DOMAIN`) and no agent thread works on its objects beside it.
+fn locking_for(threading: ffi::fi_threading, agent: bool) -> Locking {
+    if agent {
+        Locking::Locked
+    } else {
+        Locking::for_threading(threading)
     }
 }
 

@@ -9,8 +9,11 @@
 //!   resources its endpoints share (DMA engine, registration cache,
 //!   progress);
 //! - `memory`: the process's dmable region, which every domain's DMA uses;
-//! - `progress`: the endpoints a CQ or counter read advances.
+//! - `progress`: the endpoints a CQ or counter read advances;
+//! - `agent`: the progress agent, the thread that advances them while the
+//!   application computes (`FI_PROGRESS_AUTO`, `async_progress`).
 
+pub mod agent;
 pub mod domain;
 pub mod fabric;
 pub mod memory;

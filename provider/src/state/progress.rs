@@ -6,11 +6,54 @@
 
 use std::sync::Arc;
 
+use unimem_mailbox::doorbell::Doorbell;
+
 use crate::base::lock::{DomainRwLock, Locking};
 
 /// Something that advances its protocol when polled: an endpoint.
 pub trait Progress: Send + Sync {
+    /// The application's progress (a CQ or counter read, a blocking wait):
+    /// takes the endpoint's lock, waiting for it if need be.
     fn progress(&self);
+
+    /// The progress agent's: only if no one holds the endpoint (the
+    /// application is never made to wait for the agent); `None` if it is
+    /// held. Returns what is left.
+    fn progress_if_free(&self) -> Option<Pending> {
+        None
+    }
+
+    /// What is left, without progressing (a look under the lock).
+    fn pending(&self) -> Pending {
+        Pending::default()
+    }
+
+    /// The doorbell of its mailbox, if it rings when a message comes.
+    fn doorbell(&self) -> Option<&Doorbell> {
+        None
+    }
+}
+
+/// What an endpoint still has to do, for a thread deciding how long it
+/// may sleep.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Pending {
+    /// A message waits in its mailbox.
+    pub message: bool,
+    /// Work that no message will announce: DMA completions to reap,
+    /// queued sends, deferred grants and reads (look again soon).
+    pub local_work: bool,
+    /// Operations in flight that wait for peers (a message will come, or
+    /// the peer's death must be noticed: look again now and then).
+    pub busy: bool,
+}
+
+impl std::ops::BitOrAssign for Pending {
+    fn bitor_assign(&mut self, other: Pending) {
+        self.message |= other.message;
+        self.local_work |= other.local_work;
+        self.busy |= other.busy;
+    }
 }
 
 /// The enabled endpoints of one domain.
@@ -47,6 +90,12 @@ impl ProgressList {
         for member in self.members.read().iter() {
             member.progress();
         }
+    }
+
+    /// The members as they are now (a blocking wait, which must not hold
+    /// the list while it sleeps).
+    pub fn members(&self) -> Vec<Arc<dyn Progress>> {
+        self.members.read().clone()
     }
 }
 

@@ -8,7 +8,8 @@
 //! `FI_RMA_EVENT` with `$FABRIC_PEER_RMA_EVENT=1`; `FI_EP_RDM`,
 //! provider `unimem`), a fabric, a domain, an `FI_AV_TABLE` AV, a CQ of the
 //! tagged format and an endpoint bound to both, enables it and prints
-//! `addr <fi_getname>`. `$FABRIC_PEER_TX_OP_FLAGS` (named as for `send`'s
+//! `addr <fi_getname>`. `$FABRIC_PEER_PROGRESS=auto` asks for
+//! `FI_PROGRESS_AUTO` (data and control). `$FABRIC_PEER_TX_OP_FLAGS` (named as for `send`'s
 //! `flags`) asks for those `tx_attr.op_flags`, the endpoint's default send
 //! flags. With `$FABRIC_PEER_CNTR=1` it also opens two counters, bound to
 //! the endpoint with `FI_WRITE` and `FI_READ` (see `cntr`); with
@@ -53,8 +54,9 @@
 //! | `read <src> <key> <offset> <len> <ctx> [msg[=a\|b]] [rma-iovs=N] [v] [try]` | an RMA read (`fi_read`, `fi_readv`, `fi_readmsg`) into a fresh buffer between guard bytes; its completion reports the checksum of the bytes read and whether the guards (for an error: the whole buffer) are untouched |
 //! | `cntr` | `ok write=W write-err=E read=R read-err=F`: the counters (`$FABRIC_PEER_CNTR`) |
 //! | `cntr-wait [write=W] [read=R] [write-err=E] [read-err=F]` | reads the counters until each is at least the value given; `ok` with the values as `cntr` |
-//! | `sleep-no-progress <ms\|wake>` | prints `sleeping`, then makes no libfabric call for `ms` milliseconds, or until the input line `wake`; meanwhile it answers `mr-sum` and `get` lines (which make no libfabric call) with a data line (their `ok` text) |
+//! | `sleep-no-progress <ms\|wake>` | prints `sleeping`, then makes no libfabric call for `ms` milliseconds, or until the input line `wake`; meanwhile it answers `mr-sum`, `get` and `recv-sum <ctx> <len>` (the checksum of the first `len` bytes of the buffer of receive `ctx`) lines, which make no libfabric call, with a data line (their `ok` text) |
 //! | `atomic <dest> <key> <offset> <write\|fetch\|compare> <dt> <op> <count> [ops=a,b,..] [cmp=a,b,..] [ctx=C] [v\|msg[=a\|b]\|inject] [rma-iovs=N] [null-ops] [try] [nowait]` | an atomic of `count` elements of datatype `dt` (`i8`..`u64`, `float`, `double`, `fcomplex`, `dcomplex`, `ldouble`, `ldcomplex`, or a number) and operation `op` (`min`, `max`, `sum`, `prod`, `lor`, `land`, `bor`, `band`, `lxor`, `bxor`, `read`, `write`, `cswap`, `cswap-ne`, `cswap-le`, `cswap-lt`, `cswap-ge`, `cswap-gt`, `mswap`, or a number) at `offset` of region `key` at `dest`: `fi_atomic`/`fi_fetch_atomic`/`fi_compare_atomic`, their `v` and `msg` forms (flags named as for `send`; the target range in `N` entries, default 1), or `fi_inject_atomic`; operand and compare elements are the bits given (one value: every element), with `null-ops` the operand buffers are NULL (for `FI_ATOMIC_READ`, which ignores them); the result buffer starts as guard bytes. Retries `-FI_EAGAIN` while progressing (`try`: one call); then (not for an inject, nor with `nowait`) waits for its completion: `ok rc=R flags=F err=E old=a,b,.. guard=G` (`err` 0 for success; `guard`: nothing written past the result, for an error nothing at all) |
+//! | `sread <ms>` | one `fi_cq_sread` with timeout `ms` (the CQ has a wait object with `$FABRIC_PEER_CQ_WAIT=unspec`); `ok rc=R wall_ms=W cpu_ms=C`, `C` the process's CPU time meanwhile |
 //! | `exhaust-fds <ms>` | opens `/dev/null` until the process is out of file descriptors, progresses for `ms` milliseconds so, then closes them; `ok held=N` |
 //! | `atomic-wait <ctx>` | waits for the completion of atomic `ctx` (an inject's error: `0`), answered as `atomic` |
 //! | `valid <dt> <op>` | `ok write=rc/count fetch=rc/count compare=rc/count qwrite=rc/count/size qfetch=.. qcompare=..`: the three `*valid` queries and `fi_query_atomic` with flags 0, `FI_FETCH_ATOMIC`, `FI_COMPARE_ATOMIC` |
@@ -179,6 +181,9 @@ impl Objects {
         if rma_event {
             hints.caps |= ffi::FI_RMA_EVENT;
         }
+        if std::env::var("FABRIC_PEER_PROGRESS").as_deref() == Ok("auto") {
+            hints.progress = ffi::FI_PROGRESS_AUTO;
+        }
         let info = Info::get(api, &hints).map_err(|c| step("fi_getinfo", c))?;
         if info.prov_name() != "unimem" {
             return Err(format!("fi_getinfo gave provider {}", info.prov_name()));
@@ -186,7 +191,13 @@ impl Objects {
         let fabric = Fabric::open(&info).map_err(|c| step("fi_fabric", c))?;
         let domain = fabric.domain(&info).map_err(|c| step("fi_domain", c))?;
         let av = domain.av().map_err(|c| step("fi_av_open", c))?;
-        let cq = domain.cq().map_err(|c| step("fi_cq_open", c))?;
+        let cq_wait = match std::env::var("FABRIC_PEER_CQ_WAIT").as_deref() {
+            Ok("unspec") => ffi::FI_WAIT_UNSPEC,
+            _ => ffi::FI_WAIT_NONE,
+        };
+        let cq = domain
+            .cq_waiting_on(cq_wait)
+            .map_err(|c| step("fi_cq_open", c))?;
         let cntrs = match std::env::var("FABRIC_PEER_CNTR").as_deref() {
             Ok("1") => Some(Counters {
                 write: domain.cntr().map_err(|c| step("fi_cntr_open", c))?,
@@ -1082,6 +1093,54 @@ impl Peer {
         }
     }
 
+    /// `fi_cq_sread` of one entry with a timeout of `ms`, timed:
+    /// `ok rc=R wall_ms=W cpu_ms=C` (the process's CPU time while it
+    /// waited, every thread's); an entry read is queued as any other.
+    fn sread(&mut self, a: &Args) -> CmdResult {
+        let ms = a.num(0)? as i32;
+        let cpu = || {
+            let mut t = libc::timespec {
+                tv_sec: 0,
+                tv_nsec: 0,
+            };
+            // SAFETY: a valid timespec to fill.
+            unsafe { libc::clock_gettime(libc::CLOCK_PROCESS_CPUTIME_ID, &mut t) };
+            t.tv_sec as f64 * 1e3 + t.tv_nsec as f64 / 1e6
+        };
+        let (cpu0, wall0) = (cpu(), Instant::now());
+        let mut entries = Vec::new();
+        let rc = match self.obj.cq.sread(&mut entries, ms) {
+            Ok(n) => n as isize,
+            Err(n) => n,
+        };
+        let (cpu_ms, wall_ms) = (cpu() - cpu0, wall0.elapsed().as_secs_f64() * 1e3);
+        entries.into_iter().for_each(|e| self.on_entry(e));
+        Ok(format!("rc={rc} wall_ms={wall_ms:.1} cpu_ms={cpu_ms:.2}"))
+    }
+
+    /// `ok sum=S`: the checksum of the first `len` bytes of the buffer
+    /// posted as receive `ctx` (no libfabric call: what is there now).
+    fn recv_sum(&self, a: &Args) -> CmdResult {
+        let ctx: u64 = a.num(0)?;
+        let len = a.num(1)? as usize;
+        let rb = self
+            .recv_bufs
+            .get(&ctx)
+            .ok_or_else(|| format!("no receive {ctx} posted"))?;
+        if len > rb.len {
+            return Err(format!("receive {ctx} has {} bytes", rb.len));
+        }
+        // Volatile: the provider's agent thread writes the buffer behind
+        // the compiler's back.
+        let bytes: Vec<u8> = (0..len)
+            .map(|i| {
+                // SAFETY: i < len <= the buffer's length; a byte read.
+                unsafe { std::ptr::read_volatile(rb.mem.as_ptr().add(i)) }
+            })
+            .collect();
+        Ok(format!("sum={}", payload::checksum(&bytes)))
+    }
+
     fn sleep_no_progress(&mut self, a: &Args) -> CmdResult {
         let until_wake = a.pos.first() == Some(&"wake");
         let ms = if until_wake { 0 } else { a.num(0)? };
@@ -1100,7 +1159,12 @@ impl Peer {
                 Some("wake") => return Ok(String::new()),
                 Some("mr-sum") => println!("{}", self.mr_sum(&Args::parse(words))?),
                 Some("get") => println!("{}", self.get(&Args::parse(words))?),
-                _ => return Err(format!("expected 'wake', 'mr-sum' or 'get', got '{line}'")),
+                Some("recv-sum") => println!("{}", self.recv_sum(&Args::parse(words))?),
+                _ => {
+                    return Err(format!(
+                        "expected 'wake', 'mr-sum', 'get' or 'recv-sum', got '{line}'"
+                    ))
+                }
             }
         }
     }
@@ -1993,6 +2057,7 @@ impl Peer {
             "cntr" => self.cntr_wait(&Args::parse(std::iter::empty())),
             "cntr-wait" => self.cntr_wait(&a),
             "sleep-no-progress" => self.sleep_no_progress(&a),
+            "sread" => self.sread(&a),
             "exhaust-fds" => self.exhaust_fds(&a),
             "atomic" => self.atomic(&a),
             "atomic-wait" => self.atomic_wait(a.num(0)?),

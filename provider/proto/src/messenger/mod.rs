@@ -346,6 +346,24 @@ where
         self.matcher.posted_len()
     }
 
+    /// Whether work is left that no message will announce: DMA completions
+    /// to reap, sends queued for a peer, deferred grants, fragments, reads
+    /// and RMA (a thread that sleeps until a message comes must look again
+    /// soon).
+    pub fn local_work(&self) -> bool {
+        !self.dma_waiters.is_empty()
+            || !self.active.is_empty()
+            || !self.deferred_grants.is_empty()
+            || !self.deferred_fragments.is_empty()
+            || self.rma_waiting()
+            || !self.deferred_reads.is_empty()
+    }
+
+    /// Whether a message may be waiting in the mailbox (a cheap look).
+    pub fn message_waiting(&self) -> bool {
+        self.mbx.has_message()
+    }
+
     /// Whether operations are still in flight (sends, RMA, transfers).
     pub fn busy(&self) -> bool {
         self.outstanding_sends > 0 || !self.rx_xfers.is_empty() || !self.rx_backlog.is_empty()

@@ -147,15 +147,13 @@ fn threading_known(t: fi_threading) -> bool {
     (FI_THREAD_UNSPEC..=FI_THREAD_ENDPOINT).contains(&t)
 }
 
-/// Progress models we can honour: manual (and unspecified); 2.x's
+/// Progress models we can honour: manual (and unspecified), auto (the
+/// domain then gets the progress agent, `state/agent.rs`); 2.x's
 /// CONTROL_UNIFIED only from API 2.0 on (the value does not exist before).
 fn progress_ok(api: u32, p: fi_progress) -> Result<(), String> {
     match p {
-        FI_PROGRESS_UNSPEC | FI_PROGRESS_MANUAL => Ok(()),
+        FI_PROGRESS_UNSPEC | FI_PROGRESS_MANUAL | FI_PROGRESS_AUTO => Ok(()),
         FI_PROGRESS_CONTROL_UNIFIED if !fi_version_lt(api, V2_0) => Ok(()),
-        FI_PROGRESS_AUTO => Err(
-            "FI_PROGRESS_AUTO requested; unimem progresses manually (no provider threads)".into(),
-        ),
         other => Err(format!("unknown progress model {other}")),
     }
 }

@@ -203,15 +203,35 @@ fn threading_reported_as_asked() {
 
 #[test]
 fn progress() {
-    let h = c_hints(|_, _, _, _, d, _| d.data_progress = FI_PROGRESS_AUTO);
+    // Auto progress is offered when asked for (the progress agent), as
+    // asked; nothing asked keeps manual.
+    for (control, data) in [
+        (FI_PROGRESS_UNSPEC, FI_PROGRESS_AUTO),
+        (FI_PROGRESS_AUTO, FI_PROGRESS_UNSPEC),
+        (FI_PROGRESS_AUTO, FI_PROGRESS_AUTO),
+    ] {
+        let h = c_hints(|_, _, _, _, d, _| {
+            d.control_progress = control;
+            d.data_progress = data;
+        });
+        assert_eq!(check(API, &ours(), &h), Ok(()));
+        let i = tailor(API, &ours(), Some(&h));
+        let or_manual = |p| {
+            if p == FI_PROGRESS_UNSPEC {
+                FI_PROGRESS_MANUAL
+            } else {
+                p
+            }
+        };
+        assert_eq!(
+            (i.domain.control_progress, i.domain.data_progress),
+            (or_manual(control), or_manual(data))
+        );
+    }
+    let h = c_hints(|_, _, _, _, d, _| d.data_progress = 77);
     assert_eq!(
         field_of(check(API, &ours(), &h)),
         "domain_attr.data_progress"
-    );
-    let h = c_hints(|_, _, _, _, d, _| d.control_progress = FI_PROGRESS_AUTO);
-    assert_eq!(
-        field_of(check(API, &ours(), &h)),
-        "domain_attr.control_progress"
     );
     let h = c_hints(|_, _, _, _, d, _| {
         d.control_progress = FI_PROGRESS_MANUAL;

@@ -1,0 +1,258 @@
+//! The progress agent: one thread per process (a Unimem node has one
+//! interface) that moves the protocol of the endpoints it serves while the
+//! application computes, as a NIC would: rendezvous grants and transfers,
+//! FINs, credits, target-assisted RMA and atomics, liveness.
+//!
+//! It behaves like hardware that raises an interrupt:
+//! - **Asleep when there is nothing to do**, on the doorbells of its
+//!   endpoints' mailboxes ([`unimem_mailbox::doorbell`]): the first message
+//!   after it armed a bell wakes it. It never spins; with operations in
+//!   flight it also wakes now and then (local work every
+//!   [`LOCAL_WORK`], liveness every [`LIVENESS`]).
+//! - **Out of the application's way.** It takes an endpoint only with a
+//!   try-lock and skips one the application holds: the application is in
+//!   the provider and progresses by itself. The application waits for the
+//!   agent at most for one progress pass of one endpoint (it takes the lock
+//!   normally), never for a sleep.
+//! - **Woken only when the application is outside.** Every call of the
+//!   application into an endpoint counts in [`ACTIVITY`]; an agent that
+//!   sees the count move only watches (sleeps [`WATCH`], bells left as
+//!   they are) instead of arming, so a rank that polls costs its senders
+//!   nothing. Once the count stops moving (the rank computes), the agent
+//!   arms every bell, looks once more and sleeps until a message comes. An
+//!   application call that finds a bell armed disarms it and kicks the
+//!   agent back to watching. A post that starts a rendezvous (a message
+//!   above the eager size) or an RMA or atomic arms its bell on the way
+//!   out, so the transfer's next message reaches the agent at once even
+//!   before the agent noticed that the rank went away to compute.
+//!
+//! Domains that asked for `FI_PROGRESS_AUTO`, and every domain when the
+//! `async_progress` tunable is set, join the agent; their locks lock (the
+//! agent is a second thread on their objects). A process whose domains do
+//! not has no agent thread and pays nothing: [`entered`] is a load of a
+//! flag.
+
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+use parking_lot::Mutex;
+use unimem_mailbox::doorbell::{self, Doorbell, Kick};
+
+use crate::state::progress::{Pending, Progress};
+
+/// How long the agent sleeps, bells as they are, while the application is
+/// calling into the provider (it progresses by itself meanwhile).
+pub const WATCH: Duration = Duration::from_micros(500);
+/// How soon the agent looks again at work no message announces (DMA
+/// completions, sends queued on a full ring, deferred grants).
+pub const LOCAL_WORK: Duration = Duration::from_micros(100);
+/// How often the agent looks at endpoints that peers of other hosts reach
+/// (their messages ring no bell).
+pub const NETWORK: Duration = Duration::from_millis(1);
+/// How soon the agent looks again at operations in flight whose peer may
+/// have died (the liveness checks of `peer_check_ms`).
+pub const LIVENESS: Duration = Duration::from_millis(50);
+
+/// Whether an agent serves any endpoint of this process.
+static ON: AtomicBool = AtomicBool::new(false);
+/// Calls of the application into the endpoints the agent serves (a plain
+/// load and store: only a change matters, not the exact count).
+static ACTIVITY: AtomicU64 = AtomicU64::new(0);
+
+static AGENT: Mutex<Option<Agent>> = Mutex::new(None);
+
+/// The agent's thread and what it serves.
+struct Agent {
+    shared: Arc<Shared>,
+    thread: Option<JoinHandle<()>>,
+    /// The process that started the thread (a forked child has none).
+    pid: u32,
+}
+
+struct Shared {
+    members: Mutex<Vec<Arc<dyn Progress>>>,
+    /// Bumped when the members change, so the thread copies them only then.
+    generation: AtomicU32,
+    /// The generation whose members the thread holds (it let go of the
+    /// others).
+    adopted: AtomicU32,
+    kick: Kick,
+    stop: AtomicBool,
+}
+
+/// The application entered an endpoint the agent serves: counted, and
+/// `bell` (the endpoint's) disarmed if it was armed, with the agent told
+/// to go back to watching.
+#[inline]
+pub fn entered(bell: &Doorbell) {
+    if !ON.load(Ordering::Relaxed) {
+        return;
+    }
+    ACTIVITY.store(
+        ACTIVITY.load(Ordering::Relaxed).wrapping_add(1),
+        Ordering::Relaxed,
+    );
+    if bell.disarm() {
+        kick();
+    }
+}
+
+/// Wakes the agent (it then looks at its endpoints).
+pub fn kick() {
+    if let Some(agent) = AGENT.lock().as_ref() {
+        agent.shared.kick.kick();
+    }
+}
+
+/// `member` (an enabled endpoint of an agent domain) is served from now on;
+/// the thread starts with the first.
+pub fn join(member: &Arc<dyn Progress>) -> Result<(), String> {
+    let mut slot = AGENT.lock();
+    let pid = std::process::id();
+    if slot.as_ref().is_some_and(|a| a.pid != pid) {
+        // Inherited through fork: the parent's thread is not here.
+        if let Some(mut stale) = slot.take() {
+            stale.thread.take();
+        }
+    }
+    if slot.is_none() {
+        let shared = Arc::new(Shared {
+            members: Mutex::new(Vec::new()),
+            generation: AtomicU32::new(0),
+            adopted: AtomicU32::new(u32::MAX),
+            kick: Kick::new(),
+            stop: AtomicBool::new(false),
+        });
+        let for_thread = Arc::clone(&shared);
+        let thread = std::thread::Builder::new()
+            .name("unimem-agent".into())
+            .spawn(move || run(&for_thread))
+            .map_err(|e| format!("cannot start the progress agent: {e}"))?;
+        tracing::info!("progress agent started");
+        *slot = Some(Agent {
+            shared,
+            thread: Some(thread),
+            pid,
+        });
+    }
+    let agent = slot.as_ref().expect("made above");
+    agent.shared.members.lock().push(Arc::clone(member));
+    agent.shared.generation.fetch_add(1, Ordering::Release);
+    ON.store(true, Ordering::Relaxed);
+    agent.shared.kick.kick();
+    Ok(())
+}
+
+/// `member` is closing: the agent lets go of it, and of its references
+/// (the endpoint's bindings hold CQs and counters the application closes
+/// next). Returns once the thread holds the members without it; it may
+/// have been in a pass on it, which it finishes first.
+pub fn leave(member: &Arc<dyn Progress>) {
+    let shared = {
+        let slot = AGENT.lock();
+        let Some(agent) = slot.as_ref() else { return };
+        if agent.pid != std::process::id() {
+            return;
+        }
+        Arc::clone(&agent.shared)
+    };
+    let generation = {
+        let mut members = shared.members.lock();
+        members.retain(|m| {
+            !std::ptr::eq(
+                Arc::as_ptr(m) as *const (),
+                Arc::as_ptr(member) as *const (),
+            )
+        });
+        shared
+            .generation
+            .fetch_add(1, Ordering::AcqRel)
+            .wrapping_add(1)
+    };
+    let until = std::time::Instant::now() + Duration::from_secs(5);
+    // Adopted this generation or a later one.
+    while shared
+        .adopted
+        .load(Ordering::Acquire)
+        .wrapping_sub(generation)
+        > u32::MAX / 2
+    {
+        if shared.stop.load(Ordering::Acquire) || std::time::Instant::now() >= until {
+            tracing::warn!("the progress agent did not let go of a closing endpoint");
+            return;
+        }
+        shared.kick.kick();
+        std::thread::sleep(Duration::from_micros(50));
+    }
+}
+
+/// Stops and joins the thread (the provider is being unloaded: no thread
+/// of ours may run code that is about to be unmapped).
+pub fn shutdown() {
+    let agent = AGENT.lock().take();
+    ON.store(false, Ordering::Relaxed);
+    if let Some(mut agent) = agent {
+        agent.shared.stop.store(true, Ordering::Release);
+        agent.shared.kick.kick();
+        if agent.pid == std::process::id() {
+            if let Some(thread) = agent.thread.take() {
+                let _ = thread.join();
+            }
+        }
+    }
+}
+
+fn run(shared: &Shared) {
+    let mut members: Vec<Arc<dyn Progress>> = Vec::new();
+    let mut generation = u32::MAX;
+    let mut last_activity = u64::MAX;
+    while !shared.stop.load(Ordering::Acquire) {
+        let kick_seen = shared.kick.seen();
+        let now = shared.generation.load(Ordering::Acquire);
+        if now != generation {
+            generation = now;
+            members = shared.members.lock().clone();
+            shared.adopted.store(generation, Ordering::Release);
+        }
+        let mut left = Pending::default();
+        let mut app_inside = false;
+        for member in &members {
+            match member.progress_if_free() {
+                Some(pending) => left |= pending,
+                None => app_inside = true,
+            }
+        }
+        let activity = ACTIVITY.load(Ordering::Relaxed);
+        let app_active = app_inside || activity != last_activity;
+        last_activity = activity;
+        let bells: Vec<&Doorbell> = members.iter().filter_map(|m| m.doorbell()).collect();
+        if app_active {
+            // The application progresses by itself: look again soon,
+            // waking early if a bell it armed rings.
+            let watched: Vec<_> = bells.iter().map(|b| (*b, b.seen())).collect();
+            doorbell::wait_any(&watched, Some((&shared.kick, kick_seen)), Some(WATCH));
+            continue;
+        }
+        let armed: Vec<_> = bells.iter().map(|b| (*b, b.arm())).collect();
+        // What came before the arming rang no bell.
+        for member in &members {
+            if let Some(pending) = member.progress_if_free() {
+                left |= pending;
+            }
+        }
+        let timeout = if left.message || left.local_work {
+            Some(LOCAL_WORK)
+        } else if crate::net::current().is_some() {
+            // Messages from other hosts come through the network thread,
+            // which rings no bell.
+            Some(NETWORK)
+        } else if left.busy || bells.len() < members.len() {
+            Some(LIVENESS)
+        } else {
+            None
+        };
+        doorbell::wait_any(&armed, Some((&shared.kick, kick_seen)), timeout);
+    }
+}

@@ -1,0 +1,208 @@
+//! The progress agent (`FI_PROGRESS_AUTO`, `FI_UNIMEM_ASYNC_PROGRESS`)
+//! between separate `fabric-peer` processes through the real libfabric
+//! core: a process that makes no libfabric call (`sleep-no-progress`) still
+//! has its receives filled, its peers' sends completed and its memory
+//! served to their RMA and atomics; the same steps without the agent are
+//! shown to wait for the sleeper, so that each check can fail. And a
+//! blocking CQ read sleeps on the mailbox's doorbell instead of polling.
+
+use std::time::{Duration, Instant};
+
+use unimem_tests::cluster::{Cluster, Kind, Region, Reply, EAGER, SEGMENT};
+use unimem_tests::payload;
+
+/// Every process with the agent (the tunable), or without (`None`).
+fn cluster(test: &str, agent: Option<&str>) -> Cluster {
+    let mut c = Cluster::new(env!("CARGO_BIN_EXE_fabric-peer"), test);
+    c.env("FABRIC_PEER_CNTR", "1");
+    c.env("FI_LOG_LEVEL", "info");
+    match agent {
+        Some("tunable") => {
+            c.env("FI_UNIMEM_ASYNC_PROGRESS", "1");
+        }
+        Some("auto") => {
+            c.env("FABRIC_PEER_PROGRESS", "auto");
+        }
+        _ => {}
+    }
+    c
+}
+
+/// Sizes of every protocol: inline, eager, rendezvous of one and of many
+/// fragments.
+const SIZES: [usize; 6] = [8, 1000, EAGER, EAGER + 1, SEGMENT + 3, 3 * SEGMENT + 5];
+
+/// Asks the sleeping process `i` for `command` (one that makes no libfabric
+/// call) until `done` holds for its answer, for at most 10 s.
+fn poll_asleep(c: &mut Cluster, i: usize, command: &str, done: impl Fn(&Reply) -> bool) -> Reply {
+    let until = Instant::now() + Duration::from_secs(10);
+    loop {
+        c.begin(i, command);
+        let reply = Reply {
+            lines: Vec::new(),
+            ok: c.next_line(i),
+        };
+        if done(&reply) || Instant::now() >= until {
+            return reply;
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
+#[test]
+fn a_receiver_that_computes_has_its_data_in_place_and_its_sender_completes() {
+    for agent in ["tunable", "auto"] {
+        let mut c = cluster(&format!("agent-recv-{agent}"), Some(agent));
+        c.spawn(2).connect_all();
+        for (n, &len) in SIZES.iter().enumerate() {
+            let (ctx, seed) = (100 + n as u64, 7 + n as u64);
+            let what = format!("{len} bytes, agent by {agent}");
+            c.cmd(1, format!("recv 0 {len} {ctx}"));
+            let sleep = c.begin(1, "sleep-no-progress wake");
+            assert_eq!(c.next_line(1), "sleeping");
+            c.cmd(0, format!("send 1 {len} {seed} {ctx}"));
+            // The sender's completion needs the receiver's side of the
+            // protocol (its grants, its acknowledgement): the agent's.
+            let sent = c.cmd(0, "wait sends=1 within=10000").completions();
+            assert_eq!((sent[0].kind, sent[0].ctx), (Kind::Send, ctx), "{what}");
+            let want = payload::checksum(&payload::pattern(seed, len));
+            let sum = poll_asleep(&mut c, 1, &format!("recv-sum {ctx} {len}"), |r| {
+                r.field("sum") as u64 == want
+            });
+            assert_eq!(
+                sum.field("sum") as u64,
+                want,
+                "data of {what} while the receiver computes"
+            );
+            c.begin(1, "wake");
+            c.answers(&[(1, sleep)]);
+            let got = c.cmd(1, "wait recvs=1").completions();
+            assert_eq!(
+                (got[0].kind, got[0].ctx, got[0].len),
+                (Kind::Recv, ctx, len),
+                "{what}"
+            );
+            assert_eq!(got[0].sum, want, "{what}");
+        }
+        let stderr = c.finish();
+        assert!(
+            stderr.iter().all(|e| e.contains("progress agent started")),
+            "{stderr:?}"
+        );
+    }
+}
+
+#[test]
+fn without_the_agent_a_rendezvous_waits_for_the_receiver() {
+    // What the test above relies on the agent for: without it, a send above
+    // the eager size to a receiver that makes no call does not complete.
+    let mut c = cluster("agent-none", None);
+    c.spawn(2).connect_all();
+    let len = 3 * SEGMENT + 5;
+    c.cmd(1, format!("recv 0 {len} 1"));
+    let sleep = c.begin(1, "sleep-no-progress wake");
+    assert_eq!(c.next_line(1), "sleeping");
+    c.cmd(0, format!("send 1 {len} 9 1"));
+    c.cmd(0, "quiet 500");
+    let sum = poll_asleep(&mut c, 1, &format!("recv-sum 1 {len}"), |_| true);
+    assert_ne!(
+        sum.field("sum") as u64,
+        payload::checksum(&payload::pattern(9, len))
+    );
+    c.begin(1, "wake");
+    c.answers(&[(1, sleep)]);
+    c.cmd(0, "wait sends=1");
+    c.cmd(1, "wait recvs=1");
+    let stderr = c.finish();
+    assert!(
+        stderr.iter().all(|e| !e.contains("progress agent started")),
+        "{stderr:?}"
+    );
+}
+
+#[test]
+fn a_target_that_computes_serves_rma_and_atomics_on_ordinary_memory() {
+    // No dmable heap: the region is ordinary memory, so every operation
+    // needs the target's progress.
+    const REGION: usize = 4 * SEGMENT;
+    for agent in [Some("tunable"), None] {
+        let mut c = cluster(&format!("agent-rma-{agent:?}"), agent);
+        c.spawn(2).connect_all();
+        let mut r = Region::new(&mut c, 1, 0x21, REGION, 3, "rw");
+        let sleep = c.begin(1, "sleep-no-progress wake");
+        assert_eq!(c.next_line(1), "sleeping");
+        let mut seed = 40;
+        let mut writes = 0;
+        for len in [8, 1000, EAGER + 1, 2 * SEGMENT + 7] {
+            seed += 1;
+            let off = (len * 3) % (REGION - len);
+            c.cmd(0, format!("write 1 {} {off} {len} {seed} {seed}", r.key));
+            r.written(off, len, seed);
+            writes += 1;
+        }
+        if agent.is_none() {
+            // Without the agent nothing completes while the target sleeps.
+            c.cmd(0, "quiet 300");
+            c.begin(1, "wake");
+            c.answers(&[(1, sleep)]);
+            c.cmd(0, format!("wait writes={writes}"));
+            c.finish();
+            continue;
+        }
+        c.cmd(0, format!("wait writes={writes} within=10000"));
+        // A read after the writes completed sees them all.
+        c.cmd(0, format!("read 1 {} 100 5000 77", r.key));
+        c.cmd(
+            0,
+            format!("atomic 1 {} 64 fetch u64 sum 1 ops=5 ctx=78 nowait", r.key),
+        );
+        let done = c.cmd(0, "wait reads=1 within=10000").completions();
+        let read = done
+            .iter()
+            .find(|d| d.kind == Kind::Read)
+            .expect("the read");
+        // Every write before the read: what it read is the model's bytes.
+        assert_eq!(read.sum, r.sum(100, 5000), "the read, target computing");
+        let fetched = c.cmd(0, "atomic-wait 78");
+        assert_eq!(fetched.field("err"), 0, "{fetched:?}");
+        // The atomic added 5 to the u64 at 64 (little-endian).
+        let old = u64::from_le_bytes(r.bytes[64..72].try_into().unwrap());
+        assert_eq!(fetched.field("old") as u64, old, "{fetched:?}");
+        r.bytes[64..72].copy_from_slice(&old.wrapping_add(5).to_le_bytes());
+        r.check_asleep(&mut c, "after the writes and the atomic, target computing");
+        c.begin(1, "wake");
+        c.answers(&[(1, sleep)]);
+        r.check(&mut c, "awake");
+        c.finish();
+    }
+}
+
+#[test]
+fn a_blocking_read_sleeps_until_its_completion_comes() {
+    for agent in [None, Some("tunable")] {
+        let mut c = cluster(&format!("agent-sread-{agent:?}"), agent);
+        c.env("FABRIC_PEER_CQ_WAIT", "unspec");
+        c.spawn(2).connect_all();
+        // Nothing comes: the read times out, asleep.
+        let idle = c.cmd(1, "sread 400");
+        assert_eq!(idle.field("rc"), -11, "{idle:?}");
+        // A message comes 400 ms into the read: it returns with it.
+        c.cmd(1, "recv 0 100 5");
+        let reading = c.begin(1, "sread 5000");
+        std::thread::sleep(Duration::from_millis(400));
+        c.cmd(0, "send 1 100 6 5");
+        let woke = c.answers(&[(1, reading)]).remove(0);
+        assert_eq!(woke.field("rc"), 1, "{woke:?}");
+        let wall = woke.float("wall_ms");
+        assert!((300.0..4000.0).contains(&wall), "{woke:?}");
+        for reply in [&idle, &woke] {
+            // Asleep, not polling: a few percent of the wait at most.
+            let (cpu, wall) = (reply.float("cpu_ms"), reply.float("wall_ms"));
+            assert!(cpu < 0.05 * wall + 5.0, "agent {agent:?}: {reply:?}");
+        }
+        let got = c.cmd(1, "wait recvs=1").completions();
+        assert_eq!((got[0].ctx, got[0].len), (5, 100));
+        c.cmd(0, "wait sends=1");
+        c.finish();
+    }
+}
