@@ -22,7 +22,7 @@
 //! nothing or lets it sleep until its timeout, never more. Sleepers always
 //! look at the ring after waking.
 
-use std::sync::atomic::{fence, AtomicU32, Ordering};
+use std::sync::atomic::{compiler_fence, fence, AtomicU32, AtomicU8, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -57,8 +57,14 @@ pub(crate) fn line(object: &SharedObject) -> &BellLine {
 #[inline]
 pub(crate) fn ring_if_armed(bell: &BellLine) {
     // The message's FULL store must be visible before we read the flag:
-    // the sleeper stores the flag, then reads the slot.
-    fence(Ordering::SeqCst);
+    // the sleeper stores the flag, then reads the slot. A sender
+    // registered for membarrier needs no fence of its own: the sleeper's
+    // membarrier puts one on every CPU that runs a registered process.
+    if !registered_sender() {
+        fence(Ordering::SeqCst);
+    } else {
+        compiler_fence(Ordering::SeqCst);
+    }
     if bell.armed.load(Ordering::Relaxed) != 0 && bell.armed.swap(0, Ordering::AcqRel) != 0 {
         bell.rings.fetch_add(1, Ordering::Release);
         futex_wake(&bell.rings, false);
@@ -103,17 +109,20 @@ impl Doorbell {
 
     /// Arms the bell for a thread that expects an answer and may not be
     /// there to take it (no one sleeps on it yet): a ring then wakes
-    /// whoever watches the bell.
+    /// whoever watches the bell. Best effort, on the data path: no barrier,
+    /// so a sender may miss it (the watcher looks again on its own soon).
     pub fn arm_for_answer(&self) {
-        self.arm_as(ANSWER);
+        self.line().armed.store(ANSWER, Ordering::Relaxed);
     }
 
     fn arm_as(&self, why: u32) -> Armed {
         let line = self.line();
         let seen = line.rings.load(Ordering::Acquire);
         line.armed.store(why, Ordering::Relaxed);
-        // The flag must be visible before the caller's look at the ring.
+        // The flag must be visible before the caller's look at the ring,
+        // and senders' messages before it (see `ring_if_armed`).
         fence(Ordering::SeqCst);
+        global_barrier();
         Armed(seen)
     }
 
@@ -157,6 +166,60 @@ impl Doorbell {
     pub fn is_wakeable(&self) -> bool {
         self.line().wakeable.load(Ordering::Relaxed) != 0
     }
+}
+
+// --- Barriers between senders and sleepers ----------------------------------
+
+const MEMBARRIER_CMD_GLOBAL_EXPEDITED: libc::c_int = 1 << 1;
+const MEMBARRIER_CMD_REGISTER_GLOBAL_EXPEDITED: libc::c_int = 1 << 2;
+/// 0: not tried yet, 1: registered, 2: refused.
+static SENDER: AtomicU8 = AtomicU8::new(0);
+/// Whether this process's sleepers can make senders' fences unneeded.
+static SLEEPER_BARRIER: AtomicU8 = AtomicU8::new(0);
+
+/// Registers this process for global expedited membarrier (once): from
+/// then on its sends need no fence. Called when a mailbox opens.
+pub(crate) fn register_sender() {
+    if SENDER.load(Ordering::Relaxed) == 0 {
+        // SAFETY: membarrier takes no pointers.
+        let rc = unsafe {
+            libc::syscall(
+                libc::SYS_membarrier,
+                MEMBARRIER_CMD_REGISTER_GLOBAL_EXPEDITED,
+                0,
+                0,
+            )
+        };
+        SENDER.store(if rc == 0 { 1 } else { 2 }, Ordering::Release);
+    }
+}
+
+#[inline]
+fn registered_sender() -> bool {
+    SENDER.load(Ordering::Acquire) == 1
+}
+
+/// A full barrier on every CPU that runs a registered process: what their
+/// senders published before it is visible to us after it, and they see our
+/// armed flag in their next look. Unregistered senders fence themselves.
+fn global_barrier() {
+    if SLEEPER_BARRIER.load(Ordering::Relaxed) == 2 {
+        return;
+    }
+    // SAFETY: membarrier takes no pointers.
+    let rc = unsafe { libc::syscall(libc::SYS_membarrier, MEMBARRIER_CMD_GLOBAL_EXPEDITED, 0, 0) };
+    if rc != 0 && SLEEPER_BARRIER.swap(2, Ordering::Relaxed) != 2 {
+        tracing::warn!(
+            "membarrier(GLOBAL_EXPEDITED) refused ({}): sleepers on a mailbox may wake late",
+            std::io::Error::last_os_error()
+        );
+    }
+}
+
+/// Whether sleepers can rely on senders' rings (the barrier works): if not,
+/// they must not sleep for long.
+pub fn rings_reliable() -> bool {
+    SLEEPER_BARRIER.load(Ordering::Relaxed) != 2
 }
 
 /// A process-local wake-up word, for waking a sleeper that is not waiting

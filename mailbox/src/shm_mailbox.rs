@@ -324,6 +324,9 @@ impl ShmMailbox {
         });
         let depth = config.depth.next_power_of_two().max(2);
         let latency_ns = config.profile.timing().mailbox_latency_ns;
+        // A process with a mailbox sends: its sends skip the fence of a
+        // wakeable peer's doorbell once registered (see `doorbell`).
+        doorbell::register_sender();
         let name = object_name(addr.node.job, &addr.object_tail());
         let ring = Ring::create(&name, depth, latency_ns)?;
         tracing::debug!(%addr, depth, "mailbox opened");

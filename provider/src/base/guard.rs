@@ -14,7 +14,11 @@ pub fn ffi_guard<F: FnOnce() -> c_int>(entry: &'static str, body: F) -> c_int {
 
 /// Like [`ffi_guard`] for entry points that return something other than an
 /// error code: `on_panic` is returned instead.
+///
+/// Every entry point also counts as an application call for the progress
+/// agent, which stays out of the provider meanwhile (`base/handover.rs`).
 pub fn ffi_guard_or<T, F: FnOnce() -> T>(entry: &'static str, on_panic: T, body: F) -> T {
+    let _call = crate::base::handover::AppCall::enter();
     // AssertUnwindSafe: after a panic we only report an error; the objects the
     // body touched are left as they are, which is what a C error return means.
     match catch_unwind(AssertUnwindSafe(body)) {

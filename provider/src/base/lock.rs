@@ -103,17 +103,6 @@ impl<T> DomainMutex<T> {
         DomainMutexGuard { lock: self }
     }
 
-    /// The value if no one holds it (the progress agent, which must never
-    /// make the application wait): None when it is held. Elided, None too
-    /// (an elided lock is only ever taken by the application's calls).
-    #[inline]
-    pub fn try_lock(&self) -> Option<DomainMutexGuard<'_, T>> {
-        match &self.raw {
-            Some(raw) => raw.try_lock().then_some(DomainMutexGuard { lock: self }),
-            None => None,
-        }
-    }
-
     pub fn get_mut(&mut self) -> &mut T {
         self.value.get_mut()
     }

@@ -4,6 +4,8 @@
 //! the core (`provider`), fid plumbing (`fid`), the panic guard around
 //! every entry point (`guard`), logging into `fi_log` (`log`), tunables
 //! (`config`), the locks a domain's threading level may elide (`lock`),
+//! the lock-free hand-over between the application's calls and the
+//! progress agent that the guard keeps (`handover`),
 //! the exit-time cleanup of our shared objects (`shutdown`)
 //! and the stubs of every entry point we do not implement (`unsupported`).
 
@@ -13,6 +15,7 @@ pub mod errdata;
 pub mod ffi;
 pub mod fid;
 pub mod guard;
+pub mod handover;
 pub mod lock;
 pub mod log;
 pub mod provider;

@@ -39,6 +39,7 @@ use crate::base::errdata;
 use crate::base::ffi::{self, ret};
 use crate::base::fid::{self, Children, Control, FiObject, FidObject, Parent, ParentRef};
 use crate::base::guard::{ffi_guard, ffi_guard_or};
+use crate::base::handover;
 use crate::base::lock::DomainMutex;
 use crate::state::progress::{Pending, ProgressList};
 use crate::state::DomainState;
@@ -230,7 +231,7 @@ impl CqInner {
         let ready =
             self.queued.load(Ordering::SeqCst) != 0 || self.signaled.load(Ordering::Acquire);
         if !ready && !pending.message {
-            let slice = if pending.local_work {
+            let slice = if pending.local_work || !doorbell::rings_reliable() {
                 Duration::from_micros(100)
             } else if pending.busy {
                 Duration::from_millis(10)
@@ -238,7 +239,11 @@ impl CqInner {
                 Duration::from_millis(100)
             };
             let timeout = deadline.remaining().map_or(slice, |left| left.min(slice));
-            doorbell::wait_any(&armed, Some((&self.kick, kick_seen)), Some(timeout));
+            // Asleep, the thread is out of the provider: the agent may
+            // progress meanwhile (and kick us with what it wrote).
+            handover::outside(|| {
+                doorbell::wait_any(&armed, Some((&self.kick, kick_seen)), Some(timeout))
+            });
         }
         self.sleepers.fetch_sub(1, Ordering::Relaxed);
         for (bell, _) in &armed {

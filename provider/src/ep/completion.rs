@@ -25,14 +25,14 @@ impl Progress for EpInner {
         self.reclaim_lost(lost);
     }
 
-    fn progress_if_free(&self) -> Option<Pending> {
-        let mut core = self.core.try_lock()?;
+    fn progress_for_agent(&self) -> Pending {
+        let mut core = self.core.lock();
         self.advance(&mut core);
         let pending = pending_of(&core);
         let lost = core.peers_lost();
         drop(core);
         self.reclaim_lost(lost);
-        Some(pending)
+        pending
     }
 
     fn pending(&self) -> Pending {

@@ -132,7 +132,9 @@ impl EpInner {
     /// `state/agent.rs`).
     #[inline]
     pub(super) fn enter(&self) -> DomainMutexGuard<'_, EpCore> {
-        agent::entered(&self.bell);
+        if self.agent {
+            agent::entered(&self.bell);
+        }
         self.core.lock()
     }
 

@@ -32,7 +32,7 @@
 //! not has no agent thread and pays nothing: [`entered`] is a load of a
 //! flag.
 
-use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::Duration;
@@ -40,11 +40,15 @@ use std::time::Duration;
 use parking_lot::Mutex;
 use unimem_mailbox::doorbell::{self, Doorbell, Kick};
 
+use crate::base::handover::{self, AgentHold};
 use crate::state::progress::{Pending, Progress};
 
 /// How long the agent sleeps, bells as they are, while the application is
 /// calling into the provider (it progresses by itself meanwhile).
-pub const WATCH: Duration = Duration::from_micros(500);
+pub const WATCH: Duration = Duration::from_millis(1);
+/// How long the agent, woken with operations in flight, keeps polling
+/// before it sleeps again.
+pub const POLL: Duration = Duration::from_micros(50);
 /// How soon the agent looks again at work no message announces (DMA
 /// completions, sends queued on a full ring, deferred grants).
 pub const LOCAL_WORK: Duration = Duration::from_micros(100);
@@ -54,12 +58,6 @@ pub const NETWORK: Duration = Duration::from_millis(1);
 /// How soon the agent looks again at operations in flight whose peer may
 /// have died (the liveness checks of `peer_check_ms`).
 pub const LIVENESS: Duration = Duration::from_millis(50);
-
-/// Whether an agent serves any endpoint of this process.
-static ON: AtomicBool = AtomicBool::new(false);
-/// Calls of the application into the endpoints the agent serves (a plain
-/// load and store: only a change matters, not the exact count).
-static ACTIVITY: AtomicU64 = AtomicU64::new(0);
 
 static AGENT: Mutex<Option<Agent>> = Mutex::new(None);
 
@@ -82,18 +80,12 @@ struct Shared {
     stop: AtomicBool,
 }
 
-/// The application entered an endpoint the agent serves: counted, and
-/// `bell` (the endpoint's) disarmed if it was armed, with the agent told
-/// to go back to watching.
+/// The application entered an endpoint the agent serves, whose doorbell is
+/// `bell`: disarmed if the agent had armed it to sleep, and the agent told
+/// to go back to watching (else it would sleep on a bell that no longer
+/// rings).
 #[inline]
 pub fn entered(bell: &Doorbell) {
-    if !ON.load(Ordering::Relaxed) {
-        return;
-    }
-    ACTIVITY.store(
-        ACTIVITY.load(Ordering::Relaxed).wrapping_add(1),
-        Ordering::Relaxed,
-    );
     if bell.disarm() {
         kick();
     }
@@ -130,6 +122,7 @@ pub fn join(member: &Arc<dyn Progress>) -> Result<(), String> {
             .name("unimem-agent".into())
             .spawn(move || run(&for_thread))
             .map_err(|e| format!("cannot start the progress agent: {e}"))?;
+        handover::start();
         tracing::info!("progress agent started");
         *slot = Some(Agent {
             shared,
@@ -140,7 +133,6 @@ pub fn join(member: &Arc<dyn Progress>) -> Result<(), String> {
     let agent = slot.as_ref().expect("made above");
     agent.shared.members.lock().push(Arc::clone(member));
     agent.shared.generation.fetch_add(1, Ordering::Release);
-    ON.store(true, Ordering::Relaxed);
     agent.shared.kick.kick();
     Ok(())
 }
@@ -192,7 +184,7 @@ pub fn leave(member: &Arc<dyn Progress>) {
 /// of ours may run code that is about to be unmapped).
 pub fn shutdown() {
     let agent = AGENT.lock().take();
-    ON.store(false, Ordering::Relaxed);
+    handover::stop();
     if let Some(mut agent) = agent {
         agent.shared.stop.store(true, Ordering::Release);
         agent.shared.kick.kick();
@@ -204,7 +196,32 @@ pub fn shutdown() {
     }
 }
 
+/// Lets the agent run on any CPU of the host. The thread inherits the
+/// affinity of the thread that started it, and MPI launchers pin each rank
+/// to one core: there the agent could only run by taking the rank's own
+/// time. A NIC's engine is not on the application's core either; on
+/// another, it takes time from a rank that waits (polls) rather than from
+/// one that computes.
+fn float_over_all_cpus() {
+    // SAFETY: a zeroed cpu_set_t is a valid empty set; CPU_SET writes
+    // within it; sched_setaffinity reads it.
+    unsafe {
+        let mut set: libc::cpu_set_t = std::mem::zeroed();
+        let cpus = libc::sysconf(libc::_SC_NPROCESSORS_ONLN).max(1) as usize;
+        for cpu in 0..cpus.min(libc::CPU_SETSIZE as usize) {
+            libc::CPU_SET(cpu, &mut set);
+        }
+        if libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set) != 0 {
+            tracing::info!(
+                "the progress agent keeps its inherited CPU affinity: {}",
+                std::io::Error::last_os_error()
+            );
+        }
+    }
+}
+
 fn run(shared: &Shared) {
+    float_over_all_cpus();
     let mut members: Vec<Arc<dyn Progress>> = Vec::new();
     let mut generation = u32::MAX;
     let mut last_activity = u64::MAX;
@@ -216,37 +233,51 @@ fn run(shared: &Shared) {
             members = shared.members.lock().clone();
             shared.adopted.store(generation, Ordering::Release);
         }
-        let mut left = Pending::default();
-        let mut app_inside = false;
-        for member in &members {
-            match member.progress_if_free() {
-                Some(pending) => left |= pending,
-                None => app_inside = true,
-            }
-        }
-        let activity = ACTIVITY.load(Ordering::Relaxed);
-        let app_active = app_inside || activity != last_activity;
-        last_activity = activity;
         let bells: Vec<&Doorbell> = members.iter().filter_map(|m| m.doorbell()).collect();
-        if app_active {
-            // The application progresses by itself: look again soon,
-            // waking early if a bell it armed rings.
+        let activity = handover::ACTIVITY.load(Ordering::Relaxed);
+        let app_active = activity != last_activity;
+        last_activity = activity;
+        // While the application keeps calling, it progresses by itself:
+        // look again soon, woken early by a bell it armed.
+        let hold = if app_active { None } else { AgentHold::take() };
+        let Some(hold) = hold else {
             let watched: Vec<_> = bells.iter().map(|b| (*b, b.seen())).collect();
             doorbell::wait_any(&watched, Some((&shared.kick, kick_seen)), Some(WATCH));
             continue;
-        }
+        };
+        let mut left = Pending::default();
         let armed: Vec<_> = bells.iter().map(|b| (*b, b.arm())).collect();
-        // What came before the arming rang no bell.
-        for member in &members {
-            if let Some(pending) = member.progress_if_free() {
-                left |= pending;
+        // A panic must neither kill the agent nor leave it holding.
+        let passes = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            // At least twice (what came before the arming rang no bell);
+            // then, while operations are in flight, on for a little while
+            // as an interrupt handler turns to polling under load: the
+            // next message of a transfer comes within microseconds, and
+            // each wake-up would cost far more. An application call that
+            // wants in ends it.
+            let woke = std::time::Instant::now();
+            let mut rounds = 0;
+            loop {
+                left = Pending::default();
+                for member in &members {
+                    left |= member.progress_for_agent();
+                }
+                rounds += 1;
+                let more = left.message || left.local_work || left.busy;
+                if rounds >= 2 && (!more || woke.elapsed() >= POLL || AgentHold::wanted()) {
+                    break;
+                }
             }
+        }));
+        drop(hold);
+        if passes.is_err() {
+            tracing::warn!("the progress agent's pass panicked; it goes on");
         }
         let timeout = if left.message || left.local_work {
             Some(LOCAL_WORK)
-        } else if crate::net::current().is_some() {
+        } else if crate::net::current().is_some() || !doorbell::rings_reliable() {
             // Messages from other hosts come through the network thread,
-            // which rings no bell.
+            // which rings no bell; without membarrier a ring may be missed.
             Some(NETWORK)
         } else if left.busy || bells.len() < members.len() {
             Some(LIVENESS)

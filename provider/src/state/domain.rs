@@ -56,7 +56,9 @@ impl DomainState {
         let agent = fabric.config.async_progress
             || info.domain.data_progress == ffi::FI_PROGRESS_AUTO
             || info.domain.control_progress == ffi::FI_PROGRESS_AUTO;
-        let locking = locking_for(info.domain.threading, agent);
+        // The agent never runs beside an application call
+        // (`state/handover.rs`): the threading model alone decides.
+        let locking = Locking::for_threading(info.domain.threading);
         DomainState {
             fabric: ParentRef::new(fabric),
             api_version,
@@ -131,7 +133,7 @@ impl DomainState {
     /// Whether the locks of the domain's objects lock: not when the
     /// application serializes its calls on them (`FI_THREAD_DOMAIN`).
     pub fn locking(&self) -> Locking {
-        locking_for(self.info.domain.threading, self.agent)
+        Locking::for_threading(self.info.domain.threading)
     }
 
     /// The domain's enabled endpoints, run by every CQ and counter read.
@@ -142,16 +144,6 @@ impl DomainState {
     /// Whether an EQ is bound.
     pub fn has_eq(&self) -> bool {
         self.eq.lock().is_some()
-    }
-}
-
-/// A domain's locks lock unless the application serializes its calls
-/// (`FI_THREAD_DOMAIN`) and no agent thread works on its objects beside it.
-fn locking_for(threading: ffi::fi_threading, agent: bool) -> Locking {
-    if agent {
-        Locking::Locked
-    } else {
-        Locking::for_threading(threading)
     }
 }
 

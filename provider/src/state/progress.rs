@@ -16,11 +16,10 @@ pub trait Progress: Send + Sync {
     /// takes the endpoint's lock, waiting for it if need be.
     fn progress(&self);
 
-    /// The progress agent's: only if no one holds the endpoint (the
-    /// application is never made to wait for the agent); `None` if it is
-    /// held. Returns what is left.
-    fn progress_if_free(&self) -> Option<Pending> {
-        None
+    /// The progress agent's, while it holds the provider (no application
+    /// call is in it, `state/handover.rs`). Returns what is left.
+    fn progress_for_agent(&self) -> Pending {
+        Pending::default()
     }
 
     /// What is left, without progressing (a look under the lock).

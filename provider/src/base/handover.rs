@@ -1,0 +1,200 @@
+//! Who runs the protocol: the application's calls or the progress agent,
+//! never both at once, and no lock between them.
+//!
+//! Every entry point counts itself in a slot of its thread
+//! ([`AppCall::enter`]: a plain store and a load); the agent takes over
+//! only when every slot reads zero ([`AgentHold::take`]). The two sides are
+//! an asymmetric Dekker: the application's side has no fence, and the
+//! agent, before it looks at the slots, has the kernel run a full barrier
+//! on every thread of the process that is on a CPU
+//! (`membarrier(MEMBARRIER_CMD_PRIVATE_EXPEDITED)`): an application thread
+//! that entered before it is then seen inside, one that enters after it
+//! sees the agent's flag and waits for the agent's pass to end. The agent
+//! pays a system call per takeover, which only happens while the
+//! application computes; the application pays nothing it did not pay
+//! before on its data path. Where the kernel refuses membarrier, the
+//! application's side falls back to a full fence.
+//!
+//! With the two excluded, the objects of a domain keep the locking its
+//! threading model asks for (none under `FI_THREAD_DOMAIN`): the agent is
+//! one more caller that never overlaps the application.
+
+use std::cell::Cell;
+use std::sync::atomic::{compiler_fence, fence, AtomicBool, AtomicU32, AtomicU64, Ordering};
+
+use parking_lot::Mutex;
+
+/// Whether the agent runs (else [`AppCall::enter`] is one load).
+static ON: AtomicBool = AtomicBool::new(false);
+/// The agent holds the provider (it is in a pass).
+static AGENT_HOLDS: AtomicBool = AtomicBool::new(false);
+/// membarrier is not available: the application's side fences.
+static FENCED: AtomicBool = AtomicBool::new(false);
+/// Calls of the application into the provider at depth 0 (only a change
+/// matters: a plain load and store).
+pub static ACTIVITY: AtomicU64 = AtomicU64::new(0);
+
+/// One thread's count of calls in progress.
+struct Slot {
+    inside: AtomicU32,
+}
+
+/// Every thread's slot (leaked: a thread's slot outlives it, reused by no
+/// one, zero once the thread is gone).
+static SLOTS: Mutex<Vec<&'static Slot>> = Mutex::new(Vec::new());
+
+thread_local! {
+    static SLOT: Cell<Option<&'static Slot>> = const { Cell::new(None) };
+}
+
+fn slot() -> &'static Slot {
+    SLOT.with(|cell| match cell.get() {
+        Some(slot) => slot,
+        None => {
+            let slot: &'static Slot = Box::leak(Box::new(Slot {
+                inside: AtomicU32::new(0),
+            }));
+            SLOTS.lock().push(slot);
+            cell.set(Some(slot));
+            slot
+        }
+    })
+}
+
+/// Turns the hand-over on (the agent starts): registers the process for
+/// membarrier, or falls back to fences.
+pub fn start() {
+    // SAFETY: membarrier takes no pointers.
+    let registered = unsafe {
+        libc::syscall(
+            libc::SYS_membarrier,
+            MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED,
+            0,
+            0,
+        )
+    } == 0;
+    if !registered {
+        tracing::info!(
+            "membarrier unavailable ({}): the application's calls fence instead",
+            std::io::Error::last_os_error()
+        );
+        FENCED.store(true, Ordering::Relaxed);
+    }
+    ON.store(true, Ordering::SeqCst);
+}
+
+/// Turns it off (the agent stopped).
+pub fn stop() {
+    ON.store(false, Ordering::SeqCst);
+}
+
+const MEMBARRIER_CMD_PRIVATE_EXPEDITED: libc::c_int = 1 << 3;
+const MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED: libc::c_int = 1 << 4;
+
+/// An application call in progress on this thread (from [`AppCall::enter`]
+/// to its drop).
+pub struct AppCall {
+    slot: &'static Slot,
+}
+
+impl AppCall {
+    /// Counts the calling thread inside the provider; if the agent holds
+    /// it, waits for the end of the agent's pass. The count is kept with
+    /// the agent off too (a thread-local store), so that a call already
+    /// in progress when the agent starts is seen.
+    #[inline]
+    pub fn enter() -> AppCall {
+        let slot = slot();
+        let depth = slot.inside.load(Ordering::Relaxed);
+        slot.inside.store(depth + 1, Ordering::Relaxed);
+        if depth == 0 && ON.load(Ordering::Relaxed) {
+            ACTIVITY.store(
+                ACTIVITY.load(Ordering::Relaxed).wrapping_add(1),
+                Ordering::Relaxed,
+            );
+            // Our store before the load of the agent's flag: the agent's
+            // membarrier orders it; without membarrier, a fence does.
+            if FENCED.load(Ordering::Relaxed) {
+                fence(Ordering::SeqCst);
+            } else {
+                compiler_fence(Ordering::SeqCst);
+            }
+            // Acquire: what the agent wrote in its pass is ours to read.
+            while AGENT_HOLDS.load(Ordering::Acquire) {
+                std::hint::spin_loop();
+            }
+        }
+        AppCall { slot }
+    }
+}
+
+/// Runs `f` (a sleep of a blocking call) as if the calling thread were
+/// outside the provider: the agent may work meanwhile.
+pub fn outside<R>(f: impl FnOnce() -> R) -> R {
+    if !ON.load(Ordering::Relaxed) {
+        return f();
+    }
+    let slot = slot();
+    let depth = slot.inside.load(Ordering::Relaxed);
+    slot.inside.store(0, Ordering::Release);
+    let result = f();
+    slot.inside.store(depth, Ordering::Relaxed);
+    if FENCED.load(Ordering::Relaxed) {
+        fence(Ordering::SeqCst);
+    } else {
+        compiler_fence(Ordering::SeqCst);
+    }
+    while AGENT_HOLDS.load(Ordering::Acquire) {
+        std::hint::spin_loop();
+    }
+    result
+}
+
+impl Drop for AppCall {
+    #[inline]
+    fn drop(&mut self) {
+        let depth = self.slot.inside.load(Ordering::Relaxed);
+        // Release: what this call wrote is the agent's to read.
+        self.slot.inside.store(depth - 1, Ordering::Release);
+    }
+}
+
+/// The agent holding the provider, while no application thread is in it.
+pub struct AgentHold(());
+
+impl AgentHold {
+    /// The provider if no application thread is in it: `None` otherwise
+    /// (the application progresses by itself).
+    pub fn take() -> Option<AgentHold> {
+        AGENT_HOLDS.store(true, Ordering::SeqCst);
+        if !FENCED.load(Ordering::Relaxed) {
+            // SAFETY: membarrier takes no pointers; the process registered
+            // in `start`.
+            unsafe { libc::syscall(libc::SYS_membarrier, MEMBARRIER_CMD_PRIVATE_EXPEDITED, 0, 0) };
+        }
+        let busy = SLOTS
+            .lock()
+            .iter()
+            .any(|slot| slot.inside.load(Ordering::Acquire) != 0);
+        if busy {
+            AGENT_HOLDS.store(false, Ordering::Release);
+            return None;
+        }
+        Some(AgentHold(()))
+    }
+
+    /// Whether an application thread is waiting to come in: the agent
+    /// ends its pass early.
+    pub fn wanted() -> bool {
+        SLOTS
+            .lock()
+            .iter()
+            .any(|slot| slot.inside.load(Ordering::Relaxed) != 0)
+    }
+}
+
+impl Drop for AgentHold {
+    fn drop(&mut self) {
+        AGENT_HOLDS.store(false, Ordering::Release);
+    }
+}
