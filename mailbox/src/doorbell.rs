@@ -39,9 +39,9 @@ pub(crate) struct BellLine {
     pub(crate) rings: AtomicU32,
 }
 
-/// What `armed` holds: why the bell is armed.
+/// What `armed` holds when a sleeper armed it (anything else nonzero is a
+/// peer's doing, and still rings).
 const SLEEPER: u32 = 2;
-const ANSWER: u32 = 1;
 
 /// Where the line sits in the mailbox's header page.
 pub(crate) const BELL_OFFSET: usize = 192;
@@ -104,21 +104,9 @@ impl Doorbell {
     /// (a message may have come before the arming) and only sleep
     /// ([`wait_any`]) if it found none.
     pub fn arm(&self) -> Armed {
-        self.arm_as(SLEEPER)
-    }
-
-    /// Arms the bell for a thread that expects an answer and may not be
-    /// there to take it (no one sleeps on it yet): a ring then wakes
-    /// whoever watches the bell. Best effort, on the data path: no barrier,
-    /// so a sender may miss it (the watcher looks again on its own soon).
-    pub fn arm_for_answer(&self) {
-        self.line().armed.store(ANSWER, Ordering::Relaxed);
-    }
-
-    fn arm_as(&self, why: u32) -> Armed {
         let line = self.line();
         let seen = line.rings.load(Ordering::Acquire);
-        line.armed.store(why, Ordering::Relaxed);
+        line.armed.store(SLEEPER, Ordering::Relaxed);
         // The flag must be visible before the caller's look at the ring,
         // and senders' messages before it (see `ring_if_armed`).
         fence(Ordering::SeqCst);

@@ -266,9 +266,6 @@ fn post_atomic(ep: &EpInner, op_name: &str, call: &Call) -> isize {
     // protocol copies them), the result buffer valid until completion.
     let posted = unsafe { core.atomic(req) };
     ep.drain(&mut core);
-    if ep.agent && core.busy() {
-        ep.expect_answer();
-    }
     match posted {
         Ok(()) => 0,
         Err(e) => map_post_error(ep, e, op_name),

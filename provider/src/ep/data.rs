@@ -285,16 +285,12 @@ fn post_send(ep: &EpInner, op: &str, iov: IovList, req: &Request) -> isize {
         copy: flags & ffi::FI_INJECT != 0,
         delivery_complete: flags & (ffi::FI_MATCH_COMPLETE | ffi::FI_DELIVERY_COMPLETE) != 0,
     };
-    let rendezvous = ep.agent && unimem_proto::iov::total_len(&req.iov) > ep.inject_size;
     let mut core = ep.enter();
     // SAFETY: libfabric's contract: the buffers stay valid until the send
     // completes (until return for an inject or with FI_INJECT, which the
     // protocol copies).
     let result = unsafe { core.send(req) };
     ep.drain(&mut core);
-    if rendezvous {
-        ep.expect_answer();
-    }
     match result {
         Ok(()) => 0,
         Err(e) => map_post_error(ep, e, op),
@@ -345,7 +341,6 @@ fn post_recv(ep: &EpInner, op: &str, iov: IovList, req: &Request) -> isize {
         };
         (src, !b.rx_selective || flags & ffi::FI_COMPLETION != 0)
     };
-    let rendezvous = ep.agent && unimem_proto::iov::total_len(&iov) > ep.inject_size;
     let recv = PostedRecv {
         context: req.context as usize,
         iov,
@@ -390,9 +385,6 @@ fn post_recv(ep: &EpInner, op: &str, iov: IovList, req: &Request) -> isize {
         0
     };
     ep.drain(&mut core);
-    if rendezvous {
-        ep.expect_answer();
-    }
     result
 }
 

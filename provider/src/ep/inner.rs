@@ -137,16 +137,6 @@ impl EpInner {
         }
         self.core.lock()
     }
-
-    /// After a post that the peer answers with a message the application
-    /// might not be there to take (a rendezvous, an RMA or atomic): arms the
-    /// doorbell so that the answer wakes the agent at once.
-    #[inline]
-    pub(super) fn expect_answer(&self) {
-        if self.agent {
-            self.bell.arm_for_answer();
-        }
-    }
 }
 
 /// A rate limit on the warnings of one endpoint's refused posts: an

@@ -186,9 +186,6 @@ fn post_rma(ep: &EpInner, op: &str, iov: IovList, call: &RmaCall) -> isize {
     // copies).
     let result = unsafe { core.rma(call.kind, req) };
     ep.drain(&mut core);
-    if ep.agent && core.busy() {
-        ep.expect_answer();
-    }
     match result {
         Ok(()) => 0,
         Err(e) => map_post_error(ep, e, op),
