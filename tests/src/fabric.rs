@@ -516,6 +516,20 @@ pub struct CqEntry {
     pub src: u64,
 }
 
+impl CqEntry {
+    fn from(e: &ffi::fi_cq_tagged_entry, src: ffi::fi_addr_t) -> CqEntry {
+        CqEntry {
+            context: e.op_context as usize,
+            flags: e.flags,
+            len: e.len,
+            buf: e.buf as usize,
+            data: e.data,
+            tag: e.tag,
+            src,
+        }
+    }
+}
+
 /// One error completion (`struct fi_cq_err_entry`).
 #[derive(Clone, Copy, Debug)]
 pub struct CqError {
@@ -559,15 +573,12 @@ impl Cq {
             return Err(n);
         }
         let n = n as usize;
-        out.extend(entries[..n].iter().zip(&src[..n]).map(|(e, &src)| CqEntry {
-            context: e.op_context as usize,
-            flags: e.flags,
-            len: e.len,
-            buf: e.buf as usize,
-            data: e.data,
-            tag: e.tag,
-            src,
-        }));
+        out.extend(
+            entries[..n]
+                .iter()
+                .zip(&src[..n])
+                .map(|(e, &src)| CqEntry::from(e, src)),
+        );
         Ok(n)
     }
 
@@ -591,15 +602,7 @@ impl Cq {
         if n < 0 {
             return Err(n);
         }
-        out.push(CqEntry {
-            context: e.op_context as usize,
-            flags: e.flags,
-            len: e.len,
-            buf: e.buf as usize,
-            data: e.data,
-            tag: e.tag,
-            src,
-        });
+        out.push(CqEntry::from(&e, src));
         Ok(n as usize)
     }
 
