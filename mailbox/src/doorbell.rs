@@ -11,11 +11,15 @@
 //! load of a line that does not change.
 //!
 //! The two sides are a store-then-load on each side (message then flag,
-//! flag then message), so each puts a full fence between them: without
+//! flag then message), so a full barrier must stand between them: without
 //! it either could read before its write is visible, and the sleeper would
-//! miss the only message meant to wake it. Mailboxes that are not wakeable
-//! (no thread of their owner ever sleeps on them) spare senders the fence:
-//! a sender reads the flag once, when it connects.
+//! miss the only message meant to wake it. The sleeper pays for both
+//! sides: it fences and then has the kernel put a barrier on every CPU
+//! that runs a process registered as a sender
+//! (`membarrier(GLOBAL_EXPEDITED)`), so senders pay no fence; a process
+//! the kernel refuses fences its own sends. A sender looks at the bell
+//! only when the mailbox is wakeable (its owner made it so: some thread
+//! of its sleeps on it), one load of a line that rarely changes.
 //!
 //! The futex word is in memory every peer can write, so a hostile peer can
 //! ring at will or leave the bell disarmed: that wakes the owner for
@@ -31,7 +35,8 @@ use crate::shm::SharedObject;
 /// The doorbell's line in the header page.
 #[repr(C, align(64))]
 pub(crate) struct BellLine {
-    /// Set at creation and never changed: senders ring this mailbox.
+    /// Set by the owner once some thread of its may sleep on the mailbox
+    /// (never cleared): senders look at `armed`.
     pub(crate) wakeable: AtomicU32,
     /// Nonzero while a thread of the owner sleeps, or is about to.
     pub(crate) armed: AtomicU32,
@@ -138,15 +143,8 @@ impl Doorbell {
         self.line().rings.load(Ordering::Acquire) != armed.0
     }
 
-    /// Rings it from within the owner (wakes its sleepers).
-    pub fn ring(&self) {
-        let line = self.line();
-        line.armed.store(0, Ordering::Relaxed);
-        line.rings.fetch_add(1, Ordering::Release);
-        futex_wake(&line.rings, false);
-    }
-
-    /// Makes the mailbox wakeable (see [`crate::ShmMailbox::make_wakeable`]).
+    /// Makes the mailbox wakeable: from now on senders ring its doorbell
+    /// when a thread of ours armed it. Done before a thread sleeps on it.
     pub fn make_wakeable(&self) {
         self.line().wakeable.store(1, Ordering::Release);
     }
@@ -241,16 +239,24 @@ impl Kick {
 /// Most doorbells one [`wait_any`] sleeps on (the kernel's limit is 128,
 /// one is the kick).
 pub const MAX_BELLS: usize = 127;
+/// The longest sleep of a [`wait_any`] on more than [`MAX_BELLS`] bells.
+pub const BEYOND_MAX_BELLS: Duration = Duration::from_millis(1);
 
 /// Sleeps until one of `bells` rings (each with what its arming saw), `kick`
 /// moves on from `kick_seen`, `timeout` passes, or a signal comes. Returns
 /// at once if any of them already moved on. Spurious returns are possible:
-/// callers look at their mailboxes afterwards.
+/// callers look at their mailboxes afterwards. Beyond [`MAX_BELLS`] bells
+/// the rest cannot wake it: it then sleeps [`BEYOND_MAX_BELLS`] at most.
 pub fn wait_any(
     bells: &[(&Doorbell, Armed)],
     kick: Option<(&Kick, u32)>,
     timeout: Option<Duration>,
 ) {
+    let timeout = if bells.len() > MAX_BELLS {
+        Some(timeout.map_or(BEYOND_MAX_BELLS, |t| t.min(BEYOND_MAX_BELLS)))
+    } else {
+        timeout
+    };
     let mut waiters: Vec<FutexWaitv> = Vec::with_capacity(bells.len().min(MAX_BELLS) + 1);
     for (bell, armed) in bells.iter().take(MAX_BELLS) {
         waiters.push(FutexWaitv {

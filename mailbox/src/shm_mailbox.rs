@@ -348,15 +348,6 @@ impl ShmMailbox {
         self.ring.depth() as usize
     }
 
-    /// Makes the mailbox wakeable: from now on senders ring its doorbell
-    /// when a thread of ours armed it (each send then pays a fence). Done
-    /// once, before the address is handed out.
-    pub fn make_wakeable(&self) {
-        doorbell::line(&self.ring.object)
-            .wakeable
-            .store(1, Ordering::Release);
-    }
-
     /// A handle on the doorbell, for threads that sleep until a message
     /// comes (see [`crate::doorbell`]).
     pub fn doorbell(&self) -> Doorbell {
@@ -753,7 +744,7 @@ mod tests {
         use crate::doorbell::wait_any;
         use std::time::{Duration, Instant};
         let mut mbx = ShmMailbox::open(&config("bell", 8)).unwrap();
-        mbx.make_wakeable();
+        mbx.doorbell().make_wakeable();
         let sender = ShmMailbox::open(&config("bell", 8)).unwrap();
         let route = sender.connect(&mbx.addr()).unwrap();
         let bell = mbx.doorbell();

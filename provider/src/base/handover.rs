@@ -119,14 +119,7 @@ impl AppCall {
                 ACTIVITY.load(Ordering::Relaxed).wrapping_add(1),
                 Ordering::Relaxed,
             );
-            // Our store before the load of the agent's flag: the agent's
-            // membarrier orders it; without membarrier, a fence does.
-            if FENCED.load(Ordering::Relaxed) {
-                fence(Ordering::SeqCst);
-            } else {
-                compiler_fence(Ordering::SeqCst);
-            }
-            wait_for_agent();
+            come_in();
         }
         AppCall { slot }
     }
@@ -143,12 +136,7 @@ pub fn outside<R>(f: impl FnOnce() -> R) -> R {
     slot.inside.store(0, Ordering::Release);
     let result = f();
     slot.inside.store(depth, Ordering::Relaxed);
-    if FENCED.load(Ordering::Relaxed) {
-        fence(Ordering::SeqCst);
-    } else {
-        compiler_fence(Ordering::SeqCst);
-    }
-    wait_for_agent();
+    come_in();
     result
 }
 
@@ -156,7 +144,14 @@ pub fn outside<R>(f: impl FnOnce() -> R) -> R {
 /// provider. A claim still in its barrier (a membarrier takes tens of
 /// microseconds on a virtual machine) is cancelled rather than waited for.
 #[inline]
-fn wait_for_agent() {
+fn come_in() {
+    // Our count before the load of the agent's claim: the agent's
+    // membarrier orders them; without membarrier, a fence does.
+    if FENCED.load(Ordering::Relaxed) {
+        fence(Ordering::SeqCst);
+    } else {
+        compiler_fence(Ordering::SeqCst);
+    }
     // Acquire: what the agent wrote in its pass is ours to read.
     loop {
         match AGENT.load(Ordering::Acquire) {
@@ -196,11 +191,7 @@ impl AgentHold {
             // in `start`.
             unsafe { libc::syscall(libc::SYS_membarrier, MEMBARRIER_CMD_PRIVATE_EXPEDITED, 0, 0) };
         }
-        let busy = SLOTS
-            .lock()
-            .iter()
-            .any(|slot| slot.inside.load(Ordering::Acquire) != 0);
-        if busy {
+        if any_inside() {
             let _ = AGENT.compare_exchange(CLAIMING, FREE, Ordering::AcqRel, Ordering::Relaxed);
             return None;
         }
@@ -215,11 +206,17 @@ impl AgentHold {
     /// Whether an application thread is waiting to come in: the agent
     /// ends its pass early.
     pub fn wanted() -> bool {
-        SLOTS
-            .lock()
-            .iter()
-            .any(|slot| slot.inside.load(Ordering::Relaxed) != 0)
+        any_inside()
     }
+}
+
+/// Whether an application thread is counted in (Acquire: what it wrote
+/// before it left is ours to read).
+fn any_inside() -> bool {
+    SLOTS
+        .lock()
+        .iter()
+        .any(|slot| slot.inside.load(Ordering::Acquire) != 0)
 }
 
 impl Drop for AgentHold {

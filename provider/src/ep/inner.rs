@@ -120,7 +120,7 @@ pub struct EpInner {
     /// Warnings of refused posts, rate-limited for this endpoint.
     pub(super) post_warnings: PostWarnings,
     /// The doorbell of its mailbox: rung by senders once the mailbox is
-    /// wakeable (an agent domain, or a CQ or counter with a wait object).
+    /// wakeable (an agent domain, or a CQ with a wait object).
     pub(super) bell: Doorbell,
     /// The progress agent serves it (an agent domain).
     pub(super) agent: bool,

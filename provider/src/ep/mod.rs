@@ -150,10 +150,10 @@ pub unsafe fn open(
     };
     // In an agent domain the agent sleeps on the mailbox's doorbell.
     let agent = domain.has_agent();
-    if agent {
-        mailbox.make_wakeable();
-    }
     let bell = mailbox.doorbell();
+    if agent {
+        bell.make_wakeable();
+    }
     // The domain's DMA opened the process's network interface, if any.
     let mailbox = NodeMailbox::new(mailbox, crate::net::current());
     let core = match Core::new(mailbox, &dma, proto_config(cfg)) {

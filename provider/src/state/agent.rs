@@ -41,7 +41,7 @@ use parking_lot::Mutex;
 use unimem_mailbox::doorbell::{self, Doorbell, Kick};
 
 use crate::base::handover::{self, AgentHold};
-use crate::state::progress::{Pending, Progress};
+use crate::state::progress::{same, Pending, Progress};
 
 /// How long the agent sleeps, bells disarmed, while the application is
 /// calling into the provider (it progresses by itself meanwhile): from
@@ -158,12 +158,7 @@ pub fn leave(member: &Arc<dyn Progress>) {
     };
     let generation = {
         let mut members = shared.members.lock();
-        members.retain(|m| {
-            !std::ptr::eq(
-                Arc::as_ptr(m) as *const (),
-                Arc::as_ptr(member) as *const (),
-            )
-        });
+        members.retain(|m| !same(m, member));
         shared
             .generation
             .fetch_add(1, Ordering::AcqRel)
@@ -258,7 +253,7 @@ fn run(shared: &Shared) {
         let app_active = activity != last_activity;
         last_activity = activity;
         // While the application keeps calling, it progresses by itself:
-        // look again soon, woken early by a bell it armed.
+        // look again soon (or when a bell rings: a blocking read armed it).
         let hold = if app_active { None } else { AgentHold::take() };
         let Some(hold) = hold else {
             let watched: Vec<_> = bells.iter().map(|b| (*b, b.seen())).collect();

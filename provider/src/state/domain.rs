@@ -57,7 +57,7 @@ impl DomainState {
             || info.domain.data_progress == ffi::FI_PROGRESS_AUTO
             || info.domain.control_progress == ffi::FI_PROGRESS_AUTO;
         // The agent never runs beside an application call
-        // (`state/handover.rs`): the threading model alone decides.
+        // (`base/handover.rs`): the threading model alone decides.
         let locking = Locking::for_threading(info.domain.threading);
         DomainState {
             fabric: ParentRef::new(fabric),

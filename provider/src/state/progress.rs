@@ -17,7 +17,7 @@ pub trait Progress: Send + Sync {
     fn progress(&self);
 
     /// The progress agent's, while it holds the provider (no application
-    /// call is in it, `state/handover.rs`). Returns what is left.
+    /// call is in it, `base/handover.rs`). Returns what is left.
     fn progress_for_agent(&self) -> Pending {
         Pending::default()
     }
@@ -100,7 +100,7 @@ impl ProgressList {
 
 /// Same object: compares the data pointers only (vtable pointers of one
 /// type may differ between codegen units).
-fn same(a: &Arc<dyn Progress>, b: &Arc<dyn Progress>) -> bool {
+pub(crate) fn same(a: &Arc<dyn Progress>, b: &Arc<dyn Progress>) -> bool {
     std::ptr::eq(Arc::as_ptr(a) as *const (), Arc::as_ptr(b) as *const ())
 }
 
