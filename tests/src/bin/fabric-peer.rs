@@ -62,6 +62,7 @@
 //! | `valid <dt> <op>` | `ok write=rc/count fetch=rc/count compare=rc/count qwrite=rc/count/size qfetch=.. qcompare=..`: the three `*valid` queries and `fi_query_atomic` with flags 0, `FI_FETCH_ATOMIC`, `FI_COMPARE_ATOMIC` |
 //! | `get <key> <offset> <dt> <count>` | `ok a,b,..`: the elements of the region (little-endian bits, decimal) |
 //! | `set <key> <offset> <dt> <a,b,..>` | stores those elements in the region (plain stores) |
+//! | `flag-wait <key> <flag-offset> <value> <offset> <len>` | progresses until the region's u64 at `flag-offset` holds `value`, then at once `ok sum=<checksum> polls=N`: the checksum of `len` bytes at `offset` (what a program that waits for a signal reads) |
 //! | `fetch-add-loop <dest> <key> <offset> <n> [window=W] [local]` | `n` `fi_fetch_atomic(FI_UINT64, FI_SUM)` of 1 on the element, `W` (default 4) in flight at once; with `local`, `n` CPU fetch-adds on the process's own region instead (reading the CQ after each, for the peers); `ok tickets=a,b,..`: the old values, in completion order |
 //! | `mr-cntr <key> <read\|write\|rw>` | opens a counter and binds it to region `key` (`fi_mr_bind`) with `FI_REMOTE_READ`/`FI_REMOTE_WRITE` |
 //! | `rcntr` | `ok remote-write=W remote-read=R mr0=M ..`: the remote counters (`$FABRIC_PEER_RMA_EVENT`) and those of `mr-cntr`, in order |
@@ -1549,6 +1550,48 @@ impl Peer {
         Ok(String::new())
     }
 
+    /// `flag-wait`: progresses until the region's u64 at the flag's offset
+    /// holds the value, then takes the checksum of the data range at once
+    /// (before any other libfabric call), as a program that waits for a
+    /// signal and then reads what was put before it.
+    fn flag_wait(&mut self, a: &Args) -> CmdResult {
+        let (key, flag, value) = (a.num(0)?, a.num(1)? as usize, a.num(2)?);
+        let (off, len) = (a.num(3)? as usize, a.num(4)? as usize);
+        let region = self.region(key)?;
+        if flag.checked_add(8).is_none_or(|end| end > region.len) || flag % 8 != 0 {
+            return Err(format!("no aligned u64 at {flag} of region {key}"));
+        }
+        if off.checked_add(len).is_none_or(|end| end > region.len) {
+            return Err(format!("{off}+{len} is beyond region {key}"));
+        }
+        let at = region.bytes()[flag..].as_ptr() as *const u64;
+        let deadline = Instant::now() + self.wait_limit;
+        let mut polls = 0u64;
+        loop {
+            // SAFETY: `at` is an aligned u64 inside the region, which lives
+            // in `mrs` while this runs; peers write it, hence the volatile
+            // read.
+            if u64::from_le(unsafe { at.read_volatile() }) == value {
+                break;
+            }
+            if Instant::now() > deadline {
+                return Err(format!(
+                    "flag at {flag} of region {key} never became {value}"
+                ));
+            }
+            polls += 1;
+            if !self.poll() {
+                std::hint::spin_loop();
+            }
+        }
+        std::sync::atomic::fence(Ordering::Acquire);
+        let region = self.region(key)?;
+        Ok(format!(
+            "sum={:#x} polls={polls}",
+            payload::checksum(&region.bytes()[off..off + len])
+        ))
+    }
+
     /// `fetch-add-loop`: tickets from one counter.
     fn fetch_add_loop(&mut self, a: &Args) -> CmdResult {
         let (peer, key, addr, n) = (a.num(0)?, a.num(1)?, a.num(2)?, a.num(3)?);
@@ -2064,6 +2107,7 @@ impl Peer {
             "valid" => self.valid(&a),
             "get" => self.get(&a),
             "set" => self.set(&a),
+            "flag-wait" => self.flag_wait(&a),
             "fetch-add-loop" => self.fetch_add_loop(&a),
             "mr-cntr" => self.mr_cntr(&a),
             "rcntr" => self.rcntr_wait(&Args::parse(std::iter::empty())),

@@ -53,6 +53,7 @@ where
                 });
             }
             TxClass::Write { data } => {
+                self.peers[tx.peer].writes_assisted -= 1;
                 if let Some(data) = data {
                     let len = tx.len as u64;
                     self.queue_control(tx.peer, Wire::RemoteData { data, len }.encode());
@@ -91,6 +92,7 @@ where
         match tx.class {
             TxClass::Msg => {}
             TxClass::Write { .. } => {
+                self.peers[tx.peer].writes_assisted -= 1;
                 self.events.push_back(Event::RmaError {
                     context: tx.context,
                     kind: RmaKind::Write,

@@ -127,6 +127,9 @@ pub(crate) struct Peer<A, R, N> {
     /// Its reads we are answering: places of our transmit queue they
     /// hold (`rma::target`).
     pub(crate) reads_served: usize,
+    /// Our writes to it handed to its progress (the rendezvous), not yet
+    /// finished: an atomic waits for them (`rma::atomic`).
+    pub(crate) writes_assisted: usize,
     /// Our staging buffers its fragments were granted, not yet reported
     /// (`recv::rendezvous`).
     pub(crate) staging_held: usize,
@@ -235,6 +238,7 @@ where
             dead,
             rx_ids: 0,
             reads_served: 0,
+            writes_assisted: 0,
             staging_held: 0,
             atomics_pending: 0,
             unexpected_held: 0,

@@ -2164,6 +2164,84 @@ fn atomic_refusals() {
 /// Four initiators (threads, each with its own messenger) fetch-and-add one
 /// counter at a target that runs its progress: the final value is exact and
 /// every ticket is handed out once, on dmable and on ordinary memory.
+/// A put and then an atomic on a flag of the same target (OpenSHMEM's
+/// put-then-signal): whoever sees the flag set sees the put's data, for
+/// every path the put may take (ordinary memory: bytes or the rendezvous;
+/// dmable memory: the direct path or DMA) and both of the atomic's.
+#[test]
+fn an_atomic_after_a_write_is_applied_after_it() {
+    use AtomicCall::Write;
+    for target_dmable in [false, true] {
+        for len in [8, 64, 80, 4096, 3 * FRAGMENT + 5] {
+            let mut a = messenger();
+            let mut b = messenger();
+            first_contact(&mut a, &mut b);
+            let room = len.next_multiple_of(8) + 64;
+            let target_dma = b.dma.alloc(room).unwrap();
+            target_dma.write(0, &vec![0; room]);
+            let mut target_heap = vec![0u8; room];
+            let target = if target_dmable {
+                target_dma.as_ptr() as usize
+            } else {
+                target_heap.as_mut_ptr() as usize
+            };
+            let key = fresh_key();
+            let _h = expose(
+                key,
+                target,
+                room,
+                Access::REMOTE_READ.union(Access::REMOTE_WRITE),
+            );
+            let data: Vec<u8> = (0..len).map(|i| (i % 251) as u8 + 1).collect();
+            let flag_at = (room - 8) as u64;
+            rma(
+                &mut a,
+                RmaKind::Write,
+                rma_req(b.addr(), data.as_ptr(), len, key, 0),
+            );
+            let mut none: [u8; 0] = [];
+            let one = words(&[1]);
+            let set = atomic_req(
+                b.addr(),
+                Write,
+                AtomicOp::Write,
+                Datatype::U64,
+                &one,
+                &[],
+                &mut none,
+                key,
+                flag_at,
+            );
+            // SAFETY: the operand lives until the call returns (it is
+            // copied); no result.
+            unsafe { a.atomic(set) }.unwrap();
+            let deadline = Instant::now() + HANG_GUARD;
+            let mut done = 0;
+            while done < 2 {
+                assert!(Instant::now() < deadline, "{len} B: only {done} of 2 done");
+                a.progress();
+                b.progress();
+                // SAFETY: the flag is a u64 of the target, read while
+                // nothing of ours writes it (the test's own thread).
+                let flag = unsafe { *((target + room - 8) as *const u64) };
+                if flag == 1 {
+                    // SAFETY: len bytes of the target, as above.
+                    let got = unsafe { std::slice::from_raw_parts(target as *const u8, len) };
+                    assert!(
+                        got == &data[..],
+                        "{len} B to {} memory: the flag came before the data",
+                        if target_dmable { "dmable" } else { "ordinary" }
+                    );
+                }
+                while let Some(e) = a.next_event() {
+                    assert!(matches!(e, Event::Rma { .. }), "{e:?}");
+                    done += 1;
+                }
+            }
+        }
+    }
+}
+
 #[test]
 fn concurrent_atomics_from_four_initiators_are_exact() {
     use std::sync::atomic::{AtomicBool, Ordering};

@@ -242,11 +242,19 @@ where
         Ok(())
     }
 
-    /// Whether atomics of ours to `peer` wait for its progress: a one-sided
-    /// one must not overtake them.
-    pub(crate) fn atomics_waiting_on(&self, peer: PeerIdx) -> bool {
-        self.rma_ops
-            .any(|r| r.peer == peer && matches!(r.state, RmaState::Assisted))
+    /// Whether an atomic to `peer` posted now must wait: behind atomics of
+    /// ours that its progress still has to apply (`FI_ORDER_ATOMIC_*`), and
+    /// behind our RMA writes to it not yet finished, so that a flag or
+    /// signal set after a put is never seen before the put's data (what
+    /// `shm` does, and OpenSHMEM programs rely on: see fi_unimem(7)).
+    /// Writes posted after the atomic may make it wait too; they never
+    /// wait for it, so it waits only as long as writes are in flight.
+    pub(crate) fn atomic_must_wait(&self, peer: PeerIdx) -> bool {
+        self.peers[peer].writes_assisted > 0
+            || self.rma_ops.any(|r| {
+                r.peer == peer
+                    && (r.kind == RmaKind::Write || matches!(r.state, RmaState::Assisted))
+            })
     }
 
     /// Applies atomic `op` one-sided at `target` of `node` (dmable memory,

@@ -13,13 +13,15 @@
 //! yet known, a refused key, memory that is not dmable (served by the
 //! target), a stale registration (renewed there after the key is asked
 //! again), a node of another host, an atomic behind atomics the target
-//! still has to apply (`FI_ORDER_ATOMIC_*`).
+//! still has to apply (`FI_ORDER_ATOMIC_*`) or behind writes of ours not
+//! yet finished (a signal after a put).
 //!
 //! Completion: on return the bytes are in the target's memory (a write,
 //! an atomic) or here (a read, an atomic's old values), which is delivery
 //! complete, so every completion level holds. RMA writes and reads are not
 //! ordered with each other (`fi_info` says so), so one done at once may
-//! pass an earlier one of the general path still in flight.
+//! pass an earlier one of the general path still in flight; an atomic may
+//! not pass a write.
 
 use std::hash::Hash;
 
@@ -124,11 +126,16 @@ where
         let Some(node) = self.peers[peer].node else {
             return false;
         };
-        // Behind atomics of ours that the target still has to apply, or
-        // that still wait to start, this one waits too (their order).
-        if self.rma_ops.any(|r| {
-            r.peer == peer && r.atomic.is_some() && !matches!(r.state, RmaState::Direct { .. })
-        }) {
+        // Behind atomics of ours that the target still has to apply or
+        // that still wait to start, and behind our writes not finished,
+        // this one waits too (their order).
+        if self.peers[peer].writes_assisted > 0
+            || self.rma_ops.any(|r| {
+                r.peer == peer
+                    && (r.kind == RmaKind::Write
+                        || r.atomic.is_some() && !matches!(r.state, RmaState::Direct { .. }))
+            })
+        {
             return false;
         }
         let (size, count) = (req.datatype.size(), req.count);

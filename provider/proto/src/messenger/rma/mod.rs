@@ -224,8 +224,8 @@ where
             let Some(node) = self.peers[peer].node else {
                 return false;
             };
-            // An atomic keeps its order behind ours the target applies.
-            if rma.atomic.is_some() && self.atomics_waiting_on(peer) {
+            // An atomic keeps its order behind our writes and atomics.
+            if rma.atomic.is_some() && self.atomic_must_wait(peer) {
                 return false;
             }
             match self.resolve_rma(op, node) {
@@ -345,6 +345,7 @@ where
                     ack: false,
                     kind: TxKind::Rendezvous(payload),
                 });
+                self.peers[peer].writes_assisted += 1;
                 if rma.len > u32::MAX as usize {
                     self.peers[peer]
                         .data
