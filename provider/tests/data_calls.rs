@@ -173,6 +173,7 @@ fn scenario() {
             insert(av, name.as_ptr() as _, 1, &mut to_b, 0, null_mut()),
             1
         );
+        fixed_length_names(av, &name[..len]);
 
         untagged(&a, &b, to_b);
         tagged(&a, &b, to_b);
@@ -193,6 +194,67 @@ fn scenario() {
         freeinfo(hints);
     }
     println!("scenario complete");
+}
+
+/// Every name from fi_getname has one length, NUL-padded (64 bytes), so
+/// that names gathered at the stride of one's own (MPICH, SOS) line up
+/// whatever the digits of their pids; fi_av_insert takes such a packed
+/// array, and names back to back with no padding too.
+///
+/// # Safety
+/// `av` is an open AV; `name` is an endpoint's name as fi_getname gave it.
+unsafe fn fixed_length_names(av: *mut ffi::fid_av, name: &[u8]) {
+    const LEN: usize = 64;
+    assert_eq!(name.len(), LEN, "fi_getname's length");
+    let text = name.split(|&b| b == 0).next().unwrap();
+    assert!(
+        name[text.len()..].iter().all(|&b| b == 0),
+        "padding: {name:?}"
+    );
+    let text = std::str::from_utf8(text).unwrap();
+    // Names of processes whose pids have 1 and 7 digits.
+    let rest = text.strip_prefix("unimem://").unwrap();
+    let (job, rest) = rest.split_once('/').unwrap();
+    let (_, nonce_index) = rest.split_once('.').unwrap();
+    let names = [
+        format!("unimem://{job}/7.{nonce_index}"),
+        format!("unimem://{job}/1234567.{nonce_index}"),
+        text.to_string(),
+    ];
+    // SAFETY: av is open (caller): its ops table is the provider's.
+    let (insert, lookup) = unsafe { ((*(*av).ops).insert.unwrap(), (*(*av).ops).lookup.unwrap()) };
+    let check = |packed: &[u8], how: &str| {
+        let mut fi_addrs = [u64::MAX; 3];
+        // SAFETY: packed holds 3 names as fi_av_insert takes them; fi_addrs
+        // has room for 3.
+        let n = unsafe {
+            insert(
+                av,
+                packed.as_ptr() as _,
+                3,
+                fi_addrs.as_mut_ptr(),
+                0,
+                null_mut(),
+            )
+        };
+        assert_eq!(n, 3, "{how}: {fi_addrs:?}");
+        for (fi_addr, want) in fi_addrs.iter().zip(&names) {
+            let mut got = [0u8; 128];
+            let mut got_len = got.len();
+            // SAFETY: got holds got_len bytes.
+            let rc = unsafe { lookup(av, *fi_addr, got.as_mut_ptr() as _, &mut got_len) };
+            assert_eq!(rc, 0);
+            let got = std::str::from_utf8(got.split(|&b| b == 0).next().unwrap()).unwrap();
+            assert_eq!(got, want, "{how}");
+        }
+    };
+    let mut padded = vec![0u8; 3 * LEN];
+    for (i, n) in names.iter().enumerate() {
+        padded[i * LEN..i * LEN + n.len()].copy_from_slice(n.as_bytes());
+    }
+    check(&padded, "at a stride of 64");
+    let back_to_back: Vec<u8> = names.iter().flat_map(|n| n.bytes().chain([0])).collect();
+    check(&back_to_back, "back to back");
 }
 
 /// fi_sendv/fi_recvv, fi_sendmsg/fi_recvmsg, fi_senddata, fi_injectdata.

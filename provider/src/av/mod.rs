@@ -375,12 +375,28 @@ unsafe extern "C" fn av_insert(
         }
         let mut items = Vec::with_capacity(count);
         let mut p = addr as *const c_char;
-        for _ in 0..count {
-            // SAFETY: addr holds `count` NUL-terminated strings back to back (API contract).
+        for i in 0..count {
+            // SAFETY: addr holds `count` NUL-terminated strings back to back,
+            // each followed by at most fi_getname's padding (API contract).
             let text = unsafe { c_bytes(p) };
             items.push(parse_addr(text));
-            // SAFETY: the next string starts after this one's NUL.
+            // SAFETY: the next string (or its padding) starts after this
+            // one's NUL.
             p = unsafe { p.add(text.len() + 1) };
+            // Past the padding of fi_getname's fixed length, if the caller
+            // kept it (a name is never empty, so a NUL there is padding).
+            if i + 1 < count {
+                for _ in text.len() + 1..addr::MAX_ADDR_LEN {
+                    // SAFETY: a byte of this name's padding or the next
+                    // name's first: inside the caller's buffer, since a
+                    // next name follows.
+                    if unsafe { *p } != 0 {
+                        break;
+                    }
+                    // SAFETY: as above.
+                    p = unsafe { p.add(1) };
+                }
+            }
         }
         // SAFETY: fi_addr/context hold `count` entries (API contract).
         unsafe { inner.insert_all(av as *mut ffi::fid, items, fi_addr, flags, context) }

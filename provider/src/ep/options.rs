@@ -127,7 +127,9 @@ unsafe extern "C" fn cm_getname(
             return ret::EINVAL;
         }
         let name = ep.inner.core.lock().addr().to_string();
-        let needed = name.len() + 1;
+        // Every name has the same length, NUL-padded: MPICH and SOS gather
+        // names at the stride of their own (pid and index digits vary).
+        let needed = (name.len() + 1).max(crate::info::addr::MAX_ADDR_LEN);
         // SAFETY: addrlen is non-NULL and holds the buffer's size.
         let room = unsafe { *addrlen };
         // SAFETY: as above; the caller learns the size it needs.
@@ -138,7 +140,7 @@ unsafe extern "C" fn cm_getname(
         // SAFETY: addr holds `room >= needed` bytes.
         unsafe {
             std::ptr::copy_nonoverlapping(name.as_ptr(), addr as *mut u8, name.len());
-            *(addr as *mut u8).add(name.len()) = 0;
+            std::ptr::write_bytes((addr as *mut u8).add(name.len()), 0, needed - name.len());
         }
         ret::SUCCESS
     })
