@@ -3,9 +3,11 @@
 //! application reads, sets, adds to and waits on.
 //!
 //! Manual progress, as for CQs: reads and waits first run the endpoints
-//! of the counter's domain. `fi_cntr_wait` polls (see wait.rs) and, like
-//! prov/util, returns -FI_EAVAIL as soon as the error count changes while
-//! it waits and -FI_ETIMEDOUT when the time is up.
+//! of the counter's domain. `fi_cntr_wait` polls, then, on a counter with
+//! a wait object, sleeps on the endpoints' doorbells as `fi_cq_sread` does
+//! (see wait.rs), and, like prov/util, returns -FI_EAVAIL as soon as the
+//! error count changes while it waits and -FI_ETIMEDOUT when the time is
+//! up.
 
 use std::fmt;
 use std::mem::size_of;
@@ -20,7 +22,7 @@ use crate::base::fid::{self, Children, Control, FiObject, FidObject, Parent, Par
 use crate::base::guard::{ffi_guard, ffi_guard_or};
 use crate::state::progress::ProgressList;
 use crate::state::DomainState;
-use crate::wait::{self, Backoff, Deadline};
+use crate::wait::{self, Backoff, Deadline, Sleepers};
 
 /// 2.x `FI_CNTR_EVENTS_BYTES` (absent from the 1.17 headers): counting
 /// bytes instead of completions is not supported.
@@ -42,6 +44,9 @@ pub struct CntrInner {
     /// (count, errors) as `fi_poll` last saw them, or as the application
     /// last set or added to them: `fi_poll` reports changes since then.
     checkpoint: Mutex<(u64, u64)>,
+    /// Waits asleep (`fi_cntr_wait` with a wait object): a count the
+    /// progress agent bumped wakes them.
+    sleepers: Sleepers,
     /// Endpoints bound to this counter.
     children: Children,
 }
@@ -56,11 +61,19 @@ impl CntrInner {
     /// One more successful operation.
     pub fn inc(&self) {
         self.count.fetch_add(1, Ordering::AcqRel);
+        self.sleepers.wake(self.domain.has_agent());
     }
 
     /// One more failed operation.
     pub fn inc_err(&self) {
         self.errors.fetch_add(1, Ordering::AcqRel);
+        self.sleepers.wake(self.domain.has_agent());
+    }
+
+    /// Whether it has a wait object (`fi_cntr_wait` sleeps on the doorbells
+    /// of its endpoints' mailboxes).
+    pub fn blocks(&self) -> bool {
+        self.wait_obj != ffi::FI_WAIT_NONE
     }
 
     /// The endpoints a read of this counter progresses: its domain's.
@@ -140,7 +153,13 @@ impl CntrInner {
             if deadline.expired() {
                 return ret::ETIMEDOUT;
             }
-            backoff.snooze();
+            let ready = || self.value() >= threshold || self.errors() != errors;
+            if backoff.spinning()
+                || !self.blocks()
+                || !self.sleepers.sleep(self.progress(), ready, &deadline)
+            {
+                backoff.snooze();
+            }
         }
     }
 }
@@ -249,6 +268,7 @@ pub unsafe fn open(
             errors: AtomicU64::new(0),
             last_read: AtomicU64::new(0),
             checkpoint: Mutex::new((0, 0)),
+            sleepers: Sleepers::new(),
             children: Children::default(),
         }),
     });

@@ -2,10 +2,13 @@
 //! `fi_eq_sread`), shared by cq/, cntr.rs and eq.rs.
 //!
 //! Nothing completes unless someone polls, so a CQ or counter waits by
-//! polling: progress, check, spin a little, then yield the CPU on every
-//! round (with more processes than cores a spinning waiter would otherwise
-//! hold the core its peer needs). There is no kernel object to sleep on,
-//! which decides the wait objects we accept:
+//! polling: progress, check, spin a little, then, with a wait object,
+//! sleep on the doorbells of its endpoints' mailboxes ([`Sleepers`]: a
+//! message for them, or a completion the progress agent wrote, wakes it),
+//! else yield the CPU on every round (with more processes than cores a
+//! spinning waiter would otherwise hold the core its peer needs). There is
+//! no file descriptor to sleep on, which decides the wait objects we
+//! accept:
 //!
 //! | wait_obj             | CQ, counter                 | EQ                  |
 //! |----------------------|-----------------------------|---------------------|
@@ -23,12 +26,15 @@
 //! (the loop needs no wait object), which is friendlier than failing.
 
 use std::os::raw::c_int;
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{fence, AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
+use unimem_mailbox::doorbell::{self, Kick};
 use unimem_mailbox::node::monotonic_ns;
 
 use crate::base::ffi::{self, ret};
+use crate::base::handover;
+use crate::state::progress::{Pending, ProgressList};
 
 /// Why a request is refused: the error code to return and the reason for
 /// the caller's warning (logged by the caller, under its own subsystem).
@@ -279,5 +285,82 @@ mod tests {
             b.snooze();
         }
         assert_eq!(b.round, 2);
+    }
+}
+
+/// Threads asleep in a blocking call of one CQ or counter (`fi_cq_sread`,
+/// `fi_cntr_wait`): they sleep on the doorbells of the domain's endpoints
+/// and on a kick, which whatever makes them ready (an entry or count the
+/// progress agent wrote, `fi_cq_signal`) gives.
+#[derive(Debug, Default)]
+pub struct Sleepers {
+    count: AtomicU32,
+    kick: Kick,
+}
+
+impl Sleepers {
+    pub fn new() -> Sleepers {
+        Sleepers::default()
+    }
+
+    /// Wakes the sleepers, if any; called after the change that makes them
+    /// ready. `agent`: another thread (the progress agent) may make it,
+    /// so the change is fenced before the look at the sleepers, as they
+    /// count themselves before their look at what they wait for.
+    pub fn wake(&self, agent: bool) {
+        if agent {
+            fence(Ordering::SeqCst);
+        }
+        if self.count.load(Ordering::Relaxed) != 0 {
+            self.kick.kick();
+        }
+    }
+
+    /// Sleeps until a message comes for one of `progress`'s endpoints, a
+    /// wake, or the deadline, unless `ready` says there is no need;
+    /// `false` (at once) if an endpoint's mailbox is not wakeable (the
+    /// caller then yields in its loop). Sleeps in slices, shorter while
+    /// work is left that no message announces.
+    pub fn sleep(
+        &self,
+        progress: &ProgressList,
+        ready: impl Fn() -> bool,
+        deadline: &Deadline,
+    ) -> bool {
+        let members = progress.members();
+        if members.iter().any(|m| m.doorbell().is_none()) {
+            return false;
+        }
+        let armed: Vec<_> = members
+            .iter()
+            .filter_map(|m| m.doorbell())
+            .map(|bell| (bell, bell.arm()))
+            .collect();
+        let kick_seen = self.kick.seen();
+        self.count.fetch_add(1, Ordering::SeqCst);
+        let mut pending = Pending::default();
+        for member in &members {
+            pending |= member.pending();
+        }
+        if !ready() && !pending.message {
+            let slice = if pending.local_work || !doorbell::rings_reliable() {
+                Duration::from_micros(100)
+            } else if pending.busy {
+                Duration::from_millis(10)
+            } else {
+                Duration::from_millis(100)
+            };
+            let timeout = deadline.remaining().map_or(slice, |left| left.min(slice));
+            // Asleep, the thread is out of the provider: the agent may
+            // progress meanwhile (and wake us with what it wrote).
+            handover::outside(|| {
+                doorbell::wait_any(&armed, Some((&self.kick, kick_seen)), Some(timeout))
+            });
+        }
+        self.count.fetch_sub(1, Ordering::Relaxed);
+        for (bell, _) in &armed {
+            bell.disarm();
+        }
+        true
     }
 }

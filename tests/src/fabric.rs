@@ -377,9 +377,14 @@ impl Domain {
 
     /// `fi_cntr_open`: a counter of completions, no wait object.
     pub fn cntr(&self) -> Result<Cntr, i32> {
+        self.cntr_waiting_on(ffi::FI_WAIT_NONE)
+    }
+
+    /// `fi_cntr_open`: a counter of completions with `wait_obj`.
+    pub fn cntr_waiting_on(&self, wait_obj: ffi::fi_wait_obj) -> Result<Cntr, i32> {
         let mut attr = ffi::fi_cntr_attr {
             events: ffi::FI_CNTR_EVENTS_COMP,
-            wait_obj: ffi::FI_WAIT_NONE,
+            wait_obj,
             ..Default::default()
         };
         let mut ptr = null_mut();
@@ -460,6 +465,13 @@ impl Cntr {
     pub fn read_err(&self) -> u64 {
         // SAFETY: the counter is live.
         unsafe { self.ops().readerr.expect("fi_ops_cntr.readerr")(self.ptr) }
+    }
+
+    /// `fi_cntr_wait` for `threshold`, `timeout_ms` at most (< 0: forever):
+    /// its return code.
+    pub fn wait(&self, threshold: u64, timeout_ms: i32) -> i32 {
+        // SAFETY: the counter is live.
+        unsafe { self.ops().wait.expect("fi_ops_cntr.wait")(self.ptr, threshold, timeout_ms) }
     }
 }
 

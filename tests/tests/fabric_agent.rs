@@ -8,6 +8,7 @@
 
 use std::time::{Duration, Instant};
 
+use unimem_fi::base::ffi;
 use unimem_tests::cluster::{Cluster, Kind, Region, Reply, EAGER, SEGMENT};
 use unimem_tests::payload;
 
@@ -203,6 +204,41 @@ fn a_blocking_read_sleeps_until_its_completion_comes() {
         let got = c.cmd(1, "wait recvs=1").completions();
         assert_eq!((got[0].ctx, got[0].len), (5, 100));
         c.cmd(0, "wait sends=1");
+        c.finish();
+    }
+}
+
+/// `fi_cntr_wait` on a counter with a wait object sleeps on the doorbells
+/// as `fi_cq_sread` does: a wait that times out and one ended by a read the
+/// target serves when it wakes 400 ms later (its memory is ordinary and it
+/// makes no call meanwhile; with the agent, its agent serves it earlier)
+/// each cost the waiting process a few percent of the wait.
+#[test]
+fn a_counter_wait_sleeps_until_its_count_comes() {
+    for agent in [None, Some("tunable")] {
+        let mut c = cluster(&format!("agent-cntr-wait-{agent:?}"), agent);
+        c.env("FABRIC_PEER_CNTR_WAIT", "unspec");
+        c.spawn(2).connect_all();
+        assert_eq!(c.cmd(1, "mr 0x77 4096 access=rw seed=9").num(), 0);
+        let idle = c.cmd(0, "cntr-sleep read 1 400");
+        assert_eq!(idle.field("rc"), -i64::from(ffi::FI_ETIMEDOUT), "{idle:?}");
+        // The target sleeps: the read is served when it wakes.
+        let asleep = c.begin(1, "sleep-no-progress 400");
+        assert_eq!(c.next_line(1), "sleeping");
+        c.cmd(0, "read 1 0x77 0 4096 3");
+        let woke = c.cmd(0, "cntr-sleep read 1 5000");
+        assert_eq!(woke.field("rc"), 0, "{woke:?}");
+        // Served when the target wakes, or by its agent while it sleeps.
+        let wall = woke.float("wall_ms");
+        let earliest = if agent.is_none() { 200.0 } else { 0.0 };
+        assert!((earliest..4000.0).contains(&wall), "{woke:?}");
+        c.answers(&[(1, asleep)]);
+        let read = c.cmd(0, "wait reads=1").completions();
+        assert_eq!(read[0].sum, payload::checksum(&payload::pattern(9, 4096)));
+        for reply in [&idle, &woke] {
+            let (cpu, wall) = (reply.float("cpu_ms"), reply.float("wall_ms"));
+            assert!(cpu < 0.05 * wall + 5.0, "agent {agent:?}: {reply:?}");
+        }
         c.finish();
     }
 }

@@ -29,21 +29,17 @@ use std::fmt;
 use std::mem::size_of;
 use std::os::raw::{c_char, c_int, c_void};
 use std::ptr;
-use std::sync::atomic::{fence, AtomicBool, AtomicU32, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
-use std::time::Duration;
-
-use unimem_mailbox::doorbell::{self, Kick};
 
 use crate::base::errdata;
 use crate::base::ffi::{self, ret};
 use crate::base::fid::{self, Children, Control, FiObject, FidObject, Parent, ParentRef};
 use crate::base::guard::{ffi_guard, ffi_guard_or};
-use crate::base::handover;
 use crate::base::lock::DomainMutex;
-use crate::state::progress::{Pending, ProgressList};
+use crate::state::progress::ProgressList;
 use crate::state::DomainState;
-use crate::wait::{self, Backoff, Deadline, IdlePolls, IdleYield};
+use crate::wait::{self, Backoff, Deadline, IdlePolls, IdleYield, Sleepers};
 use queue::{Entry, ErrEntry, Queue};
 
 pub use queue::{Completion, CompletionError};
@@ -70,9 +66,8 @@ pub struct CqInner {
     /// Set by `fi_cq_signal`, taken by the blocking read it wakes.
     signaled: AtomicBool,
     /// Blocking reads asleep: an entry written (by the progress agent) or
-    /// a signal kicks them.
-    sleepers: AtomicU32,
-    kick: Kick,
+    /// a signal wakes them.
+    sleepers: Sleepers,
     /// Endpoints bound to this CQ.
     children: Children,
 }
@@ -100,14 +95,7 @@ impl CqInner {
         let result = f(&mut q);
         self.queued.store(q.entries.len(), Ordering::Release);
         drop(q);
-        if self.domain.has_agent() {
-            // The entry before the look at the sleepers, as they count
-            // themselves before their look at the queue.
-            fence(Ordering::SeqCst);
-        }
-        if self.sleepers.load(Ordering::Relaxed) != 0 {
-            self.kick.kick();
-        }
+        self.sleepers.wake(self.domain.has_agent());
         result
     }
 
@@ -155,7 +143,7 @@ impl CqInner {
     /// Wake the current or next blocking read (`fi_cq_signal`).
     pub fn signal(&self) {
         self.signaled.store(true, Ordering::Release);
-        self.kick.kick();
+        self.sleepers.wake(true);
     }
 
     /// `fi_cq_readfrom` after one progress pass.
@@ -201,55 +189,12 @@ impl CqInner {
             {
                 return n;
             }
-            if backoff.spinning() || !self.sleep(&deadline) {
+            let ready =
+                || self.queued.load(Ordering::SeqCst) != 0 || self.signaled.load(Ordering::Acquire);
+            if backoff.spinning() || !self.sleepers.sleep(self.progress(), ready, &deadline) {
                 backoff.snooze();
             }
         }
-    }
-
-    /// Sleeps until a message comes for one of the domain's endpoints, an
-    /// entry is written by another thread, a signal, or the deadline;
-    /// `false` (at once) if an endpoint's mailbox is not wakeable (the
-    /// caller then yields in its loop). Sleeps in slices, shorter while
-    /// work is left that no message announces.
-    fn sleep(&self, deadline: &Deadline) -> bool {
-        let members = self.progress().members();
-        if members.iter().any(|m| m.doorbell().is_none()) {
-            return false;
-        }
-        let armed: Vec<_> = members
-            .iter()
-            .filter_map(|m| m.doorbell())
-            .map(|bell| (bell, bell.arm()))
-            .collect();
-        let kick_seen = self.kick.seen();
-        self.sleepers.fetch_add(1, Ordering::SeqCst);
-        let mut pending = Pending::default();
-        for member in &members {
-            pending |= member.pending();
-        }
-        let ready =
-            self.queued.load(Ordering::SeqCst) != 0 || self.signaled.load(Ordering::Acquire);
-        if !ready && !pending.message {
-            let slice = if pending.local_work || !doorbell::rings_reliable() {
-                Duration::from_micros(100)
-            } else if pending.busy {
-                Duration::from_millis(10)
-            } else {
-                Duration::from_millis(100)
-            };
-            let timeout = deadline.remaining().map_or(slice, |left| left.min(slice));
-            // Asleep, the thread is out of the provider: the agent may
-            // progress meanwhile (and kick us with what it wrote).
-            handover::outside(|| {
-                doorbell::wait_any(&armed, Some((&self.kick, kick_seen)), Some(timeout))
-            });
-        }
-        self.sleepers.fetch_sub(1, Ordering::Relaxed);
-        for (bell, _) in &armed {
-            bell.disarm();
-        }
-        true
     }
 }
 
@@ -383,8 +328,7 @@ pub unsafe fn open(
             ),
             queued: AtomicUsize::new(0),
             signaled: AtomicBool::new(false),
-            sleepers: AtomicU32::new(0),
-            kick: Kick::new(),
+            sleepers: Sleepers::new(),
             children: Children::default(),
         }),
     });

@@ -127,11 +127,21 @@ impl Control for EpInner {
                     tracing::warn!("fi_enable: no CQ or counter bound to the endpoint");
                     return -(ffi::FI_ENOCQ as c_int);
                 }
-                // A blocking read of its CQ sleeps on the mailbox's doorbell.
+                // A blocking read of its CQ, or a wait on its counter,
+                // sleeps on the mailbox's doorbell.
+                let cntrs = [
+                    &b.send_cntr,
+                    &b.recv_cntr,
+                    &b.read_cntr,
+                    &b.write_cntr,
+                    &b.remote_read_cntr,
+                    &b.remote_write_cntr,
+                ];
                 if [&b.tx_cq, &b.rx_cq]
                     .into_iter()
                     .flatten()
                     .any(|cq| cq.blocks())
+                    || cntrs.into_iter().flatten().any(|c| c.blocks())
                 {
                     ep.inner.bell.make_wakeable();
                 }

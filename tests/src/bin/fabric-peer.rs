@@ -57,6 +57,7 @@
 //! | `sleep-no-progress <ms\|wake>` | prints `sleeping`, then makes no libfabric call for `ms` milliseconds, or until the input line `wake`; meanwhile it answers `mr-sum`, `get` and `recv-sum <ctx> <len>` (the checksum of the first `len` bytes of the buffer of receive `ctx`) lines, which make no libfabric call, with a data line (their `ok` text) |
 //! | `atomic <dest> <key> <offset> <write\|fetch\|compare> <dt> <op> <count> [ops=a,b,..] [cmp=a,b,..] [ctx=C] [v\|msg[=a\|b]\|inject] [rma-iovs=N] [null-ops] [try] [nowait]` | an atomic of `count` elements of datatype `dt` (`i8`..`u64`, `float`, `double`, `fcomplex`, `dcomplex`, `ldouble`, `ldcomplex`, or a number) and operation `op` (`min`, `max`, `sum`, `prod`, `lor`, `land`, `bor`, `band`, `lxor`, `bxor`, `read`, `write`, `cswap`, `cswap-ne`, `cswap-le`, `cswap-lt`, `cswap-ge`, `cswap-gt`, `mswap`, or a number) at `offset` of region `key` at `dest`: `fi_atomic`/`fi_fetch_atomic`/`fi_compare_atomic`, their `v` and `msg` forms (flags named as for `send`; the target range in `N` entries, default 1), or `fi_inject_atomic`; operand and compare elements are the bits given (one value: every element), with `null-ops` the operand buffers are NULL (for `FI_ATOMIC_READ`, which ignores them); the result buffer starts as guard bytes. Retries `-FI_EAGAIN` while progressing (`try`: one call); then (not for an inject, nor with `nowait`) waits for its completion: `ok rc=R flags=F err=E old=a,b,.. guard=G` (`err` 0 for success; `guard`: nothing written past the result, for an error nothing at all) |
 //! | `sread <ms>` | one `fi_cq_sread` with timeout `ms` (the CQ has a wait object with `$FABRIC_PEER_CQ_WAIT=unspec`); `ok rc=R wall_ms=W cpu_ms=C`, `C` the process's CPU time meanwhile |
+//! | `cntr-sleep <write\|read> <threshold> <ms>` | one `fi_cntr_wait` on that counter (`$FABRIC_PEER_CNTR=1`; a wait object with `$FABRIC_PEER_CNTR_WAIT=unspec`) with timeout `ms`; `ok rc=R wall_ms=W cpu_ms=C` as `sread` |
 //! | `exhaust-fds <ms>` | opens `/dev/null` until the process is out of file descriptors, progresses for `ms` milliseconds so, then closes them; `ok held=N` |
 //! | `atomic-wait <ctx>` | waits for the completion of atomic `ctx` (an inject's error: `0`), answered as `atomic` |
 //! | `valid <dt> <op>` | `ok write=rc/count fetch=rc/count compare=rc/count qwrite=rc/count/size qfetch=.. qcompare=..`: the three `*valid` queries and `fi_query_atomic` with flags 0, `FI_FETCH_ATOMIC`, `FI_COMPARE_ATOMIC` |
@@ -126,6 +127,17 @@ impl Region {
             .chain(&rest[self.len..])
             .all(|&b| b == GUARD_BYTE)
     }
+}
+
+/// CPU time of the whole process (every thread), in milliseconds.
+fn process_cpu_ms() -> f64 {
+    let mut t = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: a valid timespec to fill.
+    unsafe { libc::clock_gettime(libc::CLOCK_PROCESS_CPUTIME_ID, &mut t) };
+    t.tv_sec as f64 * 1e3 + t.tv_nsec as f64 / 1e6
 }
 
 /// The counters of `$FABRIC_PEER_CNTR`: completed writes and reads.
@@ -199,10 +211,18 @@ impl Objects {
         let cq = domain
             .cq_waiting_on(cq_wait)
             .map_err(|c| step("fi_cq_open", c))?;
+        let cntr_wait = match std::env::var("FABRIC_PEER_CNTR_WAIT").as_deref() {
+            Ok("unspec") => ffi::FI_WAIT_UNSPEC,
+            _ => ffi::FI_WAIT_NONE,
+        };
         let cntrs = match std::env::var("FABRIC_PEER_CNTR").as_deref() {
             Ok("1") => Some(Counters {
-                write: domain.cntr().map_err(|c| step("fi_cntr_open", c))?,
-                read: domain.cntr().map_err(|c| step("fi_cntr_open", c))?,
+                write: domain
+                    .cntr_waiting_on(cntr_wait)
+                    .map_err(|c| step("fi_cntr_open", c))?,
+                read: domain
+                    .cntr_waiting_on(cntr_wait)
+                    .map_err(|c| step("fi_cntr_open", c))?,
             }),
             _ => None,
         };
@@ -1094,20 +1114,32 @@ impl Peer {
         }
     }
 
+    /// `cntr-sleep <write|read> <threshold> <ms>`: one `fi_cntr_wait` on
+    /// that counter, timed as `sread`: `ok rc=R wall_ms=W cpu_ms=C`.
+    fn cntr_sleep(&mut self, a: &Args) -> CmdResult {
+        let cntrs = self
+            .obj
+            .cntrs
+            .as_ref()
+            .ok_or("no counters (FABRIC_PEER_CNTR=1)")?;
+        let cntr = match a.pos.first().copied() {
+            Some("write") => &cntrs.write,
+            Some("read") => &cntrs.read,
+            other => return Err(format!("no counter {other:?}")),
+        };
+        let (threshold, ms) = (a.num(1)?, a.num(2)? as i32);
+        let (cpu0, wall0) = (process_cpu_ms(), Instant::now());
+        let rc = cntr.wait(threshold, ms);
+        let (cpu_ms, wall_ms) = (process_cpu_ms() - cpu0, wall0.elapsed().as_secs_f64() * 1e3);
+        Ok(format!("rc={rc} wall_ms={wall_ms:.1} cpu_ms={cpu_ms:.2}"))
+    }
+
     /// `fi_cq_sread` of one entry with a timeout of `ms`, timed:
     /// `ok rc=R wall_ms=W cpu_ms=C` (the process's CPU time while it
     /// waited, every thread's); an entry read is queued as any other.
     fn sread(&mut self, a: &Args) -> CmdResult {
         let ms = a.num(0)? as i32;
-        let cpu = || {
-            let mut t = libc::timespec {
-                tv_sec: 0,
-                tv_nsec: 0,
-            };
-            // SAFETY: a valid timespec to fill.
-            unsafe { libc::clock_gettime(libc::CLOCK_PROCESS_CPUTIME_ID, &mut t) };
-            t.tv_sec as f64 * 1e3 + t.tv_nsec as f64 / 1e6
-        };
+        let cpu = process_cpu_ms;
         let (cpu0, wall0) = (cpu(), Instant::now());
         let mut entries = Vec::new();
         let rc = match self.obj.cq.sread(&mut entries, ms) {
@@ -2101,6 +2133,7 @@ impl Peer {
             "cntr-wait" => self.cntr_wait(&a),
             "sleep-no-progress" => self.sleep_no_progress(&a),
             "sread" => self.sread(&a),
+            "cntr-sleep" => self.cntr_sleep(&a),
             "exhaust-fds" => self.exhaust_fds(&a),
             "atomic" => self.atomic(&a),
             "atomic-wait" => self.atomic_wait(a.num(0)?),

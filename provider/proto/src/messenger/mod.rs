@@ -348,14 +348,14 @@ where
 
     /// Whether work is left that no message will announce: DMA completions
     /// to reap, sends queued for a peer, deferred grants, fragments, reads
-    /// and RMA (a thread that sleeps until a message comes must look again
-    /// soon).
+    /// and RMA not waiting for a peer's first message (a thread that
+    /// sleeps until a message comes must look again soon).
     pub fn local_work(&self) -> bool {
         !self.dma_waiters.is_empty()
             || !self.active.is_empty()
             || !self.deferred_grants.is_empty()
             || !self.deferred_fragments.is_empty()
-            || self.rma_waiting()
+            || self.rma_waiting_locally()
             || !self.deferred_reads.is_empty()
     }
 

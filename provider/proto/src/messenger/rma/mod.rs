@@ -630,6 +630,17 @@ where
     pub(crate) fn rma_waiting(&self) -> bool {
         !self.rma_pending.is_empty()
     }
+
+    /// Operations still to move on that wait for something of ours (a
+    /// staging buffer, our own earlier operations), not for the target's
+    /// node, which its first message brings.
+    pub(crate) fn rma_waiting_locally(&self) -> bool {
+        self.rma_pending.iter().any(|&op| {
+            self.rma_ops.get(op).is_some_and(|r| {
+                !matches!(r.state, RmaState::Resolving) || self.peers[r.peer].node.is_some()
+            })
+        })
+    }
 }
 
 /// What `node`'s key grants an access `need` of `len` bytes at `addr`: the
