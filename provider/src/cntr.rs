@@ -12,7 +12,7 @@
 use std::fmt;
 use std::mem::size_of;
 use std::os::raw::{c_int, c_void};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::Arc;
 
 use parking_lot::Mutex;
@@ -28,6 +28,10 @@ use crate::wait::{self, Backoff, Deadline, Sleepers};
 /// bytes instead of completions is not supported.
 const FI_CNTR_EVENTS_BYTES: ffi::fi_cntr_events = 1;
 
+/// One read or wait in this many progresses even when its count needs no
+/// progress (see `CntrInner::skip_progress`).
+const SKIPS_PER_PROGRESS: u32 = 16;
+
 /// Our `struct fid_cntr`.
 pub type Cntr = FidObject<CntrInner>;
 
@@ -41,6 +45,9 @@ pub struct CntrInner {
     errors: AtomicU64,
     /// The count the last `fi_cntr_read` returned (see `cntr_read`).
     last_read: AtomicU64,
+    /// Reads and waits served without progress since the last one that
+    /// progressed (see [`Self::skip_progress`]).
+    unprogressed: AtomicU32,
     /// (count, errors) as `fi_poll` last saw them, or as the application
     /// last set or added to them: `fi_poll` reports changes since then.
     checkpoint: Mutex<(u64, u64)>,
@@ -93,13 +100,24 @@ impl CntrInner {
     /// the price of a load, as MPI's flush reads it right after its puts.
     pub fn read_progressing(&self) -> u64 {
         let now = self.value();
-        if self.last_read.swap(now, Ordering::Relaxed) != now {
+        if self.last_read.swap(now, Ordering::Relaxed) != now && self.skip_progress() {
             return now;
         }
         self.progress().run();
         let now = self.value();
         self.last_read.store(now, Ordering::Relaxed);
         now
+    }
+
+    /// Whether a read or wait that needs no progress for itself may skip
+    /// it: not every time. A process whose threads only post operations
+    /// that complete inside the call and read counters they met (OpenSHMEM
+    /// spinning on a lock held by a peer) must still serve the peers that
+    /// wait on it: one such call in 16 progresses. (Neither the agent, kept
+    /// out while a thread is inside the provider, nor the peers can.)
+    fn skip_progress(&self) -> bool {
+        self.unprogressed.fetch_add(1, Ordering::Relaxed) % SKIPS_PER_PROGRESS
+            != SKIPS_PER_PROGRESS - 1
     }
 
     /// Current success count, without progress.
@@ -139,7 +157,7 @@ impl CntrInner {
         // Met before any progress: operations done inside their call (the
         // direct path) leave nothing to progress, and OpenSHMEM's quiet
         // waits on its counter after each of them.
-        if self.value() >= threshold {
+        if self.value() >= threshold && self.skip_progress() {
             return ret::SUCCESS;
         }
         loop {
@@ -267,6 +285,7 @@ pub unsafe fn open(
             count: AtomicU64::new(0),
             errors: AtomicU64::new(0),
             last_read: AtomicU64::new(0),
+            unprogressed: AtomicU32::new(0),
             checkpoint: Mutex::new((0, 0)),
             sleepers: Sleepers::new(),
             children: Children::default(),

@@ -34,6 +34,7 @@ use unimem_mailbox::node::monotonic_ns;
 
 use crate::base::ffi::{self, ret};
 use crate::base::handover;
+use crate::state::agent;
 use crate::state::progress::{Pending, ProgressList};
 
 /// Why a request is refused: the error code to return and the reason for
@@ -358,8 +359,11 @@ impl Sleepers {
             });
         }
         self.count.fetch_sub(1, Ordering::Relaxed);
+        // The progress agent may have armed the same bells: disarmed, they
+        // would not wake it, so it is kicked to look (as an application
+        // call that finds them armed does).
         for (bell, _) in &armed {
-            bell.disarm();
+            agent::entered(bell);
         }
         true
     }
