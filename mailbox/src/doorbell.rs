@@ -132,6 +132,14 @@ impl Doorbell {
         armed == SLEEPER
     }
 
+    /// Wakes every thread asleep on this bell, armed or not (its owner is
+    /// closing, and sleepers must let go of it).
+    pub fn wake_all(&self) {
+        let line = self.line();
+        line.rings.fetch_add(1, Ordering::Release);
+        futex_wake(&line.rings, false);
+    }
+
     /// The ring count as it is, without arming: to sleep until a ring of
     /// a bell someone else armed.
     pub fn seen(&self) -> Armed {

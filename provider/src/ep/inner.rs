@@ -203,6 +203,18 @@ unsafe impl FiObject for EpInner {
         if ep.inner.agent {
             agent::leave(&me);
         }
+        drop(me);
+        // A thread asleep in fi_cq_sread or fi_cntr_wait holds the domain's
+        // endpoints, and with them the CQs and counters bound to this one
+        // (which an application closes next): woken, it lets go, and sleeps
+        // on without this endpoint. Bounded: a poll set may still hold it.
+        if ep.inner.bell.is_wakeable() {
+            let until = std::time::Instant::now() + std::time::Duration::from_millis(200);
+            while Arc::strong_count(&ep.inner) > 1 && std::time::Instant::now() < until {
+                ep.inner.bell.wake_all();
+                std::thread::sleep(std::time::Duration::from_micros(50));
+            }
+        }
         let carried = {
             let mut core = ep.inner.core.lock();
             // What peers still wait for from us goes first (bounded: a
