@@ -115,34 +115,13 @@ impl Control for EpInner {
                     tracing::warn!("fi_enable: no AV bound to the endpoint");
                     return -(ffi::FI_ENOAV as c_int);
                 }
-                if b.tx_cq.is_none()
-                    && b.rx_cq.is_none()
-                    && b.send_cntr.is_none()
-                    && b.recv_cntr.is_none()
-                    && b.read_cntr.is_none()
-                    && b.write_cntr.is_none()
-                    && b.remote_read_cntr.is_none()
-                    && b.remote_write_cntr.is_none()
-                {
+                if b.cqs().next().is_none() && b.cntrs().next().is_none() {
                     tracing::warn!("fi_enable: no CQ or counter bound to the endpoint");
                     return -(ffi::FI_ENOCQ as c_int);
                 }
                 // A blocking read of its CQ, or a wait on its counter,
                 // sleeps on the mailbox's doorbell.
-                let cntrs = [
-                    &b.send_cntr,
-                    &b.recv_cntr,
-                    &b.read_cntr,
-                    &b.write_cntr,
-                    &b.remote_read_cntr,
-                    &b.remote_write_cntr,
-                ];
-                if [&b.tx_cq, &b.rx_cq]
-                    .into_iter()
-                    .flatten()
-                    .any(|cq| cq.blocks())
-                    || cntrs.into_iter().flatten().any(|c| c.blocks())
-                {
+                if b.cqs().any(|cq| cq.blocks()) || b.cntrs().any(|c| c.blocks()) {
                     ep.inner.bell.make_wakeable();
                 }
                 // Binding is refused from now on, so the bindings freeze.

@@ -94,6 +94,27 @@ pub(super) struct Bindings {
     pub(super) eq: Option<ParentRef<EqInner>>,
 }
 
+impl Bindings {
+    /// The CQs bound (transmit, receive).
+    pub(super) fn cqs(&self) -> impl Iterator<Item = &ParentRef<CqInner>> {
+        [&self.tx_cq, &self.rx_cq].into_iter().flatten()
+    }
+
+    /// The counters bound, of every kind.
+    pub(super) fn cntrs(&self) -> impl Iterator<Item = &ParentRef<CntrInner>> {
+        [
+            &self.send_cntr,
+            &self.recv_cntr,
+            &self.read_cntr,
+            &self.write_cntr,
+            &self.remote_read_cntr,
+            &self.remote_write_cntr,
+        ]
+        .into_iter()
+        .flatten()
+    }
+}
+
 /// What the domain's progress list holds of the endpoint (to progress it)
 /// and its calls work on.
 pub struct EpInner {

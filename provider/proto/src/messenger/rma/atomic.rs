@@ -242,18 +242,24 @@ where
         Ok(())
     }
 
-    /// Whether an atomic to `peer` posted now must wait: behind atomics of
-    /// ours that its progress still has to apply (`FI_ORDER_ATOMIC_*`), and
-    /// behind our RMA writes to it not yet finished, so that a flag or
-    /// signal set after a put is never seen before the put's data (what
-    /// `shm` does, and OpenSHMEM programs rely on: see fi_unimem(7)).
-    /// Writes posted after the atomic may make it wait too; they never
-    /// wait for it, so it waits only as long as writes are in flight.
-    pub(crate) fn atomic_must_wait(&self, peer: PeerIdx) -> bool {
+    /// Whether an atomic to `peer` must wait: behind atomics of ours that
+    /// its progress still has to apply (`FI_ORDER_ATOMIC_*`), and, with
+    /// `not_started`, those still waiting to start (an atomic that is not
+    /// one of them itself); and behind our RMA writes to it not yet
+    /// finished, so that a flag or signal set after a put is never seen
+    /// before the put's data (what `shm` does, and OpenSHMEM programs rely
+    /// on: see fi_unimem(7)). Writes posted after the atomic may make it
+    /// wait too; they never wait for it, so it waits only as long as writes
+    /// are in flight.
+    pub(crate) fn atomic_must_wait(&self, peer: PeerIdx, not_started: bool) -> bool {
         self.peers[peer].writes_assisted > 0
             || self.rma_ops.any(|r| {
                 r.peer == peer
-                    && (r.kind == RmaKind::Write || matches!(r.state, RmaState::Assisted))
+                    && (r.kind == RmaKind::Write
+                        || matches!(r.state, RmaState::Assisted)
+                        || not_started
+                            && r.atomic.is_some()
+                            && matches!(r.state, RmaState::Resolving))
             })
     }
 

@@ -29,7 +29,7 @@ use unimem_dma::{Access, DmaEngine, DmaError, RegId};
 use unimem_mailbox::Mailbox;
 
 use super::atomic::{update, AtomicReq};
-use super::{resolve_access, RmaReq, RmaState};
+use super::{resolve_access, RmaReq};
 use crate::atomic::{set_element, AtomicCall, AtomicOp, ATOMIC_MAX_BYTES};
 use crate::dma::DmaSession;
 use crate::iov::{gather, scatter};
@@ -129,13 +129,7 @@ where
         // Behind atomics of ours that the target still has to apply or
         // that still wait to start, and behind our writes not finished,
         // this one waits too (their order).
-        if self.peers[peer].writes_assisted > 0
-            || self.rma_ops.any(|r| {
-                r.peer == peer
-                    && (r.kind == RmaKind::Write
-                        || r.atomic.is_some() && !matches!(r.state, RmaState::Direct { .. }))
-            })
-        {
+        if self.atomic_must_wait(peer, true) {
             return false;
         }
         let (size, count) = (req.datatype.size(), req.count);

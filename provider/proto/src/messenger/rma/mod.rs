@@ -225,7 +225,7 @@ where
                 return false;
             };
             // An atomic keeps its order behind our writes and atomics.
-            if rma.atomic.is_some() && self.atomic_must_wait(peer) {
+            if rma.atomic.is_some() && self.atomic_must_wait(peer, false) {
                 return false;
             }
             match self.resolve_rma(op, node) {
