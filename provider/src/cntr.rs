@@ -41,6 +41,7 @@ pub struct CntrInner {
     domain: ParentRef<DomainState>,
     wait_obj: ffi::fi_wait_obj,
     spin_yield: usize,
+    wait_spin_us: usize,
     count: AtomicU64,
     errors: AtomicU64,
     /// The count the last `fi_cntr_read` returned (see `cntr_read`).
@@ -67,7 +68,12 @@ impl Parent for CntrInner {
 impl CntrInner {
     /// One more successful operation.
     pub fn inc(&self) {
-        self.count.fetch_add(1, Ordering::AcqRel);
+        self.add_successes(1);
+    }
+
+    /// `n` more successful operations (accesses a peer told of at once).
+    pub fn add_successes(&self, n: u64) {
+        self.count.fetch_add(n, Ordering::AcqRel);
         self.sleepers.wake(self.domain.has_agent());
     }
 
@@ -153,7 +159,7 @@ impl CntrInner {
     fn wait(&self, threshold: u64, timeout: c_int) -> c_int {
         let errors = self.errors();
         let deadline = Deadline::after_ms(timeout);
-        let mut backoff = Backoff::new(self.spin_yield);
+        let mut backoff = Backoff::for_wait(self.spin_yield, self.wait_spin_us);
         // Met before any progress: operations done inside their call (the
         // direct path) leave nothing to progress, and OpenSHMEM's quiet
         // waits on its counter after each of them.
@@ -282,6 +288,7 @@ pub unsafe fn open(
             domain: ParentRef::new(domain),
             wait_obj: a.wait_obj,
             spin_yield: domain.config().spin_yield,
+            wait_spin_us: domain.config().wait_spin_us,
             count: AtomicU64::new(0),
             errors: AtomicU64::new(0),
             last_read: AtomicU64::new(0),

@@ -56,6 +56,7 @@ pub struct CqInner {
     wait_obj: ffi::fi_wait_obj,
     size: usize,
     spin_yield: usize,
+    wait_spin_us: usize,
     idle_yield: IdleYield,
     idle_polls: IdlePolls,
     /// Its lock is elided under `FI_THREAD_DOMAIN`.
@@ -179,7 +180,7 @@ impl CqInner {
         timeout: c_int,
     ) -> isize {
         let deadline = Deadline::after_ms(timeout);
-        let mut backoff = Backoff::new(self.spin_yield);
+        let mut backoff = Backoff::for_wait(self.spin_yield, self.wait_spin_us);
         loop {
             // SAFETY: forwarded from the caller.
             let n = unsafe { self.read(buf, count, src_addr) };
@@ -316,6 +317,7 @@ pub unsafe fn open(
             wait_obj: a.wait_obj,
             size,
             spin_yield: config.spin_yield,
+            wait_spin_us: config.wait_spin_us,
             idle_yield: IdleYield::from_tunable(config.idle_yield),
             idle_polls: IdlePolls::default(),
             queue: DomainMutex::new(
