@@ -40,10 +40,13 @@ impl Access {
     /// Peers name bytes by virtual address; without it, by offset from the
     /// start of the range.
     pub const VIRTUAL_ADDRESS: Access = Access(4);
-    /// The owner counts remote accesses (libfabric's `FI_RMA_EVENT`): an
-    /// initiator that accesses it one-sided tells it afterwards.
-    pub const NOTIFY: Access = Access(8);
-    const ALL: u64 = 15;
+    /// The owner counts remote reads (libfabric's `FI_RMA_EVENT`): an
+    /// initiator that reads it one-sided tells it afterwards.
+    pub const NOTIFY_READ: Access = Access(8);
+    /// The owner counts remote writes: an initiator that writes it
+    /// one-sided (atomics included) tells it afterwards.
+    pub const NOTIFY_WRITE: Access = Access(16);
+    const ALL: u64 = 31;
 
     pub const fn empty() -> Access {
         Access(0)
@@ -55,6 +58,18 @@ impl Access {
 
     pub const fn contains(self, other: Access) -> bool {
         self.0 & other.0 == other.0
+    }
+
+    /// Whether the owner counts any remote access.
+    pub const fn counts_any(self) -> bool {
+        self.0 & (Self::NOTIFY_READ.0 | Self::NOTIFY_WRITE.0) != 0
+    }
+
+    /// Whether the owner counts an access that needs `need` (the rights
+    /// `REMOTE_READ` and/or `REMOTE_WRITE`): it must be told of it.
+    pub const fn counts(self, need: Access) -> bool {
+        (need.0 & Self::REMOTE_READ.0 != 0 && self.0 & Self::NOTIFY_READ.0 != 0)
+            || (need.0 & Self::REMOTE_WRITE.0 != 0 && self.0 & Self::NOTIFY_WRITE.0 != 0)
     }
 
     pub const fn bits(self) -> u64 {

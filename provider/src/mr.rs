@@ -34,6 +34,7 @@ use parking_lot::Mutex;
 
 use unimem_dma::{Access, DmaError, Exposure, KeyHandle, KeyTable};
 use unimem_mailbox::JobId;
+use unimem_proto::AccessCounts;
 
 use crate::base::ffi::{self, ret};
 use crate::base::fid::{self, Bind, FiObject, FidObject, ParentRef};
@@ -80,8 +81,8 @@ static EXPOSED: Mutex<Option<HashMap<u64, Weak<MrInner>>>> = Mutex::new(None);
 
 /// An endpoint of `domain` bound a counter of remote accesses: its exposed
 /// regions ask initiators to report their one-sided accesses from now on.
-pub fn remote_counter_bound(domain: &DomainState) {
-    domain.note_remote_counter();
+pub fn remote_counter_bound(domain: &DomainState, flags: u64) {
+    domain.note_remote_counter(flags);
     let regions: Vec<Arc<MrInner>> = EXPOSED
         .lock()
         .as_ref()
@@ -94,9 +95,28 @@ pub fn remote_counter_bound(domain: &DomainState) {
     }
 }
 
+/// The notices a region of `domain` asks for, with counters bound to it
+/// for `bound` (`FI_REMOTE_READ`, `FI_REMOTE_WRITE`): none without
+/// `FI_RMA_EVENT`.
+fn notified(domain: &DomainState, bound: u64) -> Access {
+    if domain.info.caps & ffi::FI_RMA_EVENT == 0 {
+        return Access::empty();
+    }
+    let counted = bound | domain.remote_accesses_counted();
+    let mut notify = Access::empty();
+    if counted & ffi::FI_REMOTE_READ != 0 {
+        notify = notify.union(Access::NOTIFY_READ);
+    }
+    if counted & ffi::FI_REMOTE_WRITE != 0 {
+        notify = notify.union(Access::NOTIFY_WRITE);
+    }
+    notify
+}
+
 /// Counts a peer's completed access to our region `key` on the counters
 /// bound to the region.
-pub fn count_remote_access(key: u64, read: bool, write: bool) {
+pub fn count_remote_access(counts: &AccessCounts) {
+    let key = counts.key;
     let region = EXPOSED
         .lock()
         .as_ref()
@@ -105,36 +125,42 @@ pub fn count_remote_access(key: u64, read: bool, write: bool) {
     let Some(region) = region else {
         return;
     };
+    // Each access counts once on a counter bound for both.
     for (flags, cntr) in region.counters.lock().iter() {
-        if (read && flags & ffi::FI_REMOTE_READ != 0)
-            || (write && flags & ffi::FI_REMOTE_WRITE != 0)
-        {
-            cntr.inc();
+        let read = flags & ffi::FI_REMOTE_READ != 0;
+        let write = flags & ffi::FI_REMOTE_WRITE != 0;
+        let n = match (read, write) {
+            (true, true) => counts.all(),
+            (true, false) => counts.read(),
+            (false, true) => counts.written(),
+            (false, false) => 0,
+        };
+        if n > 0 {
+            cntr.add_successes(n);
         }
     }
 }
 
 impl MrInner {
-    /// Whether a one-sided access to this region must be reported to us:
-    /// with `FI_RMA_EVENT`, while a counter would count it (one bound to
-    /// the region or to an endpoint). Otherwise initiators spare the
-    /// mailbox message per operation (MPI asks for `FI_RMA_EVENT` and
-    /// binds no such counter).
-    fn notify(&self) -> bool {
-        self.domain.info.caps & ffi::FI_RMA_EVENT != 0
-            && (self.domain.counts_remote_accesses() || !self.counters.lock().is_empty())
+    /// Which one-sided accesses to this region must be reported to us:
+    /// with `FI_RMA_EVENT`, those a counter would count (one bound to the
+    /// region or to an endpoint). Initiators spare the mailbox message of
+    /// the others (MPI asks for `FI_RMA_EVENT` and binds no such counter;
+    /// OpenSHMEM's counter of its heap counts writes, not gets).
+    fn notify(&self) -> Access {
+        let bound = self
+            .counters
+            .lock()
+            .iter()
+            .fold(0, |all, (flags, _)| all | flags);
+        notified(&self.domain, bound)
     }
 
     /// Brings the exposed rights in line with [`notify`](Self::notify):
     /// initiators see it from their next operation on.
     fn refresh_exposure(&self) {
         if let Some((handle, rights)) = &self.exposed {
-            let notify = if self.notify() {
-                Access::NOTIFY
-            } else {
-                Access::empty()
-            };
-            handle.set_access(rights.union(notify));
+            handle.set_access(rights.union(self.notify()));
         }
     }
 
@@ -368,12 +394,8 @@ fn expose(
         return Err(ret::ENOSYS);
     };
     // FI_RMA_EVENT with an endpoint's counter of remote accesses:
-    // initiators tell us of their one-sided accesses (see MrInner::notify).
-    let notify = if domain.info.caps & ffi::FI_RMA_EVENT != 0 && domain.counts_remote_accesses() {
-        Access::NOTIFY
-    } else {
-        Access::empty()
-    };
+    // initiators tell us of those one-sided accesses (see MrInner::notify).
+    let notify = notified(domain, 0);
     let exposure = Exposure {
         addr: addr as u64,
         len: len as u64,

@@ -16,7 +16,7 @@
 
 use unimem_fi::base::ffi;
 use unimem_tests::cluster::{
-    carried, Cluster, Completion, Kind, Msg, Order, Region, EAGER, SEGMENT,
+    carried, carried_notices, Cluster, Completion, Kind, Msg, Order, Region, EAGER, SEGMENT,
 };
 use unimem_tests::fabric::rc;
 use unimem_tests::heap;
@@ -1383,7 +1383,10 @@ fn remote_counters_count_writes_reads_and_atomics_in_dmable_memory() {
 /// exist (MPI asks for FI_RMA_EVENT and binds none: initiators then send
 /// no notices). One-sided writes and reads into dmable memory count on the
 /// region's counter from the binding on; a region without one counts
-/// nothing, and before the binding nothing is counted.
+/// nothing, and before the binding nothing is counted. Initiators tell
+/// only of the accesses a counter counts: none before the binding, then
+/// writes to A and reads of B (not the write to B: OpenSHMEM's counter of
+/// its heap counts writes, and a get need not wake the target).
 #[test]
 fn region_counters_bound_late_count_one_sided_accesses() {
     let mut c = dmable_cluster("rma-event-mr");
@@ -1414,6 +1417,11 @@ fn region_counters_bound_late_count_one_sided_accesses() {
     );
     let logs = c.finish_with_warnings();
     assert_eq!(carried(&logs[0]).1, 0, "every access one-sided");
+    assert_eq!(
+        carried_notices(&logs[0]),
+        3 + 2,
+        "notices of counted accesses only"
+    );
 }
 
 /// `FI_INJECT` in the flags of `fi_writemsg` only returns the buffer at

@@ -110,6 +110,52 @@ impl Default for ProtoConfig {
     }
 }
 
+/// Accesses to one key of a target, by what they did.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct AccessCounts {
+    pub key: u64,
+    pub reads: u32,
+    pub writes: u32,
+    pub updates: u32,
+}
+
+impl AccessCounts {
+    /// One access to `key` that read and/or wrote.
+    pub fn one(key: u64, read: bool, write: bool) -> AccessCounts {
+        AccessCounts {
+            key,
+            reads: u32::from(read && !write),
+            writes: u32::from(write && !read),
+            updates: u32::from(read && write),
+        }
+    }
+
+    /// Those that read (fetching atomics included).
+    pub fn read(&self) -> u64 {
+        u64::from(self.reads) + u64::from(self.updates)
+    }
+
+    /// Those that wrote (fetching atomics included).
+    pub fn written(&self) -> u64 {
+        u64::from(self.writes) + u64::from(self.updates)
+    }
+
+    /// Those that read or wrote: each once.
+    pub fn all(&self) -> u64 {
+        self.read() + u64::from(self.writes)
+    }
+
+    /// These and `more` of the same key, unless a count would overflow.
+    pub fn merged(&self, more: &AccessCounts) -> Option<AccessCounts> {
+        Some(AccessCounts {
+            key: self.key,
+            reads: self.reads.checked_add(more.reads)?,
+            writes: self.writes.checked_add(more.writes)?,
+            updates: self.updates.checked_add(more.updates)?,
+        })
+    }
+}
+
 /// What a finished operation reports.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Event<A> {
@@ -143,14 +189,12 @@ pub enum Event<A> {
         data: u64,
         len: usize,
     },
-    /// A peer's access to a range of ours exposed with
-    /// [`unimem_dma::Access::NOTIFY`] (`FI_RMA_EVENT`) is complete: it
-    /// read and/or wrote under `key`.
-    RemoteAccess {
-        key: u64,
-        read: bool,
-        write: bool,
-    },
+    /// Accesses of a peer to a range of ours exposed with
+    /// [`unimem_dma::Access::NOTIFY_READ`] or `NOTIFY_WRITE`
+    /// (`FI_RMA_EVENT`) are complete, under `key`: `reads` that only read,
+    /// `writes` that only wrote, `updates` that did both (atomics that
+    /// fetched).
+    RemoteAccess(AccessCounts),
 }
 
 /// Which one-sided operation.

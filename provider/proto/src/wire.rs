@@ -28,7 +28,7 @@
 //! | ReadReady| send id u16, recv id u16                                        |
 //! | RmaNack  | id u16, error u8 (flag `READ`: the id is a recv id)             |
 //! | RemoteData | data u64, len u64                                             |
-//! | RemoteNotice | key u64 (flag `NOTICE`; `NOTICE_READ`, `NOTICE_WRITE`: what was done) |
+//! | RemoteNotice | key u64, reads u32, writes u32, updates u32 (flag `NOTICE`) |
 //! | AtomicReq  | key u64, address u64, op u8, datatype u8, count u8, id u16 (flag `FETCH`) |
 //! | AtomicData | id u16, len u8, bytes [u8; len <= 20] (flag `CHUNK`)       |
 //! | AtomicReply| id u16, status u8                                          |
@@ -92,8 +92,8 @@ pub const NODE_LEN: usize = 12;
 
 /// The protocol version a `Params` message carries. Version 1 had no
 /// `Params` (a `Hello` came first); 2 added it, and eager sequence numbers;
-/// 3 the grant token.
-pub const PROTOCOL_VERSION: u16 = 3;
+/// 3 the grant token; 4 counts in a `RemoteNotice`.
+pub const PROTOCOL_VERSION: u16 = 4;
 
 /// Most mailbox messages one inline message may take (`InlineFirst` and
 /// its `InlineMore`s).
@@ -285,9 +285,16 @@ pub enum Wire {
     /// Initiator to target: a write with CQ data `data` of `len` bytes is
     /// complete.
     RemoteData { data: u64, len: u64 },
-    /// Initiator to target: a one-sided access to the target's `key` that
-    /// counts remote accesses is complete (it read and/or wrote).
-    RemoteNotice { key: u64, read: bool, write: bool },
+    /// Initiator to target: one-sided accesses to the target's `key`, which
+    /// counts them, are complete: `reads` that only read, `writes` that
+    /// only wrote, `updates` that did both (atomics that fetched); never
+    /// all 0. Back-to-back notices of one key are summed before they leave.
+    RemoteNotice {
+        key: u64,
+        reads: u32,
+        writes: u32,
+        updates: u32,
+    },
     /// Initiator to target: apply atomic `op` on `count` elements of
     /// `datatype` at `addr` of `key`; its operands follow as `AtomicData`.
     /// With `fetch`, the target returns the old values.
@@ -374,13 +381,10 @@ const LEN_HIGH: u8 = 0x20;
 const FETCH: u8 = 0x40;
 /// Flag of the chunk forms of the atomic messages.
 const CHUNK: u8 = 0x10;
-/// Flags of a `RemoteNotice` (a `RemoteData` op): the notice, and what the
-/// access did.
 /// On a `Credit` op: a `Throttle`.
 const THROTTLE: u8 = 0x10;
+/// On a `RemoteData` op: a `RemoteNotice`.
 const NOTICE: u8 = 0x10;
-const NOTICE_READ: u8 = 0x20;
-const NOTICE_WRITE: u8 = 0x40;
 
 mod op {
     pub const HELLO: u8 = 1;
@@ -656,12 +660,18 @@ impl Wire {
                 w = Writer::new(op::REMOTE_DATA, None);
                 w.put(&data.to_le_bytes()).put(&len.to_le_bytes());
             }
-            Wire::RemoteNotice { key, read, write } => {
+            Wire::RemoteNotice {
+                key,
+                reads,
+                writes,
+                updates,
+            } => {
                 w = Writer::new(op::REMOTE_DATA, None);
-                w.buf[0] |= NOTICE
-                    | if *read { NOTICE_READ } else { 0 }
-                    | if *write { NOTICE_WRITE } else { 0 };
-                w.put(&key.to_le_bytes());
+                w.buf[0] |= NOTICE;
+                w.put(&key.to_le_bytes())
+                    .put(&reads.to_le_bytes())
+                    .put(&writes.to_le_bytes())
+                    .put(&updates.to_le_bytes());
             }
             Wire::AtomicReq {
                 key,
@@ -852,11 +862,18 @@ impl Wire {
                 read: flags & READ != 0,
                 error: RmaRefusal::from_u8(r.u8())?,
             },
-            op::REMOTE_DATA if flags & NOTICE != 0 => Wire::RemoteNotice {
-                key: r.u64(),
-                read: flags & NOTICE_READ != 0,
-                write: flags & NOTICE_WRITE != 0,
-            },
+            op::REMOTE_DATA if flags & NOTICE != 0 => {
+                let (key, reads, writes, updates) = (r.u64(), r.u32(), r.u32(), r.u32());
+                if reads == 0 && writes == 0 && updates == 0 {
+                    return None;
+                }
+                Wire::RemoteNotice {
+                    key,
+                    reads,
+                    writes,
+                    updates,
+                }
+            }
             op::REMOTE_DATA => Wire::RemoteData {
                 data: r.u64(),
                 len: r.u64(),
@@ -1006,13 +1023,15 @@ mod tests {
             },
             Wire::RemoteNotice {
                 key: 77,
-                read: true,
-                write: false,
+                reads: 1,
+                writes: 0,
+                updates: 0,
             },
             Wire::RemoteNotice {
                 key: u64::MAX,
-                read: true,
-                write: true,
+                reads: u32::MAX,
+                writes: 3,
+                updates: u32::MAX - 1,
             },
             Wire::AtomicReq {
                 key: u64::MAX,

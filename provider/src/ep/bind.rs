@@ -78,7 +78,7 @@ impl Bind for EpInner {
                 }
                 // They count only on an endpoint with FI_RMA_EVENT.
                 if flags & (ffi::FI_REMOTE_READ | ffi::FI_REMOTE_WRITE) != 0 {
-                    crate::mr::remote_counter_bound(&inner.domain);
+                    crate::mr::remote_counter_bound(&inner.domain, flags);
                 }
                 if flags & ffi::FI_REMOTE_READ != 0 {
                     b.remote_read_cntr = Some(ParentRef::new(&cntr));

@@ -214,16 +214,20 @@ impl EpInner {
                         });
                     }
                 }
-                Event::RemoteAccess { key, read, write } => {
+                Event::RemoteAccess(counts) => {
                     if self.caps & ffi::FI_RMA_EVENT != 0 {
-                        if let Some(cntr) = bindings.remote_read_cntr.as_ref().filter(|_| read) {
-                            cntr.inc();
+                        let read = counts.read();
+                        if let Some(cntr) = bindings.remote_read_cntr.as_ref().filter(|_| read > 0)
+                        {
+                            cntr.add_successes(read);
                         }
-                        if let Some(cntr) = bindings.remote_write_cntr.as_ref().filter(|_| write) {
-                            cntr.inc();
+                        let written = counts.written();
+                        let cntr = bindings.remote_write_cntr.as_ref();
+                        if let Some(cntr) = cntr.filter(|_| written > 0) {
+                            cntr.add_successes(written);
                         }
                     }
-                    crate::mr::count_remote_access(key, read, write);
+                    crate::mr::count_remote_access(&counts);
                 }
                 Event::Error(e) => {
                     let (cq, cntr, direction) = if e.send {

@@ -254,10 +254,11 @@ unsafe impl FiObject for EpInner {
             carried.atomics
         );
         tracing::info!(
-            "endpoint {:p}: {} of the one-sided operations done inside their call (direct path); {} eager messages stored into their slot",
+            "endpoint {:p}: {} of the one-sided operations done inside their call (direct path); {} eager messages stored into their slot; {} access notices to targets that count them",
             ep,
             carried.direct,
-            carried.stored
+            carried.stored,
+            carried.notices
         );
         tracing::info!(
             "endpoint {:p}: {} peers; dmable memory of its own: {} bytes of buffers, {} bytes of eager rings for its peers",

@@ -5,7 +5,7 @@
 //! registration cache over the process's dmable region, and one progress
 //! list of its endpoints, which every read of its CQs and counters runs.
 
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use parking_lot::Mutex;
@@ -43,9 +43,9 @@ pub struct DomainState {
     /// The domain's enabled endpoints: what a CQ or counter read advances.
     progress: ProgressList,
     children: Children,
-    /// An endpoint has a counter of remote accesses (`FI_REMOTE_READ`/
-    /// `FI_REMOTE_WRITE`): initiators must tell of their one-sided ones.
-    remote_counters: AtomicBool,
+    /// What endpoints' counters of remote accesses count (`FI_REMOTE_READ`,
+    /// `FI_REMOTE_WRITE`): initiators must tell of such one-sided accesses.
+    remote_counters: AtomicU64,
     /// The progress agent serves the domain's endpoints
     /// (`FI_PROGRESS_AUTO`, or the `async_progress` tunable).
     agent: bool,
@@ -67,7 +67,7 @@ impl DomainState {
             dma: Mutex::new(None),
             progress: ProgressList::new(locking),
             children: Children::default(),
-            remote_counters: AtomicBool::new(false),
+            remote_counters: AtomicU64::new(0),
             agent,
         }
     }
@@ -77,13 +77,16 @@ impl DomainState {
         self.agent
     }
 
-    /// An endpoint bound a counter of remote accesses.
-    pub fn note_remote_counter(&self) {
-        self.remote_counters.store(true, Ordering::Relaxed);
+    /// An endpoint bound a counter of remote accesses: `flags` of
+    /// `FI_REMOTE_READ` and `FI_REMOTE_WRITE`, what it counts.
+    pub fn note_remote_counter(&self, flags: u64) {
+        let counted = flags & (ffi::FI_REMOTE_READ | ffi::FI_REMOTE_WRITE);
+        self.remote_counters.fetch_or(counted, Ordering::Relaxed);
     }
 
-    /// Whether an endpoint has a counter of remote accesses.
-    pub fn counts_remote_accesses(&self) -> bool {
+    /// The remote accesses (`FI_REMOTE_READ`, `FI_REMOTE_WRITE`) that an
+    /// endpoint's counter counts.
+    pub fn remote_accesses_counted(&self) -> u64 {
         self.remote_counters.load(Ordering::Relaxed)
     }
 

@@ -14,7 +14,7 @@ use super::send::{EagerState, Payload, TxClass, TxKind};
 use super::Messenger;
 use crate::matching::{MultiDone, Placement, PostedRecv};
 use crate::wire::{MatchInfo, Wire};
-use crate::{ErrorKind, Event, OpError, RecvDone, RmaKind, WireNode};
+use crate::{AccessCounts, ErrorKind, Event, OpError, RecvDone, RmaKind, WireNode};
 
 impl<M, D> Messenger<M, D>
 where
@@ -67,11 +67,8 @@ where
             TxClass::ReadResponse { notice } => {
                 self.peers[tx.peer].reads_served -= 1;
                 if let Some(key) = notice {
-                    self.events.push_back(Event::RemoteAccess {
-                        key,
-                        read: true,
-                        write: false,
-                    });
+                    self.events
+                        .push_back(Event::RemoteAccess(AccessCounts::one(key, true, false)));
                 }
             }
         }

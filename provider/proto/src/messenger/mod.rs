@@ -212,6 +212,9 @@ pub struct Stats {
     pub stored: u64,
     /// Of both, atomics.
     pub atomics: u64,
+    /// Notices of one-sided accesses sent to targets whose key counts them
+    /// (`FI_RMA_EVENT`).
+    pub notices: u64,
     /// Most unexpected message data held from one sender at once (bytes,
     /// with the per-message overhead).
     pub unexpected_peak: usize,

@@ -16,7 +16,7 @@ use super::send::{EagerState, TxKind, Waiter};
 use super::{Messenger, FENCE_AFTER};
 use crate::dma::Token;
 use crate::wire::Wire;
-use crate::WireNode;
+use crate::{AccessCounts, WireNode};
 
 impl<M, D> Messenger<M, D>
 where
@@ -291,9 +291,20 @@ where
             Wire::ReadReady { send_id, recv_id } => self.on_read_ready(peer, send_id, recv_id),
             Wire::RmaNack { id, read, error } => self.on_rma_nack(peer, id, read, error),
             Wire::RemoteData { data, len } => self.on_remote_data(data, len),
-            Wire::RemoteNotice { key, read, write } => {
-                self.on_remote_notice(peer, key, read, write)
-            }
+            Wire::RemoteNotice {
+                key,
+                reads,
+                writes,
+                updates,
+            } => self.on_remote_notice(
+                peer,
+                AccessCounts {
+                    key,
+                    reads,
+                    writes,
+                    updates,
+                },
+            ),
             Wire::AtomicReq {
                 key,
                 addr,

@@ -11,7 +11,7 @@ use super::*;
 use crate::matching::PostedRecv;
 use crate::test_job;
 use crate::wire::{inline_capacity, Wire, MORE_LEN};
-use crate::{ErrorKind, OpError, RecvDone, RmaKind};
+use crate::{AccessCounts, ErrorKind, OpError, RecvDone, RmaKind};
 
 type Shm = Messenger<ShmMailbox, ShmDmaEngine>;
 
@@ -2487,8 +2487,9 @@ fn stray_rendezvous_messages_of_another_peer_are_dropped() {
 }
 
 /// A key that counts remote accesses (FI_RMA_EVENT) hears of every
-/// completed access, one-sided ones by a notice of the initiator, the
-/// others from its own progress; a key that does not hears nothing.
+/// completed access it counts (reads, writes), one-sided ones by a notice
+/// of the initiator, the others from its own progress; a key that does not
+/// hears nothing.
 #[test]
 fn accesses_to_a_counting_key_are_reported_to_the_target() {
     for target_dmable in [true, false] {
@@ -2504,12 +2505,17 @@ fn accesses_to_a_counting_key_are_reported_to_the_target() {
         };
         let rw = Access::REMOTE_READ.union(Access::REMOTE_WRITE);
         let counting = fresh_key();
-        let _c = expose(counting, target, 2048, rw.union(Access::NOTIFY));
+        let both = Access::NOTIFY_READ.union(Access::NOTIFY_WRITE);
+        let _c = expose(counting, target, 1024, rw.union(both));
+        // Counts writes only (OpenSHMEM's counter of the symmetric heap):
+        // its reads are not told.
+        let writes = fresh_key();
+        let _w = expose(writes, target + 1024, 1024, rw.union(Access::NOTIFY_WRITE));
         let quiet = fresh_key();
         let _q = expose(quiet, target + 2048, 2048, rw);
         let data = pattern(100, 1);
         let mut back = vec![0u8; 100];
-        for key in [counting, quiet] {
+        for key in [counting, writes, quiet] {
             rma(
                 &mut a,
                 RmaKind::Write,
@@ -2534,20 +2540,79 @@ fn accesses_to_a_counting_key_are_reported_to_the_target() {
         assert_eq!(
             seen,
             [
-                Event::RemoteAccess {
-                    key: counting,
-                    read: false,
-                    write: true
-                },
-                Event::RemoteAccess {
-                    key: counting,
-                    read: true,
-                    write: false
-                },
+                Event::RemoteAccess(AccessCounts::one(counting, false, true)),
+                Event::RemoteAccess(AccessCounts::one(counting, true, false)),
+                Event::RemoteAccess(AccessCounts::one(writes, false, true)),
             ],
             "dmable target: {target_dmable}"
         );
     }
+}
+
+/// One-sided accesses posted back to back tell their target once per key
+/// and run, with their counts, not once each: a put stream costs the
+/// target one message. A notice whose counts are all 0 is a peer's lie,
+/// dropped.
+#[test]
+fn notices_of_a_stream_of_accesses_are_summed() {
+    let mut a = messenger();
+    let mut b = messenger();
+    first_contact(&mut a, &mut b);
+    let target = b.dma.alloc(4096).unwrap();
+    let at = target.as_ptr() as usize;
+    let rw = Access::REMOTE_READ.union(Access::REMOTE_WRITE);
+    let both = Access::NOTIFY_READ.union(Access::NOTIFY_WRITE);
+    let (k1, k2) = (fresh_key(), fresh_key());
+    let _e1 = expose(k1, at, 2048, rw.union(both));
+    let _e2 = expose(k2, at + 2048, 2048, rw.union(both));
+    let data = pattern(8, 3);
+    let mut back = [0u8; 8];
+    // k1: three writes and two reads; k2: one write; k1 again: one read.
+    let stream = [
+        (k1, RmaKind::Write),
+        (k1, RmaKind::Write),
+        (k1, RmaKind::Read),
+        (k1, RmaKind::Write),
+        (k1, RmaKind::Read),
+        (k2, RmaKind::Write),
+        (k1, RmaKind::Read),
+    ];
+    for (i, &(key, kind)) in stream.iter().enumerate() {
+        let buf = if kind == RmaKind::Write {
+            data.as_ptr()
+        } else {
+            back.as_mut_ptr()
+        };
+        rma(&mut a, kind, rma_req(b.addr(), buf, 8, key, 8 * i as u64));
+    }
+    collect(&mut [&mut a, &mut b], 0, stream.len());
+    for _ in 0..100 {
+        a.progress();
+        b.progress();
+    }
+    let mut seen = Vec::new();
+    while let Some(e) = b.next_event() {
+        seen.push(e);
+    }
+    let counts = |key, reads, writes| {
+        Event::RemoteAccess(AccessCounts {
+            key,
+            reads,
+            writes,
+            updates: 0,
+        })
+    };
+    assert_eq!(seen, [counts(k1, 2, 3), counts(k2, 0, 1), counts(k1, 1, 0)]);
+    assert_eq!(a.stats().notices, stream.len() as u64);
+
+    // A notice of nothing does not decode.
+    let lie = Wire::RemoteNotice {
+        key: k1,
+        reads: 0,
+        writes: 0,
+        updates: 0,
+    };
+    assert_eq!(Wire::decode(&lie.encode()), None);
 }
 
 /// A read of a target whose transmit queue is full (its answer needs a

@@ -19,7 +19,7 @@ use crate::iov::scatter;
 use crate::matching::{Placement, Unexpected};
 use crate::pool::Buffer;
 use crate::wire::{MatchInfo, Wire};
-use crate::{ErrorKind, Event, RmaKind, WireNode};
+use crate::{AccessCounts, ErrorKind, Event, RmaKind, WireNode};
 
 /// What a transfer in `rx_xfers` fills.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -353,11 +353,8 @@ where
             ),
             XferPurpose::RmaWrite { notice } => {
                 if let Some(key) = notice {
-                    self.events.push_back(Event::RemoteAccess {
-                        key,
-                        read: false,
-                        write: true,
-                    });
+                    self.events
+                        .push_back(Event::RemoteAccess(AccessCounts::one(key, false, true)));
                 }
             }
             XferPurpose::RmaRead => {

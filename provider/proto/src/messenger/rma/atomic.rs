@@ -595,11 +595,12 @@ where
                 }
                 self.reply_atomic(peer, id, None);
                 if notify {
-                    self.events.push_back(crate::Event::RemoteAccess {
-                        key: pending.key,
-                        read: args.wants_old(),
-                        write: args.op.writes(),
-                    });
+                    self.events
+                        .push_back(crate::Event::RemoteAccess(crate::AccessCounts::one(
+                            pending.key,
+                            args.wants_old(),
+                            args.op.writes(),
+                        )));
                 }
             }
             Err(DmaError::Invalid) => self.reply_atomic(peer, id, Some(RmaRefusal::Invalid)),

@@ -38,7 +38,7 @@ use crate::dma::DmaSession;
 use crate::iov::{gather, scatter, total_len};
 use crate::matching::{IovList, Placement};
 use crate::wire::{MatchInfo, Wire};
-use crate::{ErrorKind, Event, PostError, RmaKind, WireNode};
+use crate::{AccessCounts, ErrorKind, Event, PostError, RmaKind, WireNode};
 
 /// An RMA request. The local iov stays valid until the operation
 /// completes (until the call returns for an inject).
@@ -113,7 +113,7 @@ impl RmaOp {
     }
 
     /// What `node`'s key grants this operation: its target address there,
-    /// and whether the key counts accesses (`Access::NOTIFY`).
+    /// and whether the key counts this access (`Access::counts`).
     fn resolve<D: DmaEngine>(
         &self,
         dma: &mut DmaSession<'_, D>,
@@ -588,8 +588,8 @@ where
         len: usize,
     ) {
         if let Some((read, write)) = notice {
-            let notice = Wire::RemoteNotice { key, read, write };
-            self.queue_control(peer, notice.encode());
+            self.stats.notices += 1;
+            self.queue_notice(peer, AccessCounts::one(key, read, write));
         }
         if let Some(data) = data {
             let done = Wire::RemoteData {
@@ -598,6 +598,39 @@ where
             };
             self.queue_control(peer, done.encode());
         }
+    }
+
+    /// Queues a notice of `reads` and `writes` to `peer`'s key `key`: into
+    /// the notice last queued, when it is the last control message and of
+    /// the same key (a stream of puts tells its target once, not once per
+    /// put, without passing anything queued between them).
+    fn queue_notice(&mut self, peer: PeerIdx, counts: AccessCounts) {
+        let control = &mut self.peers[peer].control;
+        let last = control.back_mut();
+        if let Some(last) = last {
+            if let Some(Wire::RemoteNotice {
+                key,
+                reads,
+                writes,
+                updates,
+            }) = Wire::decode(last)
+            {
+                let queued = AccessCounts {
+                    key,
+                    reads,
+                    writes,
+                    updates,
+                };
+                if let Some(sum) = (key == counts.key)
+                    .then(|| queued.merged(&counts))
+                    .flatten()
+                {
+                    *last = notice(sum).encode();
+                    return;
+                }
+            }
+        }
+        self.queue_control(peer, notice(counts).encode());
     }
 
     /// Moves on the operations that waited (for a node, a staging buffer).
@@ -644,8 +677,9 @@ where
 }
 
 /// What `node`'s key grants an access `need` of `len` bytes at `addr`: the
-/// target address there, and whether the key counts accesses
-/// (`Access::NOTIFY`). The one check of a key, for every path.
+/// target address there, and whether the key counts such an access
+/// (`Access::NOTIFY_READ`, `NOTIFY_WRITE`). The one check of a key, for
+/// every path.
 pub(crate) fn resolve_access<D: DmaEngine>(
     dma: &mut DmaSession<'_, D>,
     node: D::Node,
@@ -654,7 +688,17 @@ pub(crate) fn resolve_access<D: DmaEngine>(
 ) -> Result<(u64, bool), DmaError> {
     let exposure = dma.resolve_key(node, key)?;
     let target = exposure.translate(addr, len as u64, need)?;
-    Ok((target, exposure.access.contains(Access::NOTIFY)))
+    Ok((target, exposure.access.counts(need)))
+}
+
+/// The notice of `counts`.
+fn notice(counts: AccessCounts) -> Wire {
+    Wire::RemoteNotice {
+        key: counts.key,
+        reads: counts.reads,
+        writes: counts.writes,
+        updates: counts.updates,
+    }
 }
 
 /// The error an initiator reports for a target's refusal.

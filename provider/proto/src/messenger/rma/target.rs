@@ -28,7 +28,7 @@ use super::super::send::{Payload, TxClass, TxKind, TxOp};
 use super::super::{Messenger, PeerIdx};
 use crate::matching::{IovList, Placement};
 use crate::wire::{MatchInfo, RmaRefusal, Wire};
-use crate::{Event, WireNode};
+use crate::{AccessCounts, Event, WireNode};
 
 /// A peer's read waiting for a place in our transmit queue.
 pub(crate) struct DeferredRead {
@@ -47,7 +47,7 @@ where
     D::Node: WireNode<M::Addr>,
 {
     /// Checks a peer's request for `[addr, addr + len)` of our key `key`;
-    /// whether the key counts remote accesses (`Access::NOTIFY`).
+    /// whether the key counts such an access (`Access::counts`).
     pub(crate) fn check_own_range(
         &mut self,
         key: u64,
@@ -68,7 +68,7 @@ where
         exposure
             .check(addr, len, need)
             .map_err(|_| RmaRefusal::Denied)?;
-        Ok(exposure.access.contains(Access::NOTIFY))
+        Ok(exposure.access.counts(need))
     }
 
     /// A peer writes `len` bytes at our `addr` under `key`.
@@ -298,18 +298,17 @@ where
         }
     }
 
-    /// A peer's one-sided access to our `key` is complete; it counts only
-    /// if the key is ours and counts accesses.
-    pub(crate) fn on_remote_notice(&mut self, peer: PeerIdx, key: u64, read: bool, write: bool) {
+    /// A peer's one-sided accesses to our key are complete; they count
+    /// only if the key is ours and counts accesses.
+    pub(crate) fn on_remote_notice(&mut self, peer: PeerIdx, counts: AccessCounts) {
         let node = self.dma.local_node();
-        let counts = self
+        let counted = self
             .dma
             .lock()
-            .resolve_key(node, key)
-            .is_ok_and(|e| e.access.contains(Access::NOTIFY));
-        if counts {
-            self.events
-                .push_back(Event::RemoteAccess { key, read, write });
+            .resolve_key(node, counts.key)
+            .is_ok_and(|e| e.access.counts_any());
+        if counted {
+            self.events.push_back(Event::RemoteAccess(counts));
         } else {
             self.drop_invalid(peer, "access notice for a key that counts no accesses");
         }
