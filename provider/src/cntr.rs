@@ -157,15 +157,16 @@ impl CntrInner {
 
     /// `fi_cntr_wait`.
     fn wait(&self, threshold: u64, timeout: c_int) -> c_int {
-        let errors = self.errors();
-        let deadline = Deadline::after_ms(timeout);
-        let mut backoff = Backoff::for_wait(self.spin_yield, self.wait_spin_us);
         // Met before any progress: operations done inside their call (the
         // direct path) leave nothing to progress, and OpenSHMEM's quiet
-        // waits on its counter after each of them.
+        // waits on its counter after each of them (twice: puts and gets),
+        // so this return reads no clock.
         if self.value() >= threshold && self.skip_progress() {
             return ret::SUCCESS;
         }
+        let errors = self.errors();
+        let deadline = Deadline::after_ms(timeout);
+        let mut backoff = Backoff::for_wait(self.spin_yield, self.wait_spin_us);
         loop {
             self.progress().run();
             if self.value() >= threshold {
