@@ -4,8 +4,10 @@
 //! this process (populating its page tables now, so that later transfers do
 //! not fault): that is the route Unimem's engine prepares, and it is what
 //! makes registration costly. A transfer is then one copy between our
-//! dmable memory and that mapping, done when it is submitted; its completion
-//! is reported by `poll` once the timing model says it is done.
+//! dmable memory and that mapping, done when it is submitted, or, with
+//! asynchronous copies on, by the mover thread (`copier.rs`) while the
+//! caller goes on; its completion is reported by `poll` once the copy is
+//! done and the timing model says so.
 
 use std::collections::VecDeque;
 use std::sync::atomic::Ordering;
@@ -16,8 +18,9 @@ use unimem_mailbox::profile::spin_until;
 use unimem_mailbox::shm::{SharedObject, SharedRange, HEADER_SIZE};
 use unimem_mailbox::{IdMap, NodeId, Profile, TimingModel};
 
+use crate::copier::{self, AsyncCopy};
 use crate::error::DmaError;
-use crate::gens::{page_span, GenTable};
+use crate::gens::{page_span, GenTable, Pin};
 use crate::keys::{self, Exposure};
 use crate::region::{directory, directory_name, gen_table_name, segment_name, DmaBuf, DmaRegion};
 use crate::{DmaEngine, DmaId, RegId};
@@ -31,7 +34,8 @@ struct Registration {
     start: u64,
     end: u64,
     /// Page-aligned mapping that covers `[start, end)`.
-    mapping: SharedRange,
+    /// Shared with copies the mover thread has not finished.
+    mapping: Arc<SharedRange>,
     mapping_start: u64,
     /// The segment's generation table, the segment's first data address
     /// (page 0 of the table), and the generations of the registration's
@@ -96,8 +100,14 @@ pub struct ShmDmaEngine {
     next_id: u64,
     /// When the modeled engine finishes its last queued transfer.
     busy_until: u64,
-    /// Submitted transfers with their modeled completion time, in order.
-    in_flight: VecDeque<(u64, DmaId)>,
+    /// Submitted transfers with their modeled completion time, in order,
+    /// and, for a copy the mover thread does, the copy.
+    in_flight: VecDeque<(u64, DmaId, Option<Arc<AsyncCopy>>)>,
+    /// Transfers of at least this many bytes are copied by the mover
+    /// thread (0: none).
+    async_min: usize,
+    /// Of them, how many so far.
+    moved_async: u64,
 }
 
 impl ShmDmaEngine {
@@ -111,7 +121,17 @@ impl ShmDmaEngine {
             next_id: 1,
             busy_until: 0,
             in_flight: VecDeque::new(),
+            async_min: 0,
+            moved_async: 0,
         }
+    }
+
+    /// From now on, transfers of at least `min_len` bytes are copied by the
+    /// mover thread while the caller goes on (0: every copy inline, done
+    /// when submitted). For a user with a core to spare for them: the
+    /// provider turns it on with its progress agent.
+    pub fn set_async_copies(&mut self, min_len: usize) {
+        self.async_min = min_len;
     }
 
     pub fn region(&self) -> &Arc<DmaRegion> {
@@ -252,7 +272,7 @@ impl ShmDmaEngine {
             node,
             start: addr,
             end,
-            mapping,
+            mapping: Arc::new(mapping),
             mapping_start,
             gens,
             segment_base: base,
@@ -306,6 +326,16 @@ impl ShmDmaEngine {
         if len > 0 && !self.region.contains(local, len) {
             return Err(DmaError::LocalNotDmable);
         }
+        if self.async_min > 0 && len >= self.async_min {
+            return self.transfer_async(
+                direction,
+                local,
+                len,
+                reg,
+                (remote_addr, remote_end),
+                granted,
+            );
+        }
         self.pinned(reg, remote_addr, remote_end, granted, |remote| {
             // SAFETY: `[remote, remote + len)` lies inside the registration's
             // mapping (`pinned`) and `[local, local + len)` inside our dmable
@@ -324,6 +354,44 @@ impl ShmDmaEngine {
         Ok(self.complete_after(len))
     }
 
+    /// `transfer` by the mover thread: checked and pinned now, copied
+    /// there; `poll` reports it once copied.
+    fn transfer_async(
+        &mut self,
+        direction: Direction,
+        local: usize,
+        len: usize,
+        reg: RegId,
+        (remote_addr, remote_end): (u64, u64),
+        granted: Option<u16>,
+    ) -> Result<DmaId, DmaError> {
+        let (pin, remote, registration) = self.pin_range(reg, remote_addr, remote_end, granted)?;
+        let pin = pin.detach(Arc::clone(&registration.gens));
+        let hold = Box::new((
+            pin,
+            Arc::clone(&registration.mapping),
+            Arc::clone(&self.region),
+        ));
+        let (src, dst) = match direction {
+            Direction::Put => (local as *const u8, remote),
+            Direction::Get => (remote as *const u8, local as *mut u8),
+        };
+        // SAFETY: our region and the remote mapping are different
+        // mappings; `hold` keeps both mapped and the remote pages pinned,
+        // the caller's buffer is valid until the completion (caller).
+        let copy = unsafe { AsyncCopy::new(src, dst, len, hold) };
+        if copier::submit(&copy) {
+            self.moved_async += 1;
+        } else {
+            copy.work();
+        }
+        let id = self.complete_after(len);
+        if let Some(last) = self.in_flight.back_mut() {
+            last.2 = Some(copy);
+        }
+        Ok(id)
+    }
+
     /// Runs `access` on where `[remote_addr, remote_end)` of registration
     /// `reg` is mapped here, if the range lies inside the registration and
     /// its owner freed none of it since the registration was made (and,
@@ -337,6 +405,21 @@ impl ShmDmaEngine {
         granted: Option<u16>,
         access: impl FnOnce(*mut u8) -> Result<(), DmaError>,
     ) -> Result<(), DmaError> {
+        let (_pin, at, _) = self.pin_range(reg, remote_addr, remote_end, granted)?;
+        access(at)
+    }
+
+    /// Where `[remote_addr, remote_end)` of registration `reg` is mapped
+    /// here, pinned, if the range lies inside the registration and its
+    /// owner freed none of it since it was made (and, with `granted`,
+    /// since it granted it).
+    fn pin_range(
+        &self,
+        reg: RegId,
+        remote_addr: u64,
+        remote_end: u64,
+        granted: Option<u16>,
+    ) -> Result<(Pin<'_>, *mut u8, &Registration), DmaError> {
         let registration = self
             .registrations
             .get(&reg.0)
@@ -346,7 +429,7 @@ impl ShmDmaEngine {
         }
         let (first, count) = registration.pages(remote_addr, remote_end);
         let expected = registration.expected(first, count);
-        let _pin = registration.gens.pin();
+        let pin = registration.gens.pin();
         let (current, token) = registration
             .gens
             .check(first, expected)
@@ -360,7 +443,8 @@ impl ShmDmaEngine {
         let offset = (remote_addr - registration.mapping_start) as usize;
         // SAFETY: the registered range lies inside the mapping, which starts
         // at mapping_start: `offset` is inside it.
-        access(unsafe { registration.mapping.base().add(offset) })
+        let at = unsafe { registration.mapping.base().add(offset) };
+        Ok((pin, at, registration))
     }
 
     /// Queues the completion of a transfer of `len` bytes at its modeled time.
@@ -371,7 +455,7 @@ impl ShmDmaEngine {
             .timing
             .queue_transfer(&mut self.busy_until, len, monotonic_ns)
             .unwrap_or(0);
-        self.in_flight.push_back((done_at, id));
+        self.in_flight.push_back((done_at, id, None));
         id
     }
 }
@@ -557,11 +641,26 @@ impl DmaEngine for ShmDmaEngine {
         Ok(())
     }
 
+    fn moved_async(&self) -> u64 {
+        self.moved_async
+    }
+
     fn poll(&mut self) -> Option<DmaId> {
-        let &(done_at, id) = self.in_flight.front()?;
-        if done_at != 0 && monotonic_ns() < done_at {
+        let (done_at, id, copy) = self.in_flight.front()?;
+        if let Some(copy) = copy.as_ref().filter(|c| !c.done()) {
+            // Waited for the mover long enough: help it.
+            if !copy.overdue() {
+                return None;
+            }
+            copy.work();
+            if !copy.done() {
+                return None;
+            }
+        }
+        if *done_at != 0 && monotonic_ns() < *done_at {
             return None;
         }
+        let id = *id;
         self.in_flight.pop_front();
         Some(id)
     }

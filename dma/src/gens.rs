@@ -25,6 +25,7 @@
 //! mid-copy, or is hostile) holds a free for [`PIN_PATIENCE`] at most.
 
 use std::sync::atomic::{fence, AtomicU32, Ordering};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use unimem_mailbox::shm::{SharedObject, HEADER_SIZE};
@@ -236,13 +237,39 @@ pub(crate) struct Pin<'a> {
     count: &'a AtomicU32,
 }
 
+impl Pin<'_> {
+    /// The same pin, held by whoever holds the result (a copy that another
+    /// thread finishes): `table` must be the table pinned.
+    pub(crate) fn detach(self, table: Arc<GenTable>) -> OwnedPin {
+        let control = table.control();
+        let half = usize::from(!std::ptr::eq(self.count, &control.pins[0]));
+        // The count moves to the OwnedPin, which releases it.
+        std::mem::forget(self);
+        OwnedPin { table, half }
+    }
+}
+
 impl Drop for Pin<'_> {
     fn drop(&mut self) {
-        // A count the owner reset (it took us for dead) stays at 0.
-        let _ = self
-            .count
-            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1));
+        unpin(self.count);
     }
+}
+
+/// A [`Pin`] that owns its table.
+pub(crate) struct OwnedPin {
+    table: Arc<GenTable>,
+    half: usize,
+}
+
+impl Drop for OwnedPin {
+    fn drop(&mut self) {
+        unpin(&self.table.control().pins[self.half]);
+    }
+}
+
+fn unpin(count: &AtomicU32) {
+    // A count the owner reset (it took us for dead) stays at 0.
+    let _ = count.fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1));
 }
 
 #[cfg(test)]

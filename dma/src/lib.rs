@@ -8,6 +8,7 @@
 
 mod alloc;
 mod atomic;
+mod copier;
 mod engine;
 mod error;
 mod gens;
@@ -19,6 +20,7 @@ use std::fmt;
 use std::hash::Hash;
 
 pub use atomic::{update_elements, ATOMIC_WIDTHS};
+pub use copier::on_copy_done;
 pub use engine::ShmDmaEngine;
 pub use error::DmaError;
 pub use keys::{Access, Exposure, KeyHandle, KeyTable, KEY_SLOTS};
@@ -137,6 +139,12 @@ pub trait DmaEngine: Send {
         update: &mut dyn FnMut(usize, u64) -> Option<u64>,
         old: &mut dyn FnMut(usize, u64),
     ) -> Result<DmaId, DmaError>;
+
+    /// Transfers copied by the engine's own thread so far, while their
+    /// submitter went on (see `ShmDmaEngine::set_async_copies`).
+    fn moved_async(&self) -> u64 {
+        0
+    }
 
     /// Whether [`Self::load_store`] reaches `node`'s memory at all (a node
     /// of this host): asked before anything costly is done for it.

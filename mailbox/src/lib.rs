@@ -11,6 +11,7 @@
 //! and the timing profiles ([`profile`]).
 
 pub mod addr;
+pub mod cpu;
 pub mod doorbell;
 pub mod fault;
 pub mod idmap;

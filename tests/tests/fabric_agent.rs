@@ -242,3 +242,61 @@ fn a_counter_wait_sleeps_until_its_count_comes() {
         c.finish();
     }
 }
+
+/// The DMA engine's own thread (`async_copy_min`): with the agent, a large
+/// put and get of dmable memory are copied on it while the initiator goes
+/// on (here: computes without a call), land intact and complete; without
+/// the agent every copy is done inside its call. The close line counts
+/// the copies the thread did, so each half can fail.
+#[test]
+fn large_transfers_move_on_the_engines_thread_with_the_agent() {
+    const LEN: usize = 4 * SEGMENT + 3;
+    for agent in [Some("tunable"), None] {
+        let mut c = cluster(&format!("agent-copies-{agent:?}"), agent);
+        c.env(
+            "LD_PRELOAD",
+            unimem_tests::heap::library()
+                .to_str()
+                .expect("UTF-8 heap path"),
+        );
+        c.spawn(2).connect_all();
+        let mut r = Region::new(&mut c, 1, 0x31, 2 * LEN, 5, "rw");
+        c.cmd(0, format!("write 1 {} 0 {LEN} 61 1", r.key));
+        r.written(0, LEN, 61);
+        c.cmd(0, format!("read 1 {} {LEN} {LEN} 2", r.key));
+        // The initiator computes: its copies go on without it.
+        let sleep = c.begin(0, "sleep-no-progress wake");
+        assert_eq!(c.next_line(0), "sleeping");
+        std::thread::sleep(Duration::from_millis(50));
+        c.begin(0, "wake");
+        c.answers(&[(0, sleep)]);
+        let done = c.cmd(0, "wait writes=1 reads=1 within=10000").completions();
+        let read = done
+            .iter()
+            .find(|d| d.kind == Kind::Read)
+            .expect("the read");
+        assert_eq!(
+            read.sum,
+            r.sum(LEN, LEN),
+            "the get's bytes, agent {agent:?}"
+        );
+        r.check(&mut c, &format!("the put's bytes, agent {agent:?}"));
+        let stderr = c.finish();
+        let moved = stderr[0]
+            .lines()
+            .find(|l| l.contains("copied by the DMA engine's thread"))
+            .map(|l| {
+                let head = l.split(" transfers of its domain").next().expect("split");
+                head.rsplit(' ')
+                    .next()
+                    .and_then(|n| n.parse::<u64>().ok())
+                    .expect("count")
+            })
+            .unwrap_or(0);
+        if agent.is_some() {
+            assert!(moved >= 2, "put and get on the engine's thread: {moved}");
+        } else {
+            assert_eq!(moved, 0, "no engine thread without the agent");
+        }
+    }
+}

@@ -186,6 +186,11 @@ impl<D: DmaEngine> DomainDma<D> {
         self.shared.lock().regcache.stats()
     }
 
+    /// Transfers the engine copied on its own thread so far.
+    pub fn moved_async(&self) -> u64 {
+        self.shared.lock().engine.moved_async()
+    }
+
     /// Registrations found stale so far (see
     /// [`DmaSession::with_registration`]).
     pub fn stale_registrations(&self) -> u64 {

@@ -280,6 +280,13 @@ unsafe impl FiObject for EpInner {
                 net.transfer_bytes
             );
         }
+        if carried.moved_async > 0 {
+            tracing::info!(
+                "endpoint {:p}: {} transfers of its domain copied by the DMA engine's thread while the application went on",
+                ep,
+                carried.moved_async
+            );
+        }
         if carried.regcache_hits + carried.regcache_misses > 0 {
             tracing::info!(
                 "endpoint {:p}: registration cache of its domain: {} hits, {} misses, {} found stale (memory its owner freed since) and made again",

@@ -391,6 +391,10 @@ impl DmaEngine for NodeDma {
         !node.is_remote()
     }
 
+    fn moved_async(&self) -> u64 {
+        self.shm.moved_async()
+    }
+
     fn load_store(
         &mut self,
         reg: RegId,

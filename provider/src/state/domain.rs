@@ -120,8 +120,16 @@ impl DomainState {
         let cfg = self.config();
         let region = memory::process_region(cfg)?;
         let nic = net::interface(cfg, &region);
+        let mut engine = ShmDmaEngine::new(region, cfg.timing_profile());
+        // With the progress agent, large copies move while the application
+        // computes (the agent's domain asked for a core's help already).
+        if self.agent {
+            engine.set_async_copies(cfg.async_copy_min);
+            // The agent reaps a copy's completion as soon as it is done.
+            unimem_dma::on_copy_done(crate::state::agent::kick);
+        }
         let dma = SharedDma::new(
-            NodeDma::new(ShmDmaEngine::new(region, cfg.timing_profile()), nic),
+            NodeDma::new(engine, nic),
             unimem_regcache::Config {
                 max_entries: cfg.regcache_max_entries,
                 max_bytes: cfg.regcache_max_size,

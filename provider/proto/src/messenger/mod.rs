@@ -215,6 +215,9 @@ pub struct Stats {
     /// Notices of one-sided accesses sent to targets whose key counts them
     /// (`FI_RMA_EVENT`).
     pub notices: u64,
+    /// Transfers of the domain's engine copied by its own thread while
+    /// their submitter went on (filled in by [`Messenger::stats`]).
+    pub moved_async: u64,
     /// Most unexpected message data held from one sender at once (bytes,
     /// with the per-message overhead).
     pub unexpected_peak: usize,
@@ -380,6 +383,7 @@ where
             regcache_hits: cache.hits,
             regcache_misses: cache.misses,
             stale_registrations: domain.stale_registrations(),
+            moved_async: domain.moved_async(),
             peers: self.peers.len(),
             ring_bytes: self
                 .peers
