@@ -102,6 +102,9 @@ impl Deadline {
     }
 }
 
+/// Rounds of a timed spin between two yields of the CPU.
+const YIELD_EVERY: usize = 32;
+
 /// Spin `spins` rounds (and, in a blocking wait, for `wait_spin_us` while
 /// this host has a CPU for every unimem process), then yield the CPU on
 /// every further round or sleep.
@@ -153,7 +156,15 @@ impl Backoff {
     pub fn snooze(&mut self) {
         if self.spinning() {
             self.round += 1;
-            std::hint::spin_loop();
+            // Past its rounds, a timed spin lets a thread that waits for
+            // this CPU run now and then (a DMA mover or progress agent
+            // floated off its own rank's core: without this, a rank waiting
+            // here held the core for a whole time slice).
+            if self.round > self.spins && self.round.is_multiple_of(YIELD_EVERY) {
+                std::thread::yield_now();
+            } else {
+                std::hint::spin_loop();
+            }
         } else {
             std::thread::yield_now();
         }
