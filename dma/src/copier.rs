@@ -8,10 +8,11 @@
 //! submission order and sleeps when there is nothing to copy.
 //!
 //! A copy is cut into chunks that whoever comes first takes: the mover,
-//! and a caller that polls for the copy's completion once it has waited
-//! [`HELP_AFTER`] (a program that waits right after posting, or whose
-//! mover is not scheduled, gets its bytes no later than had it copied them
-//! itself, and both copy at once).
+//! and a caller that polls for the copy's completion again after the poll
+//! of the call that submitted it (a program that waits right after
+//! posting, or whose mover is not scheduled yet, gets its bytes no later
+//! than had it copied them itself, and both copy at once; one that
+//! computes between posting and waiting finds them moved).
 //!
 //! What keeps a copy's memory valid until it is done: the mapping of the
 //! remote range and our region (held by the copy until its last chunk is
@@ -19,19 +20,15 @@
 //! for a copy done inline), and the caller's buffer (libfabric's contract:
 //! valid until the completion).
 
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::mpsc::{self, Sender};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::mpsc::{self, Receiver, Sender, TryRecvError};
 use std::sync::{Arc, OnceLock};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use parking_lot::Mutex;
-use unimem_mailbox::node::monotonic_ns;
 
 /// Bytes one taker copies at a time.
 const CHUNK: usize = 64 * 1024;
-
-/// How long a copy waits for the mover before a poller helps with it.
-pub const HELP_AFTER: Duration = Duration::from_micros(20);
 
 /// One copy, cut into chunks.
 pub(crate) struct AsyncCopy {
@@ -42,8 +39,8 @@ pub(crate) struct AsyncCopy {
     /// The next chunk to take, and how many are copied.
     next: AtomicUsize,
     finished: AtomicUsize,
-    /// When it was submitted (monotonic ns).
-    queued_at: u64,
+    /// Polled once already (by the call that submitted it).
+    polled: AtomicBool,
     /// What keeps the memory valid (mappings, the pin of the remote
     /// pages): dropped by whoever copies the last chunk.
     hold: Mutex<Option<Box<dyn Send>>>,
@@ -75,7 +72,7 @@ impl AsyncCopy {
             chunks: len.div_ceil(CHUNK).max(1),
             next: AtomicUsize::new(0),
             finished: AtomicUsize::new(0),
-            queued_at: monotonic_ns(),
+            polled: AtomicBool::new(false),
             hold: Mutex::new(Some(hold)),
         })
     }
@@ -85,9 +82,11 @@ impl AsyncCopy {
         self.finished.load(Ordering::Acquire) == self.chunks
     }
 
-    /// Whether a poller should help: waited for the mover long enough.
-    pub(crate) fn overdue(&self) -> bool {
-        monotonic_ns().saturating_sub(self.queued_at) >= HELP_AFTER.as_nanos() as u64
+    /// Whether a poller should help: not on the first poll, which comes
+    /// from the call that submitted the copy (the caller then goes on,
+    /// maybe to compute), but on every later one (it waits for it).
+    pub(crate) fn wanted(&self) -> bool {
+        self.polled.swap(true, Ordering::Relaxed)
     }
 
     /// Copies chunks until none is left to take.
@@ -105,6 +104,31 @@ impl AsyncCopy {
             if self.finished.fetch_add(1, Ordering::AcqRel) + 1 == self.chunks {
                 self.hold.lock().take();
             }
+        }
+    }
+}
+
+/// How long the mover looks for the next copy before it sleeps.
+const POLL: Duration = Duration::from_micros(50);
+
+fn next_soon(queue: &Receiver<Arc<AsyncCopy>>) -> Option<Arc<AsyncCopy>> {
+    let until = Instant::now() + POLL;
+    let mut rounds = 0u32;
+    loop {
+        match queue.try_recv() {
+            Ok(copy) => return Some(copy),
+            Err(TryRecvError::Disconnected) => return None,
+            Err(TryRecvError::Empty) => {}
+        }
+        rounds += 1;
+        // Every 32 rounds: the clock, and the CPU to whoever waits for it.
+        if rounds.is_multiple_of(32) {
+            if Instant::now() >= until {
+                return None;
+            }
+            std::thread::yield_now();
+        } else {
+            std::hint::spin_loop();
         }
     }
 }
@@ -138,10 +162,19 @@ pub(crate) fn submit(copy: &Arc<AsyncCopy>) -> bool {
             .name("unimem-dma".into())
             .spawn(move || {
                 unimem_mailbox::cpu::float_off_the_application("the DMA engine's mover");
-                while let Ok(copy) = queue.recv() {
-                    copy.work();
-                    if let Some(hook) = ON_DONE.get() {
-                        hook();
+                while let Ok(mut copy) = queue.recv() {
+                    loop {
+                        copy.work();
+                        if let Some(hook) = ON_DONE.get() {
+                            hook();
+                        }
+                        // The next copy of a stream or of a compute loop
+                        // comes soon: looked for a while before sleeping
+                        // (a wake-up costs more than the copy may last).
+                        match next_soon(&queue) {
+                            Some(next) => copy = next,
+                            None => break,
+                        }
                     }
                 }
             });

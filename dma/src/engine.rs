@@ -648,8 +648,8 @@ impl DmaEngine for ShmDmaEngine {
     fn poll(&mut self) -> Option<DmaId> {
         let (done_at, id, copy) = self.in_flight.front()?;
         if let Some(copy) = copy.as_ref().filter(|c| !c.done()) {
-            // Waited for the mover long enough: help it.
-            if !copy.overdue() {
+            // Waited for: help the mover.
+            if !copy.wanted() {
                 return None;
             }
             copy.work();
