@@ -2486,6 +2486,15 @@ fn stray_rendezvous_messages_of_another_peer_are_dropped() {
     drop(rogue_b);
 }
 
+/// Both sides progress until quiet; then every event the target `b` has.
+fn target_events(a: &mut Shm, b: &mut Shm) -> Vec<Event<MailboxAddr>> {
+    for _ in 0..100 {
+        a.progress();
+        b.progress();
+    }
+    std::iter::from_fn(|| b.next_event()).collect()
+}
+
 /// A key that counts remote accesses (FI_RMA_EVENT) hears of every
 /// completed access it counts (reads, writes), one-sided ones by a notice
 /// of the initiator, the others from its own progress; a key that does not
@@ -2529,14 +2538,7 @@ fn accesses_to_a_counting_key_are_reported_to_the_target() {
             );
             collect(&mut [&mut a, &mut b], 0, 1);
         }
-        for _ in 0..100 {
-            a.progress();
-            b.progress();
-        }
-        let mut seen = Vec::new();
-        while let Some(e) = b.next_event() {
-            seen.push(e);
-        }
+        let seen = target_events(&mut a, &mut b);
         assert_eq!(
             seen,
             [
@@ -2586,14 +2588,7 @@ fn notices_of_a_stream_of_accesses_are_summed() {
         rma(&mut a, kind, rma_req(b.addr(), buf, 8, key, 8 * i as u64));
     }
     collect(&mut [&mut a, &mut b], 0, stream.len());
-    for _ in 0..100 {
-        a.progress();
-        b.progress();
-    }
-    let mut seen = Vec::new();
-    while let Some(e) = b.next_event() {
-        seen.push(e);
-    }
+    let seen = target_events(&mut a, &mut b);
     let counts = |key, reads, writes| {
         Event::RemoteAccess(AccessCounts {
             key,
