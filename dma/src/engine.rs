@@ -351,7 +351,7 @@ impl ShmDmaEngine {
             }
             Ok(())
         })?;
-        Ok(self.complete_after(len))
+        Ok(self.complete_after(len, None))
     }
 
     /// `transfer` by the mover thread: checked and pinned now, copied
@@ -385,11 +385,7 @@ impl ShmDmaEngine {
         } else {
             copy.work();
         }
-        let id = self.complete_after(len);
-        if let Some(last) = self.in_flight.back_mut() {
-            last.2 = Some(copy);
-        }
-        Ok(id)
+        Ok(self.complete_after(len, Some(copy)))
     }
 
     /// Runs `access` on where `[remote_addr, remote_end)` of registration
@@ -447,15 +443,16 @@ impl ShmDmaEngine {
         Ok((pin, at, registration))
     }
 
-    /// Queues the completion of a transfer of `len` bytes at its modeled time.
-    fn complete_after(&mut self, len: usize) -> DmaId {
+    /// Queues the completion of a transfer of `len` bytes at its modeled
+    /// time (and, for `copy`, once the mover has copied it).
+    fn complete_after(&mut self, len: usize, copy: Option<Arc<AsyncCopy>>) -> DmaId {
         let id = DmaId(self.next_id);
         self.next_id += 1;
         let done_at = self
             .timing
             .queue_transfer(&mut self.busy_until, len, monotonic_ns)
             .unwrap_or(0);
-        self.in_flight.push_back((done_at, id, None));
+        self.in_flight.push_back((done_at, id, copy));
         id
     }
 }
@@ -610,7 +607,7 @@ impl DmaEngine for ShmDmaEngine {
             // (`pinned`); update_elements checks the alignment.
             unsafe { crate::atomic::update_elements(at, width, count, update, old) }
         })?;
-        Ok(self.complete_after(len))
+        Ok(self.complete_after(len, None))
     }
 
     fn loads_reach(&self, _node: NodeId) -> bool {

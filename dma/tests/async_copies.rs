@@ -6,7 +6,7 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use unimem_dma::{DmaBuf, DmaEngine, DmaId, DmaRegion, RegionConfig, ShmDmaEngine};
+use unimem_dma::{DmaBuf, DmaEngine, DmaId, DmaRegion, RegId, RegionConfig, ShmDmaEngine};
 use unimem_mailbox::{JobId, Profile};
 
 const MIB: usize = 1 << 20;
@@ -38,6 +38,22 @@ fn holds(buf: &DmaBuf, len: usize, seed: u8) -> bool {
         .all(|(i, &b)| b == (i % 251) as u8 ^ seed)
 }
 
+/// Registers all of `target` and puts `source` into it (the registration
+/// and the transfer).
+fn put_all(
+    engine: &mut ShmDmaEngine,
+    source: &DmaBuf,
+    target: &DmaBuf,
+    len: usize,
+) -> (RegId, DmaId) {
+    let node = engine.local_node();
+    let reg = engine.register(node, target.remote_addr(), len).unwrap();
+    let put = engine
+        .put(source.as_ptr(), len, reg, target.remote_addr())
+        .unwrap();
+    (reg, put)
+}
+
 /// Polls until `id` is reported (60 s: only a guard against a hang).
 fn wait_for(engine: &mut ShmDmaEngine, id: DmaId) {
     let end = Instant::now() + Duration::from_secs(60);
@@ -62,10 +78,7 @@ fn large_transfers_move_on_the_engines_thread_and_stay_safe() {
     let len = 8 * MIB;
     let source = filled(&engine, len, 1);
     let target = filled(&engine, len, 9);
-    let reg = engine.register(node, target.remote_addr(), len).unwrap();
-    let put = engine
-        .put(source.as_ptr(), len, reg, target.remote_addr())
-        .unwrap();
+    let (reg, put) = put_all(&mut engine, &source, &target, len);
     wait_for(&mut engine, put);
     assert!(holds(&target, len, 1), "the put's bytes");
     let back = filled(&engine, len, 5);
@@ -85,10 +98,7 @@ fn large_transfers_move_on_the_engines_thread_and_stay_safe() {
     // Deregistered before the copy is done: the copy still lands, in a
     // mapping the job keeps.
     let fresh = filled(&engine, len, 7);
-    let reg = engine.register(node, fresh.remote_addr(), len).unwrap();
-    let put = engine
-        .put(source.as_ptr(), len, reg, fresh.remote_addr())
-        .unwrap();
+    let (reg, put) = put_all(&mut engine, &source, &fresh, len);
     engine.deregister(reg).unwrap();
     wait_for(&mut engine, put);
     assert!(holds(&fresh, len, 1), "a put deregistered in flight");
@@ -98,10 +108,7 @@ fn large_transfers_move_on_the_engines_thread_and_stay_safe() {
     let big = 32 * MIB;
     let source = filled(&engine, big, 2);
     let doomed = filled(&engine, big, 4);
-    let reg = engine.register(node, doomed.remote_addr(), big).unwrap();
-    let put = engine
-        .put(source.as_ptr(), big, reg, doomed.remote_addr())
-        .unwrap();
+    let (_, put) = put_all(&mut engine, &source, &doomed, big);
     drop(doomed);
     assert_eq!(
         engine.poll(),

@@ -87,6 +87,8 @@
 
 use unimem_mailbox::{Message, MESSAGE_LEN};
 
+use crate::AccessCounts;
+
 /// Size of a node identity on the wire.
 pub const NODE_LEN: usize = 12;
 
@@ -289,12 +291,7 @@ pub enum Wire {
     /// counts them, are complete: `reads` that only read, `writes` that
     /// only wrote, `updates` that did both (atomics that fetched); never
     /// all 0. Back-to-back notices of one key are summed before they leave.
-    RemoteNotice {
-        key: u64,
-        reads: u32,
-        writes: u32,
-        updates: u32,
-    },
+    RemoteNotice(AccessCounts),
     /// Initiator to target: apply atomic `op` on `count` elements of
     /// `datatype` at `addr` of `key`; its operands follow as `AtomicData`.
     /// With `fetch`, the target returns the old values.
@@ -660,18 +657,13 @@ impl Wire {
                 w = Writer::new(op::REMOTE_DATA, None);
                 w.put(&data.to_le_bytes()).put(&len.to_le_bytes());
             }
-            Wire::RemoteNotice {
-                key,
-                reads,
-                writes,
-                updates,
-            } => {
+            Wire::RemoteNotice(counts) => {
                 w = Writer::new(op::REMOTE_DATA, None);
                 w.buf[0] |= NOTICE;
-                w.put(&key.to_le_bytes())
-                    .put(&reads.to_le_bytes())
-                    .put(&writes.to_le_bytes())
-                    .put(&updates.to_le_bytes());
+                w.put(&counts.key.to_le_bytes())
+                    .put(&counts.reads.to_le_bytes())
+                    .put(&counts.writes.to_le_bytes())
+                    .put(&counts.updates.to_le_bytes());
             }
             Wire::AtomicReq {
                 key,
@@ -863,16 +855,16 @@ impl Wire {
                 error: RmaRefusal::from_u8(r.u8())?,
             },
             op::REMOTE_DATA if flags & NOTICE != 0 => {
-                let (key, reads, writes, updates) = (r.u64(), r.u32(), r.u32(), r.u32());
-                if reads == 0 && writes == 0 && updates == 0 {
+                let counts = AccessCounts {
+                    key: r.u64(),
+                    reads: r.u32(),
+                    writes: r.u32(),
+                    updates: r.u32(),
+                };
+                if counts.all() == 0 {
                     return None;
                 }
-                Wire::RemoteNotice {
-                    key,
-                    reads,
-                    writes,
-                    updates,
-                }
+                Wire::RemoteNotice(counts)
             }
             op::REMOTE_DATA => Wire::RemoteData {
                 data: r.u64(),
@@ -1021,18 +1013,18 @@ mod tests {
                 data: u64::MAX - 1,
                 len: 5 << 30,
             },
-            Wire::RemoteNotice {
+            Wire::RemoteNotice(AccessCounts {
                 key: 77,
                 reads: 1,
                 writes: 0,
                 updates: 0,
-            },
-            Wire::RemoteNotice {
+            }),
+            Wire::RemoteNotice(AccessCounts {
                 key: u64::MAX,
                 reads: u32::MAX,
                 writes: 3,
                 updates: u32::MAX - 1,
-            },
+            }),
             Wire::AtomicReq {
                 key: u64::MAX,
                 addr: 0x1234_5678_9abc,

@@ -16,7 +16,7 @@ use super::send::{EagerState, TxKind, Waiter};
 use super::{Messenger, FENCE_AFTER};
 use crate::dma::Token;
 use crate::wire::Wire;
-use crate::{AccessCounts, WireNode};
+use crate::WireNode;
 
 impl<M, D> Messenger<M, D>
 where
@@ -291,20 +291,7 @@ where
             Wire::ReadReady { send_id, recv_id } => self.on_read_ready(peer, send_id, recv_id),
             Wire::RmaNack { id, read, error } => self.on_rma_nack(peer, id, read, error),
             Wire::RemoteData { data, len } => self.on_remote_data(data, len),
-            Wire::RemoteNotice {
-                key,
-                reads,
-                writes,
-                updates,
-            } => self.on_remote_notice(
-                peer,
-                AccessCounts {
-                    key,
-                    reads,
-                    writes,
-                    updates,
-                },
-            ),
+            Wire::RemoteNotice(counts) => self.on_remote_notice(peer, counts),
             Wire::AtomicReq {
                 key,
                 addr,

@@ -2601,12 +2601,10 @@ fn notices_of_a_stream_of_accesses_are_summed() {
     assert_eq!(a.stats().notices, stream.len() as u64);
 
     // A notice of nothing does not decode.
-    let lie = Wire::RemoteNotice {
+    let lie = Wire::RemoteNotice(AccessCounts {
         key: k1,
-        reads: 0,
-        writes: 0,
-        updates: 0,
-    };
+        ..AccessCounts::default()
+    });
     assert_eq!(Wire::decode(&lie.encode()), None);
 }
 

@@ -600,37 +600,22 @@ where
         }
     }
 
-    /// Queues a notice of `reads` and `writes` to `peer`'s key `key`: into
-    /// the notice last queued, when it is the last control message and of
-    /// the same key (a stream of puts tells its target once, not once per
+    /// Queues a notice of `counts` to `peer`: into the notice last queued,
+    /// when it is the last control message and of the same key (a stream of puts tells its target once, not once per
     /// put, without passing anything queued between them).
     fn queue_notice(&mut self, peer: PeerIdx, counts: AccessCounts) {
-        let control = &mut self.peers[peer].control;
-        let last = control.back_mut();
-        if let Some(last) = last {
-            if let Some(Wire::RemoteNotice {
-                key,
-                reads,
-                writes,
-                updates,
-            }) = Wire::decode(last)
-            {
-                let queued = AccessCounts {
-                    key,
-                    reads,
-                    writes,
-                    updates,
-                };
-                if let Some(sum) = (key == counts.key)
+        if let Some(last) = self.peers[peer].control.back_mut() {
+            if let Some(Wire::RemoteNotice(queued)) = Wire::decode(last) {
+                if let Some(sum) = (queued.key == counts.key)
                     .then(|| queued.merged(&counts))
                     .flatten()
                 {
-                    *last = notice(sum).encode();
+                    *last = Wire::RemoteNotice(sum).encode();
                     return;
                 }
             }
         }
-        self.queue_control(peer, notice(counts).encode());
+        self.queue_control(peer, Wire::RemoteNotice(counts).encode());
     }
 
     /// Moves on the operations that waited (for a node, a staging buffer).
@@ -689,16 +674,6 @@ pub(crate) fn resolve_access<D: DmaEngine>(
     let exposure = dma.resolve_key(node, key)?;
     let target = exposure.translate(addr, len as u64, need)?;
     Ok((target, exposure.access.counts(need)))
-}
-
-/// The notice of `counts`.
-fn notice(counts: AccessCounts) -> Wire {
-    Wire::RemoteNotice {
-        key: counts.key,
-        reads: counts.reads,
-        writes: counts.writes,
-        updates: counts.updates,
-    }
 }
 
 /// The error an initiator reports for a target's refusal.
