@@ -162,6 +162,57 @@ fn inline_limits_need_no_receiver() {
     c.finish();
 }
 
+/// Injects (inline, in parts, eager) count on a send counter, and the
+/// sender's CQ has no entry for any of them, with or without the counter
+/// (the messenger reports sends without a CQ entry only to a counter); the
+/// receiver's counter counts each receive, and every message arrives whole.
+#[test]
+fn injects_count_on_a_send_counter_and_complete_nowhere() {
+    for counted in [true, false] {
+        let mut c = cluster(if counted { "inject-cntr" } else { "inject" });
+        if counted {
+            c.env("FABRIC_PEER_CNTR", "msg");
+        }
+        c.spawn(2).connect_all();
+        let msgs = all_ways(|way| {
+            vec![
+                0,
+                1,
+                way.inline,
+                way.inline + 1,
+                way.parted(),
+                way.parted() + 1,
+                EAGER,
+            ]
+        });
+        for (ctx, msg) in msgs.iter().enumerate() {
+            let tag = msg.m.tag.map_or(String::new(), |t| format!(" tag={t:#x}"));
+            c.cmd(1, format!("recv 0 {} {ctx}{tag}", msg.len));
+        }
+        for msg in &msgs {
+            c.cmd(
+                0,
+                format!("inject 1 {} {}{}", msg.len, msg.seed, msg.opts()),
+            );
+        }
+        let got = c.cmd(1, format!("wait recvs={}", msgs.len())).completions();
+        for done in &got {
+            msgs[done.ctx as usize].check_recv(done, 0);
+        }
+        let n = msgs.len();
+        if counted {
+            let sent = c.cmd(0, format!("cntr-wait send={n}")).ok;
+            assert_eq!(sent, format!("send={n} send-err=0 recv=0 recv-err=0"));
+            let received = c.cmd(1, "cntr").ok;
+            assert_eq!(received, format!("send=0 send-err=0 recv={n} recv-err=0"));
+        }
+        c.cmd(0, "quiet 50");
+        let pending = c.cmd(0, "pending").ok;
+        assert!(pending.starts_with("sends=0 "), "{pending}");
+        c.finish();
+    }
+}
+
 /// More rendezvous transfers at once than the receiver has staging buffers
 /// for (it has 8 of one segment each, and a transfer is granted up to 4
 /// segments ahead): grants must wait for free buffers, and resume in

@@ -8,7 +8,10 @@
 use super::matching::Iov;
 
 pub fn total_len(iov: &[Iov]) -> usize {
-    iov.iter().map(|&(_, len)| len).sum()
+    match *iov {
+        [(_, len)] => len,
+        _ => iov.iter().map(|&(_, len)| len).sum(),
+    }
 }
 
 /// Pieces of `iov` covering the `len` bytes that start `offset` bytes in,
@@ -41,6 +44,14 @@ fn pieces(
 /// The iov must describe readable memory (the libfabric contract above) and
 /// `dst` must be writable for `len` bytes, not overlapping the iov.
 pub unsafe fn gather(iov: &[Iov], offset: usize, dst: *mut u8, len: usize) {
+    // One piece holding the range: every small message.
+    if let [(addr, piece)] = *iov {
+        if offset <= piece && len <= piece - offset {
+            // SAFETY: in bounds of both sides by the caller's contract.
+            unsafe { std::ptr::copy_nonoverlapping((addr + offset) as *const u8, dst, len) };
+            return;
+        }
+    }
     for (addr, take, at) in pieces(iov, offset, len) {
         // SAFETY: in bounds of both sides by the caller's contract.
         unsafe { std::ptr::copy_nonoverlapping(addr as *const u8, dst.add(at), take) };
@@ -53,6 +64,13 @@ pub unsafe fn gather(iov: &[Iov], offset: usize, dst: *mut u8, len: usize) {
 /// The iov must describe writable memory (the libfabric contract above) and
 /// `src` must be readable for `len` bytes, not overlapping the iov.
 pub unsafe fn scatter(iov: &[Iov], offset: usize, src: *const u8, len: usize) {
+    if let [(addr, piece)] = *iov {
+        if offset <= piece && len <= piece - offset {
+            // SAFETY: in bounds of both sides by the caller's contract.
+            unsafe { std::ptr::copy_nonoverlapping(src, (addr + offset) as *mut u8, len) };
+            return;
+        }
+    }
     for (addr, take, at) in pieces(iov, offset, len) {
         // SAFETY: in bounds of both sides by the caller's contract.
         unsafe { std::ptr::copy_nonoverlapping(src.add(at), addr as *mut u8, take) };

@@ -202,7 +202,13 @@ impl<A: Copy + Eq, B> Matcher<A, B> {
         let lane = self.lane(info.tag.is_some());
         let index = lane.posted.iter().position(|r| r.accepts(src, info.tag))?;
         if !lane.posted[index].multi_recv {
-            let recv = lane.posted.remove(index).expect("index is in range");
+            // Mostly the oldest: pop it rather than shift the queue.
+            let recv = if index == 0 {
+                lane.posted.pop_front()
+            } else {
+                lane.posted.remove(index)
+            }
+            .expect("index is in range");
             return Some(Placement {
                 context: recv.context,
                 iov: recv.iov,
@@ -311,11 +317,13 @@ impl<A: Copy + Eq, B> Matcher<A, B> {
             self.lane(tagged).posted.push_back(recv);
             return None;
         };
-        let message = self
-            .lane(tagged)
-            .unexpected
-            .remove(index)
-            .expect("index is in range");
+        let unexpected = &mut self.lane(tagged).unexpected;
+        let message = if index == 0 {
+            unexpected.pop_front()
+        } else {
+            unexpected.remove(index)
+        }
+        .expect("index is in range");
         if !recv.multi_recv {
             let placement = Placement {
                 context: recv.context,

@@ -146,17 +146,22 @@ fn significant_bytes(value: Option<u64>) -> usize {
     value.map_or(0, |v| (64 - v.leading_zeros() as usize).div_ceil(8))
 }
 
+/// Largest inline payload (a message without tag or CQ data).
+pub const INLINE_MAX: usize = MESSAGE_LEN - 2;
+
 /// An inline payload, kept by value: decoding a message must not allocate.
-#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+/// Only its first `len` bytes mean anything: the rest are whatever the
+/// fixed-size moves of the codec left there (zeros, when made by `new`).
+#[derive(Clone, Copy)]
 pub struct InlineBytes {
     len: u8,
-    bytes: [u8; MESSAGE_LEN - 2],
+    bytes: [u8; INLINE_MAX],
 }
 
 impl InlineBytes {
     /// `data` must fit the largest inline capacity (22 bytes).
     pub fn new(data: &[u8]) -> InlineBytes {
-        let mut bytes = [0u8; MESSAGE_LEN - 2];
+        let mut bytes = [0u8; INLINE_MAX];
         bytes[..data.len()].copy_from_slice(data);
         InlineBytes {
             len: data.len() as u8,
@@ -164,8 +169,45 @@ impl InlineBytes {
         }
     }
 
+    /// The first `len` bytes of `bytes` (`len` <= 22), the rest zeros.
+    /// The caller fills the bytes in place (`bytes_mut`): no second copy.
+    pub fn zeroed(len: usize) -> InlineBytes {
+        debug_assert!(len <= INLINE_MAX);
+        InlineBytes {
+            len: len as u8,
+            bytes: [0; INLINE_MAX],
+        }
+    }
+
+    pub fn bytes_mut(&mut self) -> &mut [u8; INLINE_MAX] {
+        &mut self.bytes
+    }
+
     pub fn as_slice(&self) -> &[u8] {
         &self.bytes[..self.len as usize]
+    }
+}
+
+impl PartialEq for InlineBytes {
+    fn eq(&self, other: &Self) -> bool {
+        self.as_slice() == other.as_slice()
+    }
+}
+
+impl Eq for InlineBytes {}
+
+impl std::fmt::Debug for InlineBytes {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "InlineBytes({:?})", self.as_slice())
+    }
+}
+
+/// The `n` low bytes of a u64 (n <= 8).
+fn low_bytes(n: usize) -> u64 {
+    if n == 0 {
+        0
+    } else {
+        u64::MAX >> (64 - 8 * n)
     }
 }
 
@@ -401,6 +443,34 @@ mod op {
     pub const ATOMIC_ANSWER: u8 = 15;
 }
 
+/// An `Inline` (or with `PARTS`, an `InlineFirst`): op and flags, the
+/// length, the tag and CQ data if any (their significant bytes, sized in
+/// one byte), then the payload, cut at the message's end. Every small send
+/// is encoded here, so it moves whole u64s and the whole payload array into
+/// a scratch line, each field overwriting the zero bytes past the last,
+/// instead of copies of variable length (a call to memcpy each).
+fn encode_inline(parts: u8, len: u8, info: &MatchInfo, payload: &InlineBytes) -> Message {
+    let mut line = [0u8; 64];
+    line[0] = op::INLINE
+        | parts
+        | if info.tag.is_some() { TAGGED } else { 0 }
+        | if info.data.is_some() { DATA } else { 0 };
+    line[1] = len;
+    let mut at = 2;
+    if info.tag.is_some() || info.data.is_some() {
+        let tag_len = significant_bytes(info.tag);
+        let data_len = significant_bytes(info.data);
+        line[2] = (tag_len | data_len << 4) as u8;
+        at = 3;
+        line[at..at + 8].copy_from_slice(&info.tag.unwrap_or(0).to_le_bytes());
+        at += tag_len;
+        line[at..at + 8].copy_from_slice(&info.data.unwrap_or(0).to_le_bytes());
+        at += data_len;
+    }
+    line[at..at + INLINE_MAX].copy_from_slice(&payload.bytes);
+    line[..MESSAGE_LEN].try_into().unwrap()
+}
+
 /// A cursor writing fields into one message.
 struct Writer {
     buf: Message,
@@ -420,19 +490,6 @@ impl Writer {
     fn put(&mut self, bytes: &[u8]) -> &mut Self {
         self.buf[self.at..self.at + bytes.len()].copy_from_slice(bytes);
         self.at += bytes.len();
-        self
-    }
-
-    /// An inline message's tag and CQ data, if any: their significant
-    /// bytes, counted in one byte.
-    fn short_info(&mut self, info: &MatchInfo) -> &mut Self {
-        if info.tag.is_some() || info.data.is_some() {
-            let tag_len = significant_bytes(info.tag);
-            let data_len = significant_bytes(info.data);
-            self.put(&[(tag_len | data_len << 4) as u8])
-                .put(&info.tag.unwrap_or(0).to_le_bytes()[..tag_len])
-                .put(&info.data.unwrap_or(0).to_le_bytes()[..data_len]);
-        }
         self
     }
 
@@ -469,13 +526,6 @@ impl Reader<'_> {
     }
     fn u64(&mut self) -> u64 {
         u64::from_le_bytes(self.take())
-    }
-    /// A u64 stored in its `len` low bytes.
-    fn short_u64(&mut self, len: usize) -> u64 {
-        let mut bytes = [0u8; 8];
-        bytes[..len].copy_from_slice(&self.buf[self.at..self.at + len]);
-        self.at += len;
-        u64::from_le_bytes(bytes)
     }
     fn info(&mut self, flags: u8) -> MatchInfo {
         MatchInfo {
@@ -517,17 +567,12 @@ impl Wire {
                     .put(&ring.to_le_bytes());
             }
             Wire::Inline { info, payload } => {
-                let payload = payload.as_slice();
-                assert!(payload.len() <= inline_capacity(info));
-                w = Writer::new(op::INLINE, Some(info));
-                w.put(&[payload.len() as u8]).short_info(info).put(payload);
+                assert!(payload.len as usize <= inline_capacity(info));
+                return encode_inline(0, payload.len, info, payload);
             }
             Wire::InlineFirst { info, len, payload } => {
-                let payload = payload.as_slice();
-                assert!(payload.len() == inline_capacity(info) && payload.len() < *len as usize);
-                w = Writer::new(op::INLINE, Some(info));
-                w.buf[0] |= PARTS;
-                w.put(&[*len]).short_info(info).put(payload);
+                assert!(payload.len as usize == inline_capacity(info) && payload.len < *len);
+                return encode_inline(PARTS, *len, info, payload);
             }
             Wire::InlineMore { payload } => {
                 w = Writer::new(op::INLINE, None);
@@ -703,6 +748,58 @@ impl Wire {
         w.buf
     }
 
+    /// An `Inline` or `InlineFirst` (every small message that arrives),
+    /// read with moves of fixed size from a scratch line, as
+    /// [`encode_inline`] writes them.
+    fn decode_inline(buf: &Message, flags: u8) -> Option<Wire> {
+        let mut line = [0u8; 64];
+        line[..MESSAGE_LEN].copy_from_slice(buf);
+        let len = line[1] as usize;
+        let mut at = 2;
+        let mut info = MatchInfo::default();
+        if flags & (TAGGED | DATA) != 0 {
+            let sizes = line[2];
+            let (tag_len, data_len) = ((sizes & 0x0f) as usize, (sizes >> 4) as usize);
+            if tag_len > 8 || data_len > 8 || tag_len + data_len > MESSAGE_LEN - 3 {
+                return None;
+            }
+            at = 3;
+            let word = |at: usize| u64::from_le_bytes(line[at..at + 8].try_into().unwrap());
+            let tag = word(at) & low_bytes(tag_len);
+            at += tag_len;
+            let data = word(at) & low_bytes(data_len);
+            at += data_len;
+            info.tag = (flags & TAGGED != 0).then_some(tag);
+            info.data = (flags & DATA != 0).then_some(data);
+        }
+        let capacity = inline_capacity(&info);
+        let parts = flags & PARTS != 0;
+        let take = if parts {
+            // A first part: longer than one message, no longer than its
+            // parts can carry; the rest of this one is its first bytes.
+            if len <= capacity || len > capacity + (MAX_INLINE_PARTS - 1) * MORE_LEN {
+                return None;
+            }
+            capacity
+        } else {
+            len
+        };
+        if take > capacity || at + take > MESSAGE_LEN {
+            return None;
+        }
+        let mut payload = InlineBytes::zeroed(take);
+        payload.bytes.copy_from_slice(&line[at..at + INLINE_MAX]);
+        Some(if parts {
+            Wire::InlineFirst {
+                info,
+                len: len as u8,
+                payload,
+            }
+        } else {
+            Wire::Inline { info, payload }
+        })
+    }
+
     /// Decodes a mailbox message; `None` for anything malformed.
     pub fn decode(buf: &Message) -> Option<Wire> {
         let flags = buf[0] & 0xf0;
@@ -730,45 +827,7 @@ impl Wire {
                 payload.copy_from_slice(&buf[1..]);
                 Wire::InlineMore { payload }
             }
-            op::INLINE => {
-                let len = r.u8() as usize;
-                let mut info = MatchInfo::default();
-                if flags & (TAGGED | DATA) != 0 {
-                    let sizes = r.u8();
-                    let (tag_len, data_len) = ((sizes & 0x0f) as usize, (sizes >> 4) as usize);
-                    if tag_len > 8 || data_len > 8 || tag_len + data_len > MESSAGE_LEN - 3 {
-                        return None;
-                    }
-                    let tag = r.short_u64(tag_len);
-                    let data = r.short_u64(data_len);
-                    info.tag = (flags & TAGGED != 0).then_some(tag);
-                    info.data = (flags & DATA != 0).then_some(data);
-                }
-                let capacity = inline_capacity(&info);
-                if flags & PARTS != 0 {
-                    // A first part: longer than one message, no longer
-                    // than its parts can carry; the rest of this one is
-                    // its first bytes.
-                    if len <= capacity
-                        || len > capacity + (MAX_INLINE_PARTS - 1) * MORE_LEN
-                        || r.at + capacity > MESSAGE_LEN
-                    {
-                        return None;
-                    }
-                    return Some(Wire::InlineFirst {
-                        info,
-                        len: len as u8,
-                        payload: InlineBytes::new(&buf[r.at..r.at + capacity]),
-                    });
-                }
-                if len > capacity || r.at + len > MESSAGE_LEN {
-                    return None;
-                }
-                Wire::Inline {
-                    info,
-                    payload: InlineBytes::new(&buf[r.at..r.at + len]),
-                }
-            }
+            op::INLINE => return Self::decode_inline(buf, flags),
             op::EAGER => {
                 let credits = r.u8();
                 let field = r.u32();
@@ -1196,6 +1255,57 @@ mod tests {
         expected[0] |= 0x40;
         expected[22..].copy_from_slice(&[0x0d, 0x0c]);
         assert_eq!(acked.encode(), expected);
+    }
+
+    /// The inline layout, byte by byte, as the fixed-size moves of the
+    /// codec must keep it: op and flags, length, the sizes of tag and data
+    /// and their significant bytes (if either is there), payload, zeros.
+    #[test]
+    fn inline_messages_keep_their_layout() {
+        for info in infos() {
+            let cap = inline_capacity(&info);
+            for len in 0..=cap + (MAX_INLINE_PARTS - 1) * MORE_LEN {
+                let data: Vec<u8> = (0..len)
+                    .map(|i| (i as u8).wrapping_mul(37) ^ 0xa5)
+                    .collect();
+                let parts = len > cap;
+                let first = len.min(cap);
+                let mut expected = vec![
+                    op::INLINE
+                        | if info.tag.is_some() { TAGGED } else { 0 }
+                        | if info.data.is_some() { DATA } else { 0 }
+                        | if parts { PARTS } else { 0 },
+                ];
+                expected.push(len as u8);
+                if info.tag.is_some() || info.data.is_some() {
+                    let (t, d) = (significant_bytes(info.tag), significant_bytes(info.data));
+                    expected.push((t | d << 4) as u8);
+                    expected.extend_from_slice(&info.tag.unwrap_or(0).to_le_bytes()[..t]);
+                    expected.extend_from_slice(&info.data.unwrap_or(0).to_le_bytes()[..d]);
+                }
+                expected.extend_from_slice(&data[..first]);
+                expected.resize(MESSAGE_LEN, 0);
+                let payload = InlineBytes::new(&data[..first]);
+                let wire = if parts {
+                    Wire::InlineFirst {
+                        info,
+                        len: len as u8,
+                        payload,
+                    }
+                } else {
+                    Wire::Inline { info, payload }
+                };
+                let message = wire.encode();
+                assert_eq!(&message[..], &expected[..], "{info:?}, {len} bytes");
+                let back = Wire::decode(&message).expect("decodes");
+                assert_eq!(back, wire);
+                let (Wire::Inline { payload, .. } | Wire::InlineFirst { payload, .. }) = back
+                else {
+                    unreachable!()
+                };
+                assert_eq!(payload.as_slice(), &data[..first]);
+            }
+        }
     }
 
     #[test]

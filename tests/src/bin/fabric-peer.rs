@@ -12,7 +12,9 @@
 //! `FI_PROGRESS_AUTO` (data and control). `$FABRIC_PEER_TX_OP_FLAGS` (named as for `send`'s
 //! `flags`) asks for those `tx_attr.op_flags`, the endpoint's default send
 //! flags. With `$FABRIC_PEER_CNTR=1` it also opens two counters, bound to
-//! the endpoint with `FI_WRITE` and `FI_READ` (see `cntr`); with
+//! the endpoint with `FI_WRITE` and `FI_READ` (see `cntr`; with
+//! `$FABRIC_PEER_CNTR=msg`, with `FI_SEND` and `FI_RECV`, named `send` and
+//! `recv` by `cntr`); with
 //! `$FABRIC_PEER_RMA_EVENT=1`, two more bound with `FI_REMOTE_WRITE` and
 //! `FI_REMOTE_READ` (see `rcntr`); `$FABRIC_PEER_RMA_EVENT=mr` asks for
 //! `FI_RMA_EVENT` without them (counters on regions only, `mr-cntr`).
@@ -52,7 +54,7 @@
 //! | `watch <key> <offset> <len>` | from now on, a `remote` completion reports in `sum` the checksum that range of the region had when the completion was read (and in `guard` the region's guards) |
 //! | `write <dest> <key> <offset> <len> <seed> <ctx> [data=D] [inject] [msg[=a\|b]] [rma-iovs=N] [v] [try]` | an RMA write of `len` bytes of pattern `seed` to `offset` of the region `key` at `dest`: `fi_write` (`fi_writedata` with `data`), `fi_writev` (`v`, three buffers), `fi_writemsg` (`msg`, flags named as for `send`, the target range in `N` pieces, default 1), `fi_inject_write`/`fi_inject_writedata` (`inject`), retrying `-FI_EAGAIN` while progressing; with `try`, one call and `ok <rc>` |
 //! | `read <src> <key> <offset> <len> <ctx> [msg[=a\|b]] [rma-iovs=N] [v] [try]` | an RMA read (`fi_read`, `fi_readv`, `fi_readmsg`) into a fresh buffer between guard bytes; its completion reports the checksum of the bytes read and whether the guards (for an error: the whole buffer) are untouched |
-//! | `cntr` | `ok write=W write-err=E read=R read-err=F`: the counters (`$FABRIC_PEER_CNTR`) |
+//! | `cntr` | `ok write=W write-err=E read=R read-err=F`: the counters (`$FABRIC_PEER_CNTR`; `send=..`, `recv=..` with `msg`) |
 //! | `cntr-wait [write=W] [read=R] [write-err=E] [read-err=F]` | reads the counters until each is at least the value given; `ok` with the values as `cntr` |
 //! | `sleep-no-progress <ms\|wake>` | prints `sleeping`, then makes no libfabric call for `ms` milliseconds, or until the input line `wake`; meanwhile it answers `mr-sum`, `get` and `recv-sum <ctx> <len>` (the checksum of the first `len` bytes of the buffer of receive `ctx`) lines, which make no libfabric call, with a data line (their `ok` text) |
 //! | `atomic <dest> <key> <offset> <write\|fetch\|compare> <dt> <op> <count> [ops=a,b,..] [cmp=a,b,..] [ctx=C] [v\|msg[=a\|b]\|inject] [rma-iovs=N] [null-ops] [try] [nowait]` | an atomic of `count` elements of datatype `dt` (`i8`..`u64`, `float`, `double`, `fcomplex`, `dcomplex`, `ldouble`, `ldcomplex`, or a number) and operation `op` (`min`, `max`, `sum`, `prod`, `lor`, `land`, `bor`, `band`, `lxor`, `bxor`, `read`, `write`, `cswap`, `cswap-ne`, `cswap-le`, `cswap-lt`, `cswap-ge`, `cswap-gt`, `mswap`, or a number) at `offset` of region `key` at `dest`: `fi_atomic`/`fi_fetch_atomic`/`fi_compare_atomic`, their `v` and `msg` forms (flags named as for `send`; the target range in `N` entries, default 1), or `fi_inject_atomic`; operand and compare elements are the bits given (one value: every element), with `null-ops` the operand buffers are NULL (for `FI_ATOMIC_READ`, which ignores them); the result buffer starts as guard bytes. Retries `-FI_EAGAIN` while progressing (`try`: one call); then (not for an inject, nor with `nowait`) waits for its completion: `ok rc=R flags=F err=E old=a,b,.. guard=G` (`err` 0 for success; `guard`: nothing written past the result, for an error nothing at all) |
@@ -140,10 +142,12 @@ fn process_cpu_ms() -> f64 {
     t.tv_sec as f64 * 1e3 + t.tv_nsec as f64 / 1e6
 }
 
-/// The counters of `$FABRIC_PEER_CNTR`: completed writes and reads.
+/// The counters of `$FABRIC_PEER_CNTR`: completed writes and reads (with
+/// `msg`: sends in `write`, receives in `read`, named so by `names`).
 struct Counters {
     write: Cntr,
     read: Cntr,
+    names: [&'static str; 4],
 }
 
 impl Counters {
@@ -159,6 +163,7 @@ impl Counters {
 }
 
 const CNTR_NAMES: [&str; 4] = ["write", "write-err", "read", "read-err"];
+const MSG_CNTR_NAMES: [&str; 4] = ["send", "send-err", "recv", "recv-err"];
 
 /// The libfabric objects of the process, in closing order.
 struct Objects {
@@ -215,14 +220,20 @@ impl Objects {
             Ok("unspec") => ffi::FI_WAIT_UNSPEC,
             _ => ffi::FI_WAIT_NONE,
         };
-        let cntrs = match std::env::var("FABRIC_PEER_CNTR").as_deref() {
-            Ok("1") => Some(Counters {
+        let cntr_var = std::env::var("FABRIC_PEER_CNTR").unwrap_or_default();
+        let cntrs = match cntr_var.as_str() {
+            "1" | "msg" => Some(Counters {
                 write: domain
                     .cntr_waiting_on(cntr_wait)
                     .map_err(|c| step("fi_cntr_open", c))?,
                 read: domain
                     .cntr_waiting_on(cntr_wait)
                     .map_err(|c| step("fi_cntr_open", c))?,
+                names: if cntr_var == "msg" {
+                    MSG_CNTR_NAMES
+                } else {
+                    CNTR_NAMES
+                },
             }),
             _ => None,
         };
@@ -230,6 +241,12 @@ impl Objects {
             true => Some(Counters {
                 write: domain.cntr().map_err(|c| step("fi_cntr_open", c))?,
                 read: domain.cntr().map_err(|c| step("fi_cntr_open", c))?,
+                names: [
+                    "remote-write",
+                    "remote-write-err",
+                    "remote-read",
+                    "remote-read-err",
+                ],
             }),
             false => None,
         };
@@ -238,10 +255,15 @@ impl Objects {
         ep.bind(&cq, ffi::FI_TRANSMIT | ffi::FI_RECV)
             .map_err(|c| step("fi_ep_bind(cq)", c))?;
         if let Some(c) = &cntrs {
-            ep.bind(&c.write, ffi::FI_WRITE)
-                .map_err(|c| step("fi_ep_bind(cntr, FI_WRITE)", c))?;
-            ep.bind(&c.read, ffi::FI_READ)
-                .map_err(|c| step("fi_ep_bind(cntr, FI_READ)", c))?;
+            let (write, read) = if c.names == MSG_CNTR_NAMES {
+                (ffi::FI_SEND, ffi::FI_RECV)
+            } else {
+                (ffi::FI_WRITE, ffi::FI_READ)
+            };
+            ep.bind(&c.write, write)
+                .map_err(|c| step("fi_ep_bind(cntr)", c))?;
+            ep.bind(&c.read, read)
+                .map_err(|c| step("fi_ep_bind(cntr)", c))?;
         }
         if let Some(c) = &remote_cntrs {
             ep.bind(&c.write, ffi::FI_REMOTE_WRITE)
@@ -1083,13 +1105,19 @@ impl Peer {
 
     /// `cntr` (no thresholds) and `cntr-wait`.
     fn cntr_wait(&mut self, a: &Args) -> CmdResult {
+        let names = self
+            .obj
+            .cntrs
+            .as_ref()
+            .ok_or("no counters (FABRIC_PEER_CNTR=1)")?
+            .names;
         let mut want = [0u64; 4];
-        for (w, name) in want.iter_mut().zip(CNTR_NAMES) {
+        for (w, name) in want.iter_mut().zip(names) {
             *w = a.opt(name)?.unwrap_or(0);
         }
         let deadline = Instant::now() + self.wait_limit;
         let show = |v: [u64; 4]| {
-            CNTR_NAMES
+            names
                 .iter()
                 .zip(v)
                 .map(|(name, n)| format!("{name}={n}"))

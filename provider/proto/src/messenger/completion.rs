@@ -46,11 +46,13 @@ where
             // count every send, CQs only those asking for an entry.
             TxClass::Msg => {
                 self.stats.sends += 1;
-                self.events.push_back(Event::Send {
-                    context: tx.context,
-                    tagged: tx.info.tag.is_some(),
-                    completion: tx.completion,
-                });
+                if tx.completion || self.report_silent_sends {
+                    self.events.push_back(Event::Send {
+                        context: tx.context,
+                        tagged: tx.info.tag.is_some(),
+                        completion: tx.completion,
+                    });
+                }
             }
             TxClass::Write { data } => {
                 self.peers[tx.peer].writes_assisted -= 1;

@@ -138,6 +138,10 @@ pub struct Messenger<M: Mailbox, D: DmaEngine> {
     // completion
     outstanding_sends: usize,
     events: VecDeque<Event<M::Addr>>,
+    /// Whether a send that asks for no CQ entry (an inject, a selective
+    /// send) is reported all the same: only a send counter needs it, and
+    /// MPI's small sends are injects with none bound.
+    report_silent_sends: bool,
     // recv::rendezvous
     rx_xfers: Slab<RxXfer<M::Addr>>,
     /// Transfers a peer started (matched requests to send, its writes to
@@ -304,6 +308,7 @@ where
             deferred_grants: VecDeque::new(),
             deferred_fragments: VecDeque::new(),
             events: VecDeque::new(),
+            report_silent_sends: true,
             calls_since_clock: 0,
             next_peer_check: Instant::now(),
             peers_lost: 0,
@@ -332,6 +337,13 @@ where
 
     pub fn config(&self) -> &ProtoConfig {
         &self.cfg
+    }
+
+    /// Whether sends that ask for no CQ entry are still reported as
+    /// [`Event::Send`] (with `completion` false): on by default; the
+    /// provider turns it off for endpoints with no send counter.
+    pub fn set_report_silent_sends(&mut self, on: bool) {
+        self.report_silent_sends = on;
     }
 
     pub fn set_min_multi_recv(&mut self, min: usize) {

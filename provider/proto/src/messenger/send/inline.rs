@@ -34,12 +34,12 @@ where
         req: &SendReq<M::Addr>,
         len: usize,
     ) -> Result<(), PostError> {
-        let mut bytes = [0u8; 24];
-        // SAFETY: the iov is valid (caller of send); len fits the buffer.
-        unsafe { gather(&req.iov, 0, bytes.as_mut_ptr(), len) };
+        let mut payload = InlineBytes::zeroed(len);
+        // SAFETY: the iov is valid (caller of send); len fits the payload.
+        unsafe { gather(&req.iov, 0, payload.bytes_mut().as_mut_ptr(), len) };
         let message = Wire::Inline {
             info: req.info,
-            payload: InlineBytes::new(&bytes[..len]),
+            payload,
         }
         .encode();
         self.send_messages(peer, req, len, &[message])
@@ -107,11 +107,14 @@ where
             if sent == messages.len() {
                 self.stats.sends += 1;
                 // An inject still counts (send counters), without a CQ entry.
-                self.events.push_back(Event::Send {
-                    context: req.context,
-                    tagged: req.info.tag.is_some(),
-                    completion: req.completion && !req.inject,
-                });
+                let completion = req.completion && !req.inject;
+                if completion || self.report_silent_sends {
+                    self.events.push_back(Event::Send {
+                        context: req.context,
+                        tagged: req.info.tag.is_some(),
+                        completion,
+                    });
+                }
                 return Ok(());
             }
         }
