@@ -167,7 +167,9 @@ impl SharedObject {
                 break fd;
             }
             let err = io::Error::last_os_error();
-            if err.kind() == io::ErrorKind::AlreadyExists && reclaim_if_dead(name) {
+            if err.kind() == io::ErrorKind::AlreadyExists
+                && (reclaim_if_dead(name) || reclaim_if_left_before_exec(name))
+            {
                 continue;
             }
             return Err(err);
@@ -684,6 +686,36 @@ fn reclaim_if_dead(name: &str) -> bool {
         }
         OwnerState::Mine | OwnerState::Alive | OwnerState::Unknown => false,
     }
+}
+
+/// An object of this process that nothing in it maps: it was made before
+/// the process called exec, which unmapped it. A launcher or profiler that
+/// allocates between its fork and its exec (`perf record`, `valgrind`)
+/// gives the program it starts its own pid, and so the names that program
+/// is about to create. Nothing else can hold our pid while we live.
+fn reclaim_if_left_before_exec(name: &str) -> bool {
+    if owner_state(name) != OwnerState::Mine || mapped_here(name) {
+        return false;
+    }
+    let unlinked = unlink(name);
+    if unlinked {
+        tracing::info!(
+            object = name,
+            "reclaimed a shared object this process made before it called exec"
+        );
+    }
+    unlinked
+}
+
+/// Whether this process maps object `name` (when in doubt: yes).
+fn mapped_here(name: &str) -> bool {
+    let path = format!("{SHM_DIR}/{name}");
+    std::fs::read_to_string("/proc/self/maps").map_or(true, |maps| {
+        maps.lines().any(|line| {
+            line.trim_end().ends_with(&path)
+                || line.trim_end().ends_with(&format!("{path} (deleted)"))
+        })
+    })
 }
 
 /// This user's object names in `/dev/shm`, whatever the job.
