@@ -9,6 +9,7 @@
 //! caller goes on; its completion is reported by `poll` once the copy is
 //! done and the timing model says so.
 
+use std::collections::hash_map::Entry;
 use std::collections::VecDeque;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -80,6 +81,9 @@ struct RemoteNode {
     directory: SharedObject,
     /// Its key table, once a key of it was resolved.
     keys: Option<SharedObject>,
+    /// The key resolved last in it: a run of operations under one key
+    /// checks that its slot is unchanged instead of looking it up again.
+    last_key: Option<keys::Found>,
     /// Generation tables of its segments, by index, once registered in.
     gens: Vec<Option<Arc<GenTable>>>,
 }
@@ -149,6 +153,12 @@ impl ShmDmaEngine {
     }
 
     fn remote_node(&mut self, node: NodeId) -> Result<&RemoteNode, DmaError> {
+        self.remote_node_mut(node).map(|remote| &*remote)
+    }
+
+    /// `node`, opened on first use; one hash of its id when known (every
+    /// small one-sided operation asks).
+    fn remote_node_mut(&mut self, node: NodeId) -> Result<&mut RemoteNode, DmaError> {
         // Shared memory reaches this host only.
         if node.is_remote() {
             return Err(DmaError::NoSuchNode);
@@ -156,41 +166,43 @@ impl ShmDmaEngine {
         if node.job != self.region.node().job || node.pid == 0 {
             return Err(DmaError::NoSuchNode);
         }
-        if let Some(known) = self.nodes.get(&node) {
-            if known.directory.header().is_closed() {
-                self.nodes.remove(&node);
-                return Err(DmaError::DeadNode);
-            }
-        } else {
-            // The name holds a pid; the nonce tells which process of that
-            // pid. A directory of another incarnation, or a foreign object
-            // under the name, is passed over for the node's own (which may
-            // have an alternative name, see `SharedObject::create_avoiding`).
-            let directory = SharedObject::open_checked(&directory_name(&node), |header| {
-                header.owner_pid() == node.pid && header.owner_start() as u32 == node.nonce
-            })
-            .map_err(|e| match e.raw_os_error() {
-                Some(libc::ECONNREFUSED) => DmaError::DeadNode,
-                Some(libc::ENOENT) | Some(libc::EAGAIN) => DmaError::NoSuchNode,
-                Some(libc::ESTALE) | Some(libc::EPERM) => {
-                    if node.is_alive() {
-                        DmaError::NoSuchNode
-                    } else {
-                        DmaError::DeadNode
-                    }
+        match self.nodes.entry(node) {
+            Entry::Occupied(known) => {
+                if known.get().directory.header().is_closed() {
+                    known.remove();
+                    return Err(DmaError::DeadNode);
                 }
-                _ => DmaError::Io(e),
-            })?;
-            self.nodes.insert(
-                node,
-                RemoteNode {
+                Ok(known.into_mut())
+            }
+            Entry::Vacant(new) => {
+                // The name holds a pid; the nonce tells which process of
+                // that pid. A directory of another incarnation, or a
+                // foreign object under the name, is passed over for the
+                // node's own (which may have an alternative name, see
+                // `SharedObject::create_avoiding`).
+                let directory = SharedObject::open_checked(&directory_name(&node), |header| {
+                    header.owner_pid() == node.pid && header.owner_start() as u32 == node.nonce
+                })
+                .map_err(|e| match e.raw_os_error() {
+                    Some(libc::ECONNREFUSED) => DmaError::DeadNode,
+                    Some(libc::ENOENT) | Some(libc::EAGAIN) => DmaError::NoSuchNode,
+                    Some(libc::ESTALE) | Some(libc::EPERM) => {
+                        if node.is_alive() {
+                            DmaError::NoSuchNode
+                        } else {
+                            DmaError::DeadNode
+                        }
+                    }
+                    _ => DmaError::Io(e),
+                })?;
+                Ok(new.insert(RemoteNode {
                     directory,
                     keys: None,
+                    last_key: None,
                     gens: Vec::new(),
-                },
-            );
+                }))
+            }
         }
-        Ok(&self.nodes[&node])
     }
 
     /// The segments of `node`'s dmable memory (its own node included), as
@@ -576,17 +588,25 @@ impl DmaEngine for ShmDmaEngine {
     }
 
     fn resolve_key(&mut self, node: NodeId, key: u64) -> Result<Exposure, DmaError> {
-        self.remote_node(node)?;
-        let remote = self.nodes.get_mut(&node).expect("found above");
+        let remote = self.remote_node_mut(node)?;
         // A table the owner dropped (its last key went) and made again
         // is a new object under the same name: look again.
         if remote.keys.as_ref().is_some_and(|t| t.header().is_closed()) {
             remote.keys = None;
+            remote.last_key = None;
         }
         if remote.keys.is_none() {
             remote.keys = Some(keys::open_table(&node)?);
         }
-        keys::lookup(remote.keys.as_ref().expect("opened above"), key)
+        let table = remote.keys.as_ref().expect("opened above");
+        if let Some(found) = remote.last_key.filter(|found| found.key == key) {
+            if keys::still(table, &found) {
+                return Ok(found.exposure);
+            }
+        }
+        let found = keys::find(table, key);
+        remote.last_key = found.as_ref().ok().copied();
+        found.map(|found| found.exposure)
     }
 
     fn atomic(

@@ -160,8 +160,9 @@ fn slots(object: &SharedObject) -> &[Slot] {
     unsafe { std::slice::from_raw_parts(object.base().add(HEADER_SIZE) as *const Slot, KEY_SLOTS) }
 }
 
-/// Reads a slot consistently; None if the owner is too long at it.
-fn read_slot(slot: &Slot) -> Option<(u64, u64, Exposure)> {
+/// Reads a slot consistently, with the sequence number it was read at;
+/// None if the owner is too long at it.
+fn read_slot(slot: &Slot) -> Option<(u64, u64, Exposure, u64)> {
     for _ in 0..1000 {
         let before = slot.seq.load(Ordering::Acquire);
         if before % 2 == 1 {
@@ -177,7 +178,7 @@ fn read_slot(slot: &Slot) -> Option<(u64, u64, Exposure)> {
         };
         fence(Ordering::Acquire);
         if slot.seq.load(Ordering::Relaxed) == before {
-            return Some((state, key, exposure));
+            return Some((state, key, exposure, before));
         }
     }
     None
@@ -185,25 +186,56 @@ fn read_slot(slot: &Slot) -> Option<(u64, u64, Exposure)> {
 
 /// Looks `key` up in a peer's (or our own) mapped table.
 pub(crate) fn lookup(object: &SharedObject, key: u64) -> Result<Exposure, DmaError> {
+    find(object, key).map(|found| found.exposure)
+}
+
+/// A key found in a table: its slot, the slot's sequence number when it
+/// was read, and what it exposed then.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Found {
+    pub(crate) key: u64,
+    index: usize,
+    seq: u64,
+    pub(crate) exposure: Exposure,
+}
+
+/// Looks `key` up in a peer's (or our own) mapped table.
+pub(crate) fn find(object: &SharedObject, key: u64) -> Result<Found, DmaError> {
     if object.len() < TABLE_LEN {
         return Err(DmaError::NoSuchKey);
     }
     let slots = slots(object);
     let start = home(key);
     for probe in 0..KEY_SLOTS {
+        let index = (start + probe) % KEY_SLOTS;
         // Caught mid-write: a key coming or going, not a stable one. Slots
         // never become empty again, so the key looked for, if exposed
         // before, lies on: probe on.
-        let Some((state, found, exposure)) = read_slot(&slots[(start + probe) % KEY_SLOTS]) else {
+        let Some((state, found, exposure, seq)) = read_slot(&slots[index]) else {
             continue;
         };
         match state {
             EMPTY => break,
-            LIVE if found == key => return Ok(exposure),
+            LIVE if found == key => {
+                return Ok(Found {
+                    key,
+                    index,
+                    seq,
+                    exposure,
+                })
+            }
             _ => {}
         }
     }
     Err(DmaError::NoSuchKey)
+}
+
+/// Whether `found` still holds: its slot was not written since (the
+/// owner bumps the sequence number around every change of a slot), so the
+/// key is still there with the same range and rights. One load of a line
+/// the owner rarely writes, instead of a probe and a consistent read.
+pub(crate) fn still(object: &SharedObject, found: &Found) -> bool {
+    object.len() >= TABLE_LEN && slots(object)[found.index].seq.load(Ordering::Acquire) == found.seq
 }
 
 /// Opens `node`'s key table, checking it is that process's.
@@ -412,6 +444,36 @@ mod tests {
         assert!(by_address
             .translate(0x10f9, 8, Access::REMOTE_WRITE)
             .is_err());
+    }
+
+    /// A key found once holds while its slot is unchanged; new rights, a
+    /// withdrawal, or the key exposed again (another range) end it.
+    #[test]
+    fn a_found_key_holds_until_its_slot_changes() {
+        let table = KeyTable::for_process(job()).unwrap();
+        let exposure = |addr| Exposure {
+            addr,
+            len: 64,
+            access: Access::REMOTE_READ,
+        };
+        let key = 0x5eed_0000_0000_0001;
+        let handle = table.expose(key, exposure(0x1000)).unwrap();
+        let found = find(&table.object, key).unwrap();
+        assert_eq!(found.exposure, exposure(0x1000));
+        assert!(still(&table.object, &found));
+        assert!(still(&table.object, &found), "a look changes nothing");
+
+        handle.set_access(Access::REMOTE_WRITE);
+        assert!(!still(&table.object, &found), "new rights");
+        let found = find(&table.object, key).unwrap();
+        assert_eq!(found.exposure.access, Access::REMOTE_WRITE);
+        assert!(still(&table.object, &found));
+
+        drop(handle);
+        assert!(!still(&table.object, &found), "withdrawn");
+        let _again = table.expose(key, exposure(0x2000)).unwrap();
+        assert!(!still(&table.object, &found), "exposed again");
+        assert_eq!(find(&table.object, key).unwrap().exposure, exposure(0x2000));
     }
 
     #[test]

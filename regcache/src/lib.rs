@@ -151,6 +151,23 @@ pub struct RegCache<N, V, S = RandomState> {
     hits: u64,
     misses: u64,
     evictions: u64,
+    /// The entry the last lookup hit: a run of small operations on one buffer hits it again
+    /// without hashing the node or searching its ranges. Forgotten by every change to the
+    /// entries (a slot is reused once removed, and a new entry may start after it).
+    last_hit: Option<LastHit<N>>,
+}
+
+/// See [`RegCache::last_hit`].
+#[derive(Clone, Copy, Debug)]
+struct LastHit<N> {
+    node: N,
+    slot: Slot,
+    /// The entry's first and last byte.
+    first: u64,
+    last: u64,
+    /// Where the node's next entry starts (`u64::MAX`: none): from there on another entry
+    /// starts later, and a lookup must find the one starting last.
+    next_start: u64,
 }
 
 #[derive(Debug, Default)]
@@ -192,6 +209,7 @@ impl<N: Copy + Eq + Hash, V, S: BuildHasher + Default> RegCache<N, V, S> {
             hits: 0,
             misses: 0,
             evictions: 0,
+            last_hit: None,
         }
     }
 
@@ -210,10 +228,38 @@ impl<N: Copy + Eq + Hash, V, S: BuildHasher + Default> RegCache<N, V, S> {
     ///
     /// On a miss, the [`Ticket`] to pass to [`RegCache::insert`] once the range is registered.
     pub fn lookup(&mut self, node: N, addr: u64, len: u64) -> Result<&V, Ticket> {
-        match self.containing(node, addr, len) {
+        let again = self.last_hit.filter(|hit| {
+            hit.node == node
+                && addr >= hit.first
+                && addr < hit.next_start
+                && last_byte(addr, len).is_some_and(|end| end <= hit.last)
+        });
+        let found = match again {
+            Some(hit) => Some(hit.slot),
+            None => self.containing(node, addr, len),
+        };
+        match found {
             Some(slot) => {
                 self.hits += 1;
                 self.entries.touch(slot);
+                if again.is_none() {
+                    let entry = self.entries.get(slot);
+                    let next_start = self.nodes.get(&node).map_or(u64::MAX, |state| {
+                        let after = entry.start.saturating_add(1);
+                        state
+                            .by_start
+                            .range(after..)
+                            .next()
+                            .map_or(u64::MAX, |(&s, _)| s)
+                    });
+                    self.last_hit = Some(LastHit {
+                        node,
+                        slot,
+                        first: entry.start,
+                        last: entry.last,
+                        next_start,
+                    });
+                }
                 Ok(&self.entries.get(slot).value)
             }
             None => {
@@ -240,6 +286,7 @@ impl<N: Copy + Eq + Hash, V, S: BuildHasher + Default> RegCache<N, V, S> {
     /// missed on the same range; that entry is refreshed instead).
     #[must_use = "dropping the released registrations deregisters them: do it outside the lock"]
     pub fn insert(&mut self, ticket: Ticket, node: N, start: u64, len: u64, value: V) -> Vec<V> {
+        self.last_hit = None;
         let Some(last) = len.checked_sub(1).and_then(|span| start.checked_add(span)) else {
             return vec![value];
         };
@@ -301,6 +348,7 @@ impl<N: Copy + Eq + Hash, V, S: BuildHasher + Default> RegCache<N, V, S> {
     /// nodes go away rarely enough.
     #[must_use = "dropping the released registrations deregisters them: do it outside the lock"]
     pub fn invalidate_node(&mut self, node: N) -> Vec<V> {
+        self.last_hit = None;
         self.void_tickets();
         let Some(state) = self.nodes.remove(&node) else {
             return Vec::new();
@@ -315,6 +363,7 @@ impl<N: Copy + Eq + Hash, V, S: BuildHasher + Default> RegCache<N, V, S> {
     /// Drops every entry and generation, and voids every outstanding ticket.
     #[must_use = "dropping the released registrations deregisters them: do it outside the lock"]
     pub fn clear(&mut self) -> Vec<V> {
+        self.last_hit = None;
         self.void_tickets();
         self.nodes.clear();
         mem::take(&mut self.entries).into_values()
@@ -346,6 +395,7 @@ impl<N: Copy + Eq + Hash, V, S: BuildHasher + Default> RegCache<N, V, S> {
     }
 
     fn evict_oldest(&mut self) -> V {
+        self.last_hit = None;
         let Some(victim) = self.entries.pop_oldest() else {
             unreachable!("an empty cache has room")
         };
@@ -371,6 +421,7 @@ impl<N: Copy + Eq + Hash, V, S: BuildHasher + Default> RegCache<N, V, S> {
 
     /// Drops the entries of `node` overlapping `[first, last]` and voids its outstanding tickets.
     fn invalidate(&mut self, node: N, first: u64, last: u64) -> Vec<V> {
+        self.last_hit = None;
         self.epoch += 1;
         let state = self.nodes.entry(node).or_default();
         state.invalidated_at = self.epoch;
