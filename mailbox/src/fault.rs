@@ -154,8 +154,10 @@ extern "C" fn on_sigbus(_: libc::c_int, info: *mut libc::siginfo_t, _: *mut libc
         }
         break;
     }
-    // Not ours (or the replacement failed): the previous disposition
-    // again, and the access faults into it.
+    // Not ours (or the replacement failed): a crash. Our objects go (see
+    // `crash.rs`), then the previous disposition again, and the access
+    // faults into it.
+    crate::crash::remove_all();
     // SAFETY: PREVIOUS was set before this handler was installed and is
     // never written again; restoring a disposition is async-signal-safe.
     unsafe {

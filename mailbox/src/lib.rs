@@ -12,6 +12,7 @@
 
 pub mod addr;
 pub mod cpu;
+mod crash;
 pub mod doorbell;
 pub mod fault;
 pub mod idmap;

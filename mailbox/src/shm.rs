@@ -29,7 +29,7 @@ use crate::node::{process_alive, process_start_time, JobId};
 pub const HEADER_SIZE: usize = 4096;
 
 const MAGIC: u64 = 0x554e_494d_454d_0001; // "UNIMEM" + layout version 1
-const SHM_DIR: &str = "/dev/shm";
+pub(crate) const SHM_DIR: &str = "/dev/shm";
 /// An object whose header was never completed is reclaimed after this long:
 /// its creator crashed between creating and initialising it.
 const UNINITIALISED_GRACE_SECS: i64 = 30;
@@ -93,6 +93,9 @@ pub struct SharedObject {
     fd: Option<Fd>,
     /// Its protection from SIGBUS (see `fault.rs`), dropped before the unmap.
     guard: Option<crate::fault::Guard>,
+    /// Our own object's entry among those a fatal signal unlinks (see
+    /// `crash.rs`).
+    _owned: Option<crate::crash::Owned>,
 }
 
 const _: () = assert!(std::mem::offset_of!(ObjectHeader, closed) == crate::fault::CLOSED_OFFSET);
@@ -205,6 +208,7 @@ impl SharedObject {
             owner: true,
             fd: sparse.then_some(fd),
             guard: Some(crate::fault::register(base.as_ptr(), len, true)),
+            _owned: Some(crate::crash::own(name)),
         };
         let pid = std::process::id();
         let header = object.header();
@@ -286,6 +290,7 @@ impl SharedObject {
             owner: false,
             fd: None,
             guard: Some(crate::fault::register(base.as_ptr(), size, true)),
+            _owned: None,
         };
         if object.header().magic.load(Ordering::Acquire) != MAGIC {
             return Err(not_ready());

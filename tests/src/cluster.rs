@@ -924,6 +924,16 @@ impl Cluster {
         peer.killed = true;
     }
 
+    /// Waits for child `i`, which is dying (a `crash` command), and reaps
+    /// it. Like [`Self::kill`], it takes no part in [`Self::finish`].
+    pub fn wait_death(&mut self, i: usize) -> std::process::ExitStatus {
+        let peer = &mut self.peers[i];
+        let status = peer.child.wait().expect("wait for the child");
+        peer.exited = true;
+        peer.killed = true;
+        status
+    }
+
     /// Resumes child `i` (SIGCONT).
     pub fn resume(&self, i: usize) {
         self.peers[i].signal(libc::SIGCONT);

@@ -165,6 +165,85 @@ fn inner_mpi_job_fails_cleanly() {
     println!("inner job failed cleanly");
 }
 
+/// A process that dies of a fatal signal (a real fault where there is
+/// one: a store to address 0, a touch of a truncated file mapping, an
+/// integer division by zero, an undefined instruction; abort; TERM, INT
+/// and QUIT raised) removes its shared objects in its signal handler, and
+/// still dies of that signal (the disposition from before runs: Rust's own
+/// SIGSEGV handler, then the default action). In a private `/dev/shm`, with
+/// its peer stopped, so that nobody else can have removed them; the peer
+/// then finds it gone (`FI_EHOSTUNREACH`) and ends cleanly.
+#[test]
+fn a_process_killed_by_a_fatal_signal_leaves_nothing() {
+    let out = in_private_shm("256m", "inner_crashes_leave_nothing");
+    let text = text_of(&out);
+    assert!(out.status.success(), "{text}");
+    assert!(text.contains("inner crashes left nothing"), "{text}");
+}
+
+#[test]
+#[ignore = "run by a_process_killed_by_a_fatal_signal_leaves_nothing in a private tmpfs"]
+fn inner_crashes_leave_nothing() {
+    check_private_shm();
+    let signals = [
+        ("segv", libc::SIGSEGV),
+        ("bus", libc::SIGBUS),
+        ("abrt", libc::SIGABRT),
+        ("fpe", libc::SIGFPE),
+        ("ill", libc::SIGILL),
+        ("term", libc::SIGTERM),
+        ("int", libc::SIGINT),
+        ("quit", libc::SIGQUIT),
+    ];
+    for (how, signal) in signals {
+        let mut c = cluster(&format!("crash-{how}"));
+        let job = own_job(&mut c, &format!("crash-{how}"));
+        c.spawn(2).connect_all();
+        // Both sides' rings, regions and keys exist.
+        c.transfer(
+            0,
+            1,
+            &[Msg::new(100, 1), Msg::new(EAGER + 1, 2)],
+            Order::Posted,
+        );
+        c.transfer(1, 0, &[Msg::new(100, 3)], Order::Posted);
+        let pid = c.peers[1].pid();
+        let of_victim = || -> Vec<String> {
+            list_objects(Some(JobId::from_name(&job)))
+                .into_iter()
+                .filter(|name| name.contains(&format!("-{pid}-")))
+                .collect()
+        };
+        assert!(!of_victim().is_empty(), "{how}: p1 made no object");
+        c.pause(0);
+        c.begin(1, format!("crash {how}"));
+        let status = c.wait_death(1);
+        // Debian's libfabric loads providers (psm's) whose own handlers of
+        // these signals exit with 1 (some print a backtrace first): chained
+        // to, they end the process instead of the default action.
+        assert!(
+            status.signal() == Some(signal) || status.code() == Some(1),
+            "{how}: p1 died of another cause: {status:?}\n{}",
+            c.peers[1].stderr()
+        );
+        assert_eq!(of_victim(), Vec::<String>::new(), "{how}: left by p1");
+        c.resume(0);
+        // A rendezvous: only the peer could complete it.
+        let rc = c.cmd(0, format!("try-send 1 {}", 2 * SEGMENT)).num();
+        let unreachable = -(libc::EHOSTUNREACH as i64);
+        if rc == 0 {
+            // Taken before it learnt: the send fails once it does.
+            let err = c.cmd(0, "wait errors=1").completions();
+            assert_eq!(err[0].err, libc::EHOSTUNREACH, "{how}: {}", err[0]);
+        } else {
+            assert_eq!(rc, unreachable, "{how}: a send to the dead peer");
+        }
+        c.finish_with_warnings();
+    }
+    assert!(list_objects(None).is_empty(), "{:?}", list_objects(None));
+    println!("inner crashes left nothing");
+}
+
 /// A fabric-level process whose `/dev/shm` cannot hold its endpoint's
 /// buffers: `fi_endpoint` fails with an error and a log line; no signal.
 #[test]
