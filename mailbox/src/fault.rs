@@ -166,5 +166,10 @@ extern "C" fn on_sigbus(_: libc::c_int, info: *mut libc::siginfo_t, _: *mut libc
             Some(previous) => libc::sigaction(libc::SIGBUS, &previous, std::ptr::null_mut()),
             None => libc::signal(libc::SIGBUS, libc::SIG_DFL) as libc::c_int,
         };
+        // A SIGBUS sent by a process (kill, raise) has no access to retry:
+        // sent again, it reaches that disposition as well.
+        if (*info).si_code <= 0 {
+            libc::raise(libc::SIGBUS);
+        }
     }
 }

@@ -167,8 +167,8 @@ fn inner_mpi_job_fails_cleanly() {
 
 /// A process that dies of a fatal signal (a real fault where there is
 /// one: a store to address 0, a touch of a truncated file mapping, an
-/// integer division by zero, an undefined instruction; abort; TERM, INT
-/// and QUIT raised) removes its shared objects in its signal handler, and
+/// integer division by zero, an undefined instruction; abort; BUS, TERM,
+/// INT and QUIT raised) removes its shared objects in its signal handler, and
 /// still dies of that signal (the disposition from before runs: Rust's own
 /// SIGSEGV handler, then the default action). In a private `/dev/shm`, with
 /// its peer stopped, so that nobody else can have removed them; the peer
@@ -188,6 +188,7 @@ fn inner_crashes_leave_nothing() {
     let signals = [
         ("segv", libc::SIGSEGV),
         ("bus", libc::SIGBUS),
+        ("bus-sent", libc::SIGBUS),
         ("abrt", libc::SIGABRT),
         ("fpe", libc::SIGFPE),
         ("ill", libc::SIGILL),

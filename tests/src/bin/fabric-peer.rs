@@ -60,7 +60,7 @@
 //! | `atomic <dest> <key> <offset> <write\|fetch\|compare> <dt> <op> <count> [ops=a,b,..] [cmp=a,b,..] [ctx=C] [v\|msg[=a\|b]\|inject] [rma-iovs=N] [null-ops] [try] [nowait]` | an atomic of `count` elements of datatype `dt` (`i8`..`u64`, `float`, `double`, `fcomplex`, `dcomplex`, `ldouble`, `ldcomplex`, or a number) and operation `op` (`min`, `max`, `sum`, `prod`, `lor`, `land`, `bor`, `band`, `lxor`, `bxor`, `read`, `write`, `cswap`, `cswap-ne`, `cswap-le`, `cswap-lt`, `cswap-ge`, `cswap-gt`, `mswap`, or a number) at `offset` of region `key` at `dest`: `fi_atomic`/`fi_fetch_atomic`/`fi_compare_atomic`, their `v` and `msg` forms (flags named as for `send`; the target range in `N` entries, default 1), or `fi_inject_atomic`; operand and compare elements are the bits given (one value: every element), with `null-ops` the operand buffers are NULL (for `FI_ATOMIC_READ`, which ignores them); the result buffer starts as guard bytes. Retries `-FI_EAGAIN` while progressing (`try`: one call); then (not for an inject, nor with `nowait`) waits for its completion: `ok rc=R flags=F err=E old=a,b,.. guard=G` (`err` 0 for success; `guard`: nothing written past the result, for an error nothing at all) |
 //! | `sread <ms>` | one `fi_cq_sread` with timeout `ms` (the CQ has a wait object with `$FABRIC_PEER_CQ_WAIT=unspec`); `ok rc=R wall_ms=W cpu_ms=C`, `C` the process's CPU time meanwhile |
 //! | `cntr-sleep <write\|read> <threshold> <ms>` | one `fi_cntr_wait` on that counter (`$FABRIC_PEER_CNTR=1`; a wait object with `$FABRIC_PEER_CNTR_WAIT=unspec`) with timeout `ms`; `ok rc=R wall_ms=W cpu_ms=C` as `sread` |
-//! | `crash <segv\|bus\|abrt\|fpe\|ill\|term\|int\|quit>` | dies at once of that fatal signal, by a real fault where there is one (see `crash`) |
+//! | `crash <segv\|bus\|bus-sent\|abrt\|fpe\|ill\|term\|int\|quit>` | dies at once of that fatal signal, by a real fault where there is one (see `crash`) |
 //! | `exhaust-fds <ms>` | opens `/dev/null` until the process is out of file descriptors, progresses for `ms` milliseconds so, then closes them; `ok held=N` |
 //! | `atomic-wait <ctx>` | waits for the completion of atomic `ctx` (an inject's error: `0`), answered as `atomic` |
 //! | `valid <dt> <op>` | `ok write=rc/count fetch=rc/count compare=rc/count qwrite=rc/count/size qfetch=.. qcompare=..`: the three `*valid` queries and `fi_query_atomic` with flags 0, `FI_FETCH_ATOMIC`, `FI_COMPARE_ATOMIC` |
@@ -2294,7 +2294,8 @@ fn main() {
 /// `crash <how>`: dies at once of a fatal signal, as a real crash does:
 /// `segv` (a store to address 0), `bus` (a touch of a mapped file past its
 /// truncated end), `abrt` (abort), `fpe` (an integer division by zero),
-/// `ill` (an undefined instruction), or `term`, `int`, `quit` (raised).
+/// `ill` (an undefined instruction), or `bus-sent`, `term`, `int`, `quit`
+/// (raised: no access to retry).
 fn crash(a: &Args) -> CmdResult {
     let how = a.pos.first().copied().unwrap_or("");
     // SAFETY: every arm below is meant to end the process.
@@ -2322,6 +2323,9 @@ fn crash(a: &Args) -> CmdResult {
             }
             #[cfg(target_arch = "x86_64")]
             "ill" => std::arch::asm!("ud2"),
+            "bus-sent" => {
+                libc::raise(libc::SIGBUS);
+            }
             "term" => {
                 libc::raise(libc::SIGTERM);
             }
