@@ -9,7 +9,7 @@
 use std::time::{Duration, Instant};
 
 use unimem_fi::base::ffi;
-use unimem_tests::cluster::{Cluster, Kind, Region, Reply, EAGER, SEGMENT};
+use unimem_tests::cluster::{Cluster, Kind, Msg, Order, Region, Reply, EAGER, SEGMENT};
 use unimem_tests::payload;
 
 /// Every process with the agent (the tunable), or without (`None`).
@@ -299,4 +299,22 @@ fn large_transfers_move_on_the_engines_thread_with_the_agent() {
             assert_eq!(moved, 0, "no engine thread without the agent");
         }
     }
+}
+
+/// A process that exits on the agent's own thread (a library's signal
+/// handler that calls exit ran there) ends with its status: the provider's
+/// cleanup does not try to join the thread it runs on (it panicked with
+/// "failed to join thread: Resource deadlock avoided").
+#[test]
+fn a_process_exiting_on_the_agents_thread_ends_cleanly() {
+    let mut c = cluster("exit-on-agent", Some("auto"));
+    c.spawn(2).connect_all();
+    c.transfer(0, 1, &[Msg::new(100, 1)], Order::Posted);
+    c.begin(1, "exit-on-agent");
+    let status = c.wait_death(1);
+    let stderr = c.peers[1].stderr();
+    assert_eq!(status.code(), Some(3), "{status:?}\n{stderr}");
+    assert!(!stderr.contains("panicked"), "{stderr}");
+    c.cmd(0, "quiet 10");
+    c.finish_with_warnings();
 }

@@ -191,7 +191,12 @@ pub fn shutdown() {
         agent.shared.kick.kick();
         if agent.pid == std::process::id() {
             if let Some(thread) = agent.thread.take() {
-                let _ = thread.join();
+                // The process may be exiting on the agent's own thread (a
+                // signal handler that calls exit ran on it): it cannot
+                // join itself, and stops with the process.
+                if thread.thread().id() != std::thread::current().id() {
+                    let _ = thread.join();
+                }
             }
         }
     }

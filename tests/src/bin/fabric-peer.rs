@@ -61,6 +61,7 @@
 //! | `sread <ms>` | one `fi_cq_sread` with timeout `ms` (the CQ has a wait object with `$FABRIC_PEER_CQ_WAIT=unspec`); `ok rc=R wall_ms=W cpu_ms=C`, `C` the process's CPU time meanwhile |
 //! | `cntr-sleep <write\|read> <threshold> <ms>` | one `fi_cntr_wait` on that counter (`$FABRIC_PEER_CNTR=1`; a wait object with `$FABRIC_PEER_CNTR_WAIT=unspec`) with timeout `ms`; `ok rc=R wall_ms=W cpu_ms=C` as `sread` |
 //! | `crash <segv\|bus\|bus-sent\|abrt\|fpe\|ill\|term\|int\|quit>` | dies at once of that fatal signal, by a real fault where there is one (see `crash`) |
+//! | `exit-on-agent` | has the progress agent's thread call `exit(3)` from a SIGUSR1 handler (`$FABRIC_PEER_PROGRESS=auto`) |
 //! | `exhaust-fds <ms>` | opens `/dev/null` until the process is out of file descriptors, progresses for `ms` milliseconds so, then closes them; `ok held=N` |
 //! | `atomic-wait <ctx>` | waits for the completion of atomic `ctx` (an inject's error: `0`), answered as `atomic` |
 //! | `valid <dt> <op>` | `ok write=rc/count fetch=rc/count compare=rc/count qwrite=rc/count/size qfetch=.. qcompare=..`: the three `*valid` queries and `fi_query_atomic` with flags 0, `FI_FETCH_ATOMIC`, `FI_COMPARE_ATOMIC` |
@@ -2165,6 +2166,7 @@ impl Peer {
             "cntr-sleep" => self.cntr_sleep(&a),
             "exhaust-fds" => self.exhaust_fds(&a),
             "crash" => crash(&a),
+            "exit-on-agent" => exit_on_agent(),
             "atomic" => self.atomic(&a),
             "atomic-wait" => self.atomic_wait(a.num(0)?),
             "valid" => self.valid(&a),
@@ -2357,4 +2359,34 @@ fn tempfile_of_two_pages() -> libc::c_int {
         assert_eq!(libc::ftruncate(fd, 8192), 0, "ftruncate");
         fd
     }
+}
+
+/// `exit-on-agent`: makes the progress agent's thread call `exit(3)` (from
+/// a SIGUSR1 handler run on it), as a library's fatal-signal handler that
+/// exits may; the process must end with status 3 and no panic.
+fn exit_on_agent() -> CmdResult {
+    extern "C" fn exit_now(_: libc::c_int) {
+        // SAFETY: ends the process, as the command means to.
+        unsafe { libc::exit(3) };
+    }
+    let agent = std::fs::read_dir("/proc/self/task")
+        .map_err(|e| e.to_string())?
+        .filter_map(|task| task.ok())
+        .find(|task| {
+            std::fs::read_to_string(task.path().join("comm"))
+                .is_ok_and(|comm| comm.trim() == "unimem-agent")
+        })
+        .ok_or("no progress agent thread")?;
+    let tid: libc::pid_t = agent
+        .file_name()
+        .to_string_lossy()
+        .parse()
+        .map_err(|_| "a task that is no number")?;
+    // SAFETY: a plain handler for SIGUSR1; tgkill to a thread of ours.
+    unsafe {
+        libc::signal(libc::SIGUSR1, exit_now as *const () as libc::sighandler_t);
+        libc::syscall(libc::SYS_tgkill, libc::getpid(), tid, libc::SIGUSR1);
+    }
+    std::thread::sleep(Duration::from_secs(5));
+    Err("still alive 5 s after the agent's exit".into())
 }
