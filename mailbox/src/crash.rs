@@ -90,13 +90,12 @@ impl Drop for Owned {
     }
 }
 
-/// Records that this process owns the object `name`: a fatal signal
-/// unlinks it.
-pub(crate) fn own(name: &str) -> Owned {
+/// Records that this process owns the object at `path` (under
+/// `/dev/shm`): a fatal signal unlinks it.
+pub(crate) fn own(path: &str) -> Owned {
     INSTALL.call_once(install);
-    let path = format!("{}/{name}", crate::shm::SHM_DIR);
     if path.len() >= PATH_LEN {
-        tracing::debug!(object = name, "name too long to remove on a fatal signal");
+        tracing::debug!(object = path, "name too long to remove on a fatal signal");
         return Owned(None);
     }
     for (index, slot) in TABLE.iter().enumerate() {
@@ -117,7 +116,7 @@ pub(crate) fn own(name: &str) -> Owned {
         return Owned(Some(index));
     }
     tracing::debug!(
-        object = name,
+        object = path,
         "too many objects to remove on a fatal signal: left for reclaiming"
     );
     Owned(None)

@@ -29,7 +29,7 @@ use crate::node::{process_alive, process_start_time, JobId};
 pub const HEADER_SIZE: usize = 4096;
 
 const MAGIC: u64 = 0x554e_494d_454d_0001; // "UNIMEM" + layout version 1
-pub(crate) const SHM_DIR: &str = "/dev/shm";
+const SHM_DIR: &str = "/dev/shm";
 /// An object whose header was never completed is reclaimed after this long:
 /// its creator crashed between creating and initialising it.
 const UNINITIALISED_GRACE_SECS: i64 = 30;
@@ -208,7 +208,7 @@ impl SharedObject {
             owner: true,
             fd: sparse.then_some(fd),
             guard: Some(crate::fault::register(base.as_ptr(), len, true)),
-            _owned: Some(crate::crash::own(name)),
+            _owned: Some(crate::crash::own(&format!("{SHM_DIR}/{name}"))),
         };
         let pid = std::process::id();
         let header = object.header();
