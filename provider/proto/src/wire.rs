@@ -789,7 +789,14 @@ impl Wire {
         }
         let mut payload = InlineBytes::zeroed(take);
         payload.bytes.copy_from_slice(&line[at..at + INLINE_MAX]);
-        Some(if parts {
+        Some(Wire::inline(info, len, payload))
+    }
+
+    /// A message of `len` bytes sent inline whose first bytes are
+    /// `payload`: whole (`Inline`), or the first of its parts
+    /// (`InlineFirst`) when it is longer.
+    pub fn inline(info: MatchInfo, len: usize, payload: InlineBytes) -> Wire {
+        if len > payload.len as usize {
             Wire::InlineFirst {
                 info,
                 len: len as u8,
@@ -797,7 +804,7 @@ impl Wire {
             }
         } else {
             Wire::Inline { info, payload }
-        })
+        }
     }
 
     /// Decodes a mailbox message; `None` for anything malformed.
@@ -1285,16 +1292,7 @@ mod tests {
                 }
                 expected.extend_from_slice(&data[..first]);
                 expected.resize(MESSAGE_LEN, 0);
-                let payload = InlineBytes::new(&data[..first]);
-                let wire = if parts {
-                    Wire::InlineFirst {
-                        info,
-                        len: len as u8,
-                        payload,
-                    }
-                } else {
-                    Wire::Inline { info, payload }
-                };
+                let wire = Wire::inline(info, len, InlineBytes::new(&data[..first]));
                 let message = wire.encode();
                 assert_eq!(&message[..], &expected[..], "{info:?}, {len} bytes");
                 let back = Wire::decode(&message).expect("decodes");
