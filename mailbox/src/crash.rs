@@ -167,12 +167,21 @@ extern "C" fn on_fatal(sig: libc::c_int, _: *mut libc::siginfo_t, _: *mut libc::
     // handler or to the default action. A fault returns into the faulting
     // instruction, which faults into it at the latest.
     // SAFETY: PREVIOUS[sig] was written before this handler was installed;
-    // sigaction, signal and raise are async-signal-safe.
+    // raise is async-signal-safe.
     unsafe {
-        match (*PREVIOUS.0.get())[sig as usize & 31] {
+        put_back(sig, (*PREVIOUS.0.get())[sig as usize & 31]);
+        libc::raise(sig);
+    }
+}
+
+/// Puts back the disposition `sig` had before ours (the default if it is
+/// not known). Async-signal-safe (sigaction, signal).
+pub(crate) fn put_back(sig: libc::c_int, previous: Option<libc::sigaction>) {
+    // SAFETY: a valid sigaction, or the default disposition.
+    unsafe {
+        match previous {
             Some(previous) => libc::sigaction(sig, &previous, std::ptr::null_mut()),
             None => libc::signal(sig, libc::SIG_DFL) as libc::c_int,
         };
-        libc::raise(sig);
     }
 }

@@ -159,13 +159,10 @@ extern "C" fn on_sigbus(_: libc::c_int, info: *mut libc::siginfo_t, _: *mut libc
     // faults into it.
     crate::crash::remove_all();
     // SAFETY: PREVIOUS was set before this handler was installed and is
-    // never written again; restoring a disposition is async-signal-safe.
+    // never written again; the kernel passes a valid siginfo; raise is
+    // async-signal-safe.
     unsafe {
-        let previous = std::ptr::addr_of!(PREVIOUS).read();
-        match previous {
-            Some(previous) => libc::sigaction(libc::SIGBUS, &previous, std::ptr::null_mut()),
-            None => libc::signal(libc::SIGBUS, libc::SIG_DFL) as libc::c_int,
-        };
+        crate::crash::put_back(libc::SIGBUS, std::ptr::addr_of!(PREVIOUS).read());
         // A SIGBUS sent by a process (kill, raise) has no access to retry:
         // sent again, it reaches that disposition as well.
         if (*info).si_code <= 0 {

@@ -715,11 +715,11 @@ fn reclaim_if_left_before_exec(name: &str) -> bool {
 /// Whether this process maps object `name` (when in doubt: yes).
 fn mapped_here(name: &str) -> bool {
     let path = format!("{SHM_DIR}/{name}");
+    let unlinked = format!("{path} (deleted)");
     std::fs::read_to_string("/proc/self/maps").map_or(true, |maps| {
-        maps.lines().any(|line| {
-            line.trim_end().ends_with(&path)
-                || line.trim_end().ends_with(&format!("{path} (deleted)"))
-        })
+        maps.lines()
+            .map(str::trim_end)
+            .any(|line| line.ends_with(&path) || line.ends_with(&unlinked))
     })
 }
 

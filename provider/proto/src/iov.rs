@@ -38,19 +38,25 @@ fn pieces(
     })
 }
 
+/// Where the `len` bytes `offset` bytes in start, when `iov` is one piece
+/// that holds them all (every small message): one copy, no walk.
+fn one_piece(iov: &[Iov], offset: usize, len: usize) -> Option<usize> {
+    match *iov {
+        [(addr, piece)] if offset <= piece && len <= piece - offset => Some(addr + offset),
+        _ => None,
+    }
+}
+
 /// Copies `len` bytes of `iov`, from `offset` on, to `dst`.
 ///
 /// # Safety
 /// The iov must describe readable memory (the libfabric contract above) and
 /// `dst` must be writable for `len` bytes, not overlapping the iov.
 pub unsafe fn gather(iov: &[Iov], offset: usize, dst: *mut u8, len: usize) {
-    // One piece holding the range: every small message.
-    if let [(addr, piece)] = *iov {
-        if offset <= piece && len <= piece - offset {
-            // SAFETY: in bounds of both sides by the caller's contract.
-            unsafe { std::ptr::copy_nonoverlapping((addr + offset) as *const u8, dst, len) };
-            return;
-        }
+    if let Some(at) = one_piece(iov, offset, len) {
+        // SAFETY: in bounds of both sides by the caller's contract.
+        unsafe { std::ptr::copy_nonoverlapping(at as *const u8, dst, len) };
+        return;
     }
     for (addr, take, at) in pieces(iov, offset, len) {
         // SAFETY: in bounds of both sides by the caller's contract.
@@ -64,12 +70,10 @@ pub unsafe fn gather(iov: &[Iov], offset: usize, dst: *mut u8, len: usize) {
 /// The iov must describe writable memory (the libfabric contract above) and
 /// `src` must be readable for `len` bytes, not overlapping the iov.
 pub unsafe fn scatter(iov: &[Iov], offset: usize, src: *const u8, len: usize) {
-    if let [(addr, piece)] = *iov {
-        if offset <= piece && len <= piece - offset {
-            // SAFETY: in bounds of both sides by the caller's contract.
-            unsafe { std::ptr::copy_nonoverlapping(src, (addr + offset) as *mut u8, len) };
-            return;
-        }
+    if let Some(at) = one_piece(iov, offset, len) {
+        // SAFETY: in bounds of both sides by the caller's contract.
+        unsafe { std::ptr::copy_nonoverlapping(src, at as *mut u8, len) };
+        return;
     }
     for (addr, take, at) in pieces(iov, offset, len) {
         // SAFETY: in bounds of both sides by the caller's contract.

@@ -443,6 +443,12 @@ mod op {
     pub const ATOMIC_ANSWER: u8 = 15;
 }
 
+/// The flags of a message's first byte that say which of tag and CQ data
+/// it carries.
+fn info_flags(info: &MatchInfo) -> u8 {
+    (if info.tag.is_some() { TAGGED } else { 0 }) | if info.data.is_some() { DATA } else { 0 }
+}
+
 /// An `Inline` (or with `PARTS`, an `InlineFirst`): op and flags, the
 /// length, the tag and CQ data if any (their significant bytes, sized in
 /// one byte), then the payload, cut at the message's end. Every small send
@@ -451,10 +457,7 @@ mod op {
 /// instead of copies of variable length (a call to memcpy each).
 fn encode_inline(parts: u8, len: u8, info: &MatchInfo, payload: &InlineBytes) -> Message {
     let mut line = [0u8; 64];
-    line[0] = op::INLINE
-        | parts
-        | if info.tag.is_some() { TAGGED } else { 0 }
-        | if info.data.is_some() { DATA } else { 0 };
+    line[0] = op::INLINE | parts | info_flags(info);
     line[1] = len;
     let mut at = 2;
     if info.tag.is_some() || info.data.is_some() {
@@ -479,11 +482,8 @@ struct Writer {
 
 impl Writer {
     fn new(op: u8, info: Option<&MatchInfo>) -> Writer {
-        let flags = info.map_or(0, |i| {
-            (if i.tag.is_some() { TAGGED } else { 0 }) | if i.data.is_some() { DATA } else { 0 }
-        });
         let mut buf = [0u8; MESSAGE_LEN];
-        buf[0] = op | flags;
+        buf[0] = op | info.map_or(0, info_flags);
         Writer { buf, at: 1 }
     }
 

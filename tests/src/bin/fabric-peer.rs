@@ -145,11 +145,10 @@ fn process_cpu_ms() -> f64 {
 }
 
 /// The counters of `$FABRIC_PEER_CNTR`: completed writes and reads (with
-/// `msg`: sends in `write`, receives in `read`, named so by `names`).
+/// `msg`: sends in `write`, receives in `read`).
 struct Counters {
     write: Cntr,
     read: Cntr,
-    names: [&'static str; 4],
 }
 
 impl Counters {
@@ -174,6 +173,8 @@ struct Objects {
     /// wrongly accept a duplicate).
     mrs: Vec<Region>,
     cntrs: Option<Counters>,
+    /// How `cntr` names the values of `cntrs`.
+    cntr_names: [&'static str; 4],
     /// `$FABRIC_PEER_RMA_EVENT`: counters bound with `FI_REMOTE_WRITE` and
     /// `FI_REMOTE_READ` (in `write` and `read`).
     remote_cntrs: Option<Counters>,
@@ -222,33 +223,27 @@ impl Objects {
             Ok("unspec") => ffi::FI_WAIT_UNSPEC,
             _ => ffi::FI_WAIT_NONE,
         };
-        let cntr_var = std::env::var("FABRIC_PEER_CNTR").unwrap_or_default();
-        let cntrs = match cntr_var.as_str() {
-            "1" | "msg" => Some(Counters {
+        // What the two counters count: as bound, and as `cntr` names them.
+        let (cntr_flags, cntr_names) = match std::env::var("FABRIC_PEER_CNTR").as_deref() {
+            Ok("1") => (Some((ffi::FI_WRITE, ffi::FI_READ)), CNTR_NAMES),
+            Ok("msg") => (Some((ffi::FI_SEND, ffi::FI_RECV)), MSG_CNTR_NAMES),
+            _ => (None, CNTR_NAMES),
+        };
+        let cntrs = match cntr_flags {
+            Some(_) => Some(Counters {
                 write: domain
                     .cntr_waiting_on(cntr_wait)
                     .map_err(|c| step("fi_cntr_open", c))?,
                 read: domain
                     .cntr_waiting_on(cntr_wait)
                     .map_err(|c| step("fi_cntr_open", c))?,
-                names: if cntr_var == "msg" {
-                    MSG_CNTR_NAMES
-                } else {
-                    CNTR_NAMES
-                },
             }),
-            _ => None,
+            None => None,
         };
         let remote_cntrs = match rma_event_var == "1" {
             true => Some(Counters {
                 write: domain.cntr().map_err(|c| step("fi_cntr_open", c))?,
                 read: domain.cntr().map_err(|c| step("fi_cntr_open", c))?,
-                names: [
-                    "remote-write",
-                    "remote-write-err",
-                    "remote-read",
-                    "remote-read-err",
-                ],
             }),
             false => None,
         };
@@ -256,12 +251,7 @@ impl Objects {
         ep.bind(&av, 0).map_err(|c| step("fi_ep_bind(av)", c))?;
         ep.bind(&cq, ffi::FI_TRANSMIT | ffi::FI_RECV)
             .map_err(|c| step("fi_ep_bind(cq)", c))?;
-        if let Some(c) = &cntrs {
-            let (write, read) = if c.names == MSG_CNTR_NAMES {
-                (ffi::FI_SEND, ffi::FI_RECV)
-            } else {
-                (ffi::FI_WRITE, ffi::FI_READ)
-            };
+        if let (Some(c), Some((write, read))) = (&cntrs, cntr_flags) {
             ep.bind(&c.write, write)
                 .map_err(|c| step("fi_ep_bind(cntr)", c))?;
             ep.bind(&c.read, read)
@@ -278,6 +268,7 @@ impl Objects {
             ep,
             mrs: Vec::new(),
             cntrs,
+            cntr_names,
             remote_cntrs,
             mr_cntrs: Vec::new(),
             cq,
@@ -294,6 +285,7 @@ impl Objects {
             ep,
             mrs,
             cntrs,
+            cntr_names: _,
             remote_cntrs,
             mr_cntrs,
             cq,
@@ -1107,12 +1099,7 @@ impl Peer {
 
     /// `cntr` (no thresholds) and `cntr-wait`.
     fn cntr_wait(&mut self, a: &Args) -> CmdResult {
-        let names = self
-            .obj
-            .cntrs
-            .as_ref()
-            .ok_or("no counters (FABRIC_PEER_CNTR=1)")?
-            .names;
+        let names = self.obj.cntr_names;
         let mut want = [0u64; 4];
         for (w, name) in want.iter_mut().zip(names) {
             *w = a.opt(name)?.unwrap_or(0);

@@ -33,6 +33,20 @@ where
         }
     }
 
+    /// Counts a send that ended, and reports it: always when it asks for
+    /// a CQ entry, else only if a send counter wants it
+    /// (`report_silent_sends`).
+    pub(crate) fn report_send(&mut self, context: usize, tagged: bool, completion: bool) {
+        self.stats.sends += 1;
+        if completion || self.report_silent_sends {
+            self.events.push_back(Event::Send {
+                context,
+                tagged,
+                completion,
+            });
+        }
+    }
+
     pub(crate) fn complete_send(&mut self, op: usize) {
         let Some(tx) = self.tx_ops.remove(op) else {
             return;
@@ -45,14 +59,7 @@ where
             // Injects report too (`completion` is false for them): counters
             // count every send, CQs only those asking for an entry.
             TxClass::Msg => {
-                self.stats.sends += 1;
-                if tx.completion || self.report_silent_sends {
-                    self.events.push_back(Event::Send {
-                        context: tx.context,
-                        tagged: tx.info.tag.is_some(),
-                        completion: tx.completion,
-                    });
-                }
+                self.report_send(tx.context, tx.info.tag.is_some(), tx.completion);
             }
             TxClass::Write { data } => {
                 self.peers[tx.peer].writes_assisted -= 1;

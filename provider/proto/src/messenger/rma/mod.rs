@@ -601,8 +601,9 @@ where
     }
 
     /// Queues a notice of `counts` to `peer`: into the notice last queued,
-    /// when it is the last control message and of the same key (a stream of puts tells its target once, not once per
-    /// put, without passing anything queued between them).
+    /// when it is the last control message and of the same key (a stream
+    /// of puts tells its target once, not once per put, without passing
+    /// anything queued between them).
     fn queue_notice(&mut self, peer: PeerIdx, counts: AccessCounts) {
         if let Some(last) = self.peers[peer].control.back_mut() {
             if let Some(Wire::RemoteNotice(queued)) = Wire::decode(last) {

@@ -19,7 +19,7 @@ use crate::iov::gather;
 use crate::wire::{
     inline_capacity, InlineBytes, MatchInfo, Wire, MAX_INLINE_PARTS, MAX_PARTED_LEN, MORE_LEN,
 };
-use crate::{Event, PostError, WireNode};
+use crate::{PostError, WireNode};
 
 impl<M, D> Messenger<M, D>
 where
@@ -105,16 +105,9 @@ where
                 }
             }
             if sent == messages.len() {
-                self.stats.sends += 1;
                 // An inject still counts (send counters), without a CQ entry.
                 let completion = req.completion && !req.inject;
-                if completion || self.report_silent_sends {
-                    self.events.push_back(Event::Send {
-                        context: req.context,
-                        tagged: req.info.tag.is_some(),
-                        completion,
-                    });
-                }
+                self.report_send(req.context, req.info.tag.is_some(), completion);
                 return Ok(());
             }
         }
