@@ -175,9 +175,12 @@ impl GenTable {
         let control = self.control();
         // New pins go to the other half; the old half only drains.
         let old = control.phase.fetch_add(1, Ordering::SeqCst) as usize & 1;
-        let deadline = Instant::now() + PIN_PATIENCE;
+        // The clock is read only if a pin holds the free (most frees find
+        // none: a small block's free is a malloc-rate path).
+        let mut deadline = None;
         let mut spins = 0u32;
         while control.pins[old].load(Ordering::SeqCst) != 0 {
+            let deadline = *deadline.get_or_insert_with(|| Instant::now() + PIN_PATIENCE);
             if Instant::now() >= deadline {
                 static LAST: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
                 unimem_mailbox::shm::rate_limited(&LAST, || {

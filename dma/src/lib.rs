@@ -110,7 +110,9 @@ pub trait DmaEngine: Send {
 
     /// What a grant of local dmable `[addr, addr + len)` carries so that
     /// [`Self::put_granted`] can tell the memory was not freed since; `None`
-    /// if the range is not dmable memory of this node.
+    /// if the range cannot be granted in place: not dmable memory of this
+    /// node, or pages shared with other blocks (the heap's small blocks),
+    /// whose frees would void the grant.
     fn grant_token(&self, addr: *const u8, len: usize) -> Option<u16>;
 
     /// Starts copying `len` bytes from `remote_addr` in `reg` to `local`.

@@ -688,6 +688,22 @@ impl DmaBuf {
         true
     }
 
+    /// Bytes `[offset, offset + len)` of the buffer are freed inside it (a
+    /// block carved from it serves again): what freeing the whole buffer
+    /// does to its pages, done to theirs. Their generations move on, and
+    /// transfers into them that began before are waited for, so that no
+    /// peer's late write lands in the next owner's data. Nothing in an
+    /// adopted region (its heap does it).
+    pub fn retire(&self, offset: usize, len: usize) {
+        assert!(offset.checked_add(len).is_some_and(|end| end <= self.len));
+        let Backing::Own(own) = &self.region.backing else {
+            return;
+        };
+        let gens = Arc::clone(&own.segments.lock().list[self.segment].gens);
+        let (first, count) = page_span(self.offset + offset, self.offset + offset + len);
+        gens.invalidate(first, count);
+    }
+
     /// Copies `data` into the buffer at `offset`.
     pub fn write(&self, offset: usize, data: &[u8]) {
         assert!(offset

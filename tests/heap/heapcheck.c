@@ -32,7 +32,10 @@ struct heap_abi {
 
 static const struct heap_abi *abi;
 static const char *cmd = "?";
-static size_t threshold = 64 << 10;
+static size_t threshold = 1;
+/* A block the checks of large blocks use: the threshold, or 64 KiB when
+ * every block is dmable (the default). */
+static size_t unit = 64 << 10;
 
 #define CHECK(cond, ...) do { if (!(cond)) { \
     fprintf(stderr, "heapcheck %s: line %d: %s: ", cmd, __LINE__, #cond); \
@@ -49,16 +52,16 @@ static int check(const unsigned char *p, size_t len, unsigned seed) {
 }
 
 static void api(void) {
-    void *big = malloc(threshold), *small = malloc(threshold - 1);
-    CHECK(big && small, "malloc");
-    CHECK(dmable(big, threshold), "a malloc at the threshold is dmable");
-    CHECK(!dmable(small, 1), "a malloc below the threshold is not");
+    void *big = malloc(unit), *below = malloc(threshold - 1);
+    CHECK(big && below, "malloc");
+    CHECK(dmable(big, unit), "a malloc at the unit is dmable");
+    CHECK(threshold <= 1 || !dmable(below, 1), "a malloc below the threshold is not");
     CHECK((uintptr_t)big % 16 == 0, "alignment");
-    CHECK(malloc_usable_size(big) >= threshold, "usable %zu", malloc_usable_size(big));
-    CHECK(malloc_usable_size(small) >= threshold - 1, "usable small");
+    CHECK(malloc_usable_size(big) >= unit, "usable %zu", malloc_usable_size(big));
+    CHECK(malloc_usable_size(below) >= threshold - 1, "usable below");
     CHECK(malloc_usable_size(NULL) == 0, "usable NULL");
-    fill(big, threshold, 1);
-    free(big); free(small); free(NULL);
+    fill(big, unit, 1);
+    free(big); free(below); free(NULL);
 
     unsigned char *z = calloc(1024, 1024);
     CHECK(z && dmable(z, 1 << 20), "calloc 1 MiB is dmable");
@@ -75,37 +78,38 @@ static void api(void) {
     CHECK(giant && !dmable(giant, 1), "a block beyond the region's bound comes from the system");
     free(giant);
 
-    CHECK(realloc(NULL, threshold) != NULL, "realloc(NULL) is malloc");
-    void *r = malloc(threshold * 2);
+    CHECK(realloc(NULL, unit) != NULL, "realloc(NULL) is malloc");
+    void *r = malloc(unit * 2);
     CHECK(realloc(r, 0) == NULL, "realloc(p, 0) frees and returns NULL");
     errno = 0;
     CHECK(reallocarray(NULL, huge, 4) == NULL && errno == ENOMEM, "reallocarray overflow");
 
     void *a = NULL;
-    CHECK(posix_memalign(&a, 3, threshold) == EINVAL, "posix_memalign, align 3");
-    CHECK(posix_memalign(&a, 4, threshold) == EINVAL, "posix_memalign, align 4 < sizeof(void *)");
-    CHECK(posix_memalign(&a, 4096, threshold) == 0 && (uintptr_t)a % 4096 == 0 && dmable(a, threshold),
+    CHECK(posix_memalign(&a, 3, unit) == EINVAL, "posix_memalign, align 3");
+    CHECK(posix_memalign(&a, 4, unit) == EINVAL, "posix_memalign, align 4 < sizeof(void *)");
+    CHECK(posix_memalign(&a, 4096, unit) == 0 && (uintptr_t)a % 4096 == 0 && dmable(a, unit),
           "posix_memalign 4096, large");
-    CHECK(malloc_usable_size(a) >= threshold, "usable aligned");
+    CHECK(malloc_usable_size(a) >= unit, "usable aligned");
     free(a);
-    CHECK(posix_memalign(&a, 1 << 20, 3 * threshold) == 0 && (uintptr_t)a % (1 << 20) == 0 && dmable(a, 3 * threshold),
+    CHECK(posix_memalign(&a, 1 << 20, 3 * unit) == 0 && (uintptr_t)a % (1 << 20) == 0 && dmable(a, 3 * unit),
           "posix_memalign 1 MiB");
     free(a);
-    CHECK(posix_memalign(&a, 256, 100) == 0 && (uintptr_t)a % 256 == 0 && !dmable(a, 1), "posix_memalign small");
+    CHECK(posix_memalign(&a, 256, 100) == 0 && (uintptr_t)a % 256 == 0 && dmable(a, 1) == (100 >= threshold),
+          "posix_memalign small");
     free(a);
     errno = 0;
-    CHECK(aligned_alloc(3, threshold) == NULL && errno == EINVAL, "aligned_alloc, align 3");
-    a = aligned_alloc(8192, 2 * threshold);
-    CHECK(a && (uintptr_t)a % 8192 == 0 && dmable(a, 2 * threshold), "aligned_alloc large");
+    CHECK(aligned_alloc(3, unit) == NULL && errno == EINVAL, "aligned_alloc, align 3");
+    a = aligned_alloc(8192, 2 * unit);
+    CHECK(a && (uintptr_t)a % 8192 == 0 && dmable(a, 2 * unit), "aligned_alloc large");
     free(a);
-    a = memalign(128, threshold);
-    CHECK(a && (uintptr_t)a % 128 == 0 && dmable(a, threshold), "memalign");
+    a = memalign(128, unit);
+    CHECK(a && (uintptr_t)a % 128 == 0 && dmable(a, unit), "memalign");
     free(a);
-    a = valloc(threshold);
-    CHECK(a && (uintptr_t)a % 4096 == 0 && dmable(a, threshold), "valloc");
+    a = valloc(unit);
+    CHECK(a && (uintptr_t)a % 4096 == 0 && dmable(a, unit), "valloc");
     free(a);
-    a = pvalloc(threshold + 1);
-    CHECK(a && (uintptr_t)a % 4096 == 0 && malloc_usable_size(a) >= threshold + 4096, "pvalloc");
+    a = pvalloc(unit + 1);
+    CHECK(a && (uintptr_t)a % 4096 == 0 && malloc_usable_size(a) >= unit + 4096, "pvalloc");
     free(a);
 
     /* The provider's buffers (handshake alloc) and the application's heap
@@ -113,11 +117,11 @@ static void api(void) {
      * the application (a peer may still hold a grant for it). */
     struct region_id id;
     CHECK(abi->region(&id) == 0 && id.pid == (uint32_t)getpid(), "region identity");
-    void *internal = abi->alloc(threshold);
-    CHECK(internal && dmable(internal, threshold), "handshake alloc");
+    void *internal = abi->alloc(unit);
+    CHECK(internal && dmable(internal, unit), "handshake alloc");
     abi->free(internal);
     for (int i = 0; i < 64; i++) {
-        void *p = malloc(threshold);
+        void *p = malloc(unit);
         CHECK(p != internal, "malloc handed out the provider's freed buffer");
     }
 }
@@ -152,7 +156,7 @@ static void *work(void *arg) {
             }
             continue;
         }
-        size_t sizes[] = {16, 1000, threshold / 2, threshold, 3 * threshold, 1 << 20};
+        size_t sizes[] = {16, 1000, unit / 2, unit, 3 * unit, 1 << 20};
         len[i] = sizes[(seed >> 16) % 6] + (seed >> 20) % 100;
         slot[i] = (seed & 1) ? malloc(len[i]) : calloc(1, len[i]);
         if (!slot[i]) return "malloc";
@@ -181,10 +185,15 @@ static void threads(int n) {
 }
 
 static void forked(void) {
-    size_t len = 4 * threshold;
+    size_t len = 4 * unit;
     unsigned char *shared = malloc(len);
     CHECK(dmable(shared, len), "parent block dmable");
     memset(shared, 'P', len);
+    /* A small block (dmable with the default threshold): shares its
+     * pages with others, which the child must get copies of too. */
+    unsigned char *tiny = malloc(24);
+    memset(tiny, 'p', 24);
+    CHECK(dmable(tiny, 24) == (24 >= threshold), "parent small block");
     struct region_id parent;
     CHECK(abi->region(&parent) == 0, "parent region");
     pid_t pid = fork();
@@ -192,6 +201,13 @@ static void forked(void) {
     if (pid == 0) {
         cmd = "fork (child)";
         for (size_t i = 0; i < len; i++) CHECK(shared[i] == 'P', "child sees the parent's data");
+        for (size_t i = 0; i < 24; i++) CHECK(tiny[i] == 'p', "child sees the parent's small block");
+        CHECK(!dmable(tiny, 24), "the parent's small block is not the child's dmable memory");
+        CHECK(malloc_usable_size(tiny) >= 24, "usable size of an inherited small block");
+        memset(tiny, 'c', 24);
+        unsigned char *tiny2 = realloc(tiny, 40);
+        CHECK(tiny2 && tiny2[23] == 'c' && dmable(tiny2, 40) == (40 >= threshold), "realloc of an inherited small block");
+        free(tiny2);
         /* The child writes its copy: the parent must not see it. */
         memset(shared, 'C', len);
         CHECK(!dmable(shared, len), "the parent's block is not the child's dmable memory");
@@ -215,12 +231,75 @@ static void forked(void) {
     CHECK(waitpid(pid, &status, 0) == pid, "waitpid");
     CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0, "child failed (status %d)", status);
     for (size_t i = 0; i < len; i++) CHECK(shared[i] == 'P', "the child's writes reached the parent at %zu", i);
+    for (size_t i = 0; i < 24; i++) CHECK(tiny[i] == 'p', "the child's writes reached the parent's small block");
+    free(tiny);
     struct region_id again;
     CHECK(abi->region(&again) == 0 && again.pid == parent.pid && again.nonce == parent.nonce, "parent keeps its region");
     free(shared);
     unsigned char *after = malloc(len);
     CHECK(after && dmable(after, len), "parent allocates after the fork");
     free(after);
+}
+
+/* Small blocks (the default threshold makes every block dmable): each size
+ * up to 2 KiB and a little past it, many live at once, distinct, aligned,
+ * dmable, keeping their data; freed ones serve again; calloc zeroes a
+ * reused one; realloc keeps data across sizes; a small block is never
+ * granted in place (its pages hold other blocks), a page-sized one is. */
+static void small_blocks(void) {
+    enum { PER = 40 };
+    static unsigned char *blocks[2200][PER];
+    size_t top = 2100;
+    for (size_t size = 1; size <= top; size += (size < 64 ? 1 : 37)) {
+        for (int k = 0; k < PER; k++) {
+            unsigned char *p = malloc(size);
+            CHECK(p && (uintptr_t)p % 16 == 0, "malloc(%zu) aligned", size);
+            CHECK(dmable(p, size), "malloc(%zu) is dmable", size);
+            CHECK(malloc_usable_size(p) >= size, "usable %zu", size);
+            fill(p, size, (unsigned)(size * 31 + k));
+            blocks[size][k] = p;
+        }
+    }
+    for (size_t size = 1; size <= top; size += (size < 64 ? 1 : 37))
+        for (int k = 0; k < PER; k++)
+            CHECK(check(blocks[size][k], size, (unsigned)(size * 31 + k)), "data of a %zu-byte block", size);
+    for (size_t size = 1; size <= top; size += (size < 64 ? 1 : 37))
+        for (int k = 0; k < PER; k++) free(blocks[size][k]);
+
+    /* What was freed serves again: no growth for a malloc/free loop. */
+    size_t before = abi->in_use();
+    for (int i = 0; i < 100000; i++) {
+        char *p = malloc(48 + i % 200);
+        p[0] = (char)i;
+        free(p);
+    }
+    CHECK(abi->in_use() == before, "a malloc/free loop grew the region (%zu -> %zu)", before, abi->in_use());
+
+    unsigned char *d = malloc(100);
+    memset(d, 0xAB, 100);
+    free(d);
+    unsigned char *z = calloc(1, 100);
+    for (int i = 0; i < 100; i++) CHECK(z[i] == 0, "calloc zeroes a reused small block");
+    fill(z, 100, 9);
+    unsigned char *r = realloc(z, 1500);
+    CHECK(r && check(r, 100, 9) && dmable(r, 1500), "realloc small to small");
+    fill(r, 1500, 10);
+    r = realloc(r, 100000);
+    CHECK(r && check(r, 1500, 10) && dmable(r, 100000), "realloc small to large");
+    fill(r, 100000, 11);
+    r = realloc(r, 20);
+    CHECK(r && check(r, 20, 11), "realloc large to small");
+    free(r);
+
+    void *a = NULL;
+    CHECK(posix_memalign(&a, 1024, 100) == 0 && (uintptr_t)a % 1024 == 0 && dmable(a, 100),
+          "posix_memalign(1024, 100)");
+    free(a);
+    unsigned char *s = malloc(64), *page = malloc(8192);
+    CHECK(abi->grant_token((uintptr_t)s, 64) < 0, "a small block is granted in place");
+    CHECK(abi->grant_token((uintptr_t)page, 8192) >= 0, "a page block is not granted in place");
+    free(s);
+    free(page);
 }
 
 static void realloc_across(void) {
@@ -285,11 +364,13 @@ int main(int argc, char **argv) {
     abi = get();
     const char *t = getenv("FI_UNIMEM_HEAP_THRESHOLD");
     if (t) threshold = strtoul(t, NULL, 0);
+    if (threshold > 1) unit = threshold;
     if (!strcmp(cmd, "api")) api();
     else if (!strcmp(cmd, "threads")) threads(argc > 2 ? atoi(argv[2]) : 4);
     else if (!strcmp(cmd, "fork")) forked();
     else if (!strcmp(cmd, "realloc")) realloc_across();
     else if (!strcmp(cmd, "exhaust")) exhaust();
+    else if (!strcmp(cmd, "small")) small_blocks();
     else CHECK(0, "unknown command");
     printf("heapcheck %s: PASS\n", cmd);
     return 0;

@@ -11,8 +11,9 @@ use unimem_fi::base::ffi;
 use unimem_tests::cluster::{carried, carried_direct, Cluster, Kind, Msg, Order, Region, EAGER};
 use unimem_tests::{heap, payload};
 
-/// Every process preloads the dmable heap: a region of at least its
-/// threshold (64 KiB) is dmable, a smaller one is ordinary memory.
+/// Every process preloads the dmable heap with a threshold of 64 KiB
+/// (the default makes every block dmable): a region of at least that is
+/// dmable, a smaller one is ordinary memory.
 fn cluster(test: &str) -> Cluster {
     let mut c = Cluster::new(env!("CARGO_BIN_EXE_fabric-peer"), test);
     c.env("FABRIC_PEER_CNTR", "1");
@@ -20,6 +21,7 @@ fn cluster(test: &str) -> Cluster {
         "LD_PRELOAD",
         heap::library().to_str().expect("UTF-8 heap path"),
     );
+    c.env("FI_UNIMEM_HEAP_THRESHOLD", "64k");
     c.env("FI_LOG_LEVEL", "info");
     c
 }

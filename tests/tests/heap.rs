@@ -64,14 +64,25 @@ fn stderr(output: &Output) -> String {
 
 #[test]
 fn the_whole_allocation_api() {
+    // The default: every block dmable.
     let out = run("api", &["api"], &[]);
     assert_eq!(stderr(&out), "", "the heap said something");
-    // Another threshold, as the environment sets it.
-    run(
-        "api-1m",
-        &["api"],
-        &[("FI_UNIMEM_HEAP_THRESHOLD", "1048576")],
-    );
+    // Other thresholds, as the environment sets them: smaller blocks
+    // from the system.
+    for threshold in ["65536", "1048576"] {
+        let out = run(
+            &format!("api-{threshold}"),
+            &["api"],
+            &[("FI_UNIMEM_HEAP_THRESHOLD", threshold)],
+        );
+        assert_eq!(stderr(&out), "", "the heap said something");
+    }
+}
+
+#[test]
+fn small_blocks_are_dmable_share_pages_and_serve_again() {
+    let out = run("small", &["small"], &[]);
+    assert_eq!(stderr(&out), "", "the heap said something");
 }
 
 #[test]
@@ -82,11 +93,21 @@ fn threads_allocate_and_free_at_once() {
 #[test]
 fn a_forked_child_gets_a_copy_and_a_region_of_its_own() {
     run("fork", &["fork"], &[]);
+    run(
+        "fork-64k",
+        &["fork"],
+        &[("FI_UNIMEM_HEAP_THRESHOLD", "65536")],
+    );
 }
 
 #[test]
 fn realloc_across_the_threshold_keeps_the_data() {
     run("realloc", &["realloc"], &[]);
+    run(
+        "realloc-64k",
+        &["realloc"],
+        &[("FI_UNIMEM_HEAP_THRESHOLD", "65536")],
+    );
 }
 
 #[test]

@@ -3,9 +3,9 @@
 //! `t`). The heap reads the environment only, not `fi_info.conf`: it is
 //! loaded before anything knows where the provider and its file are.
 //!
-//! - `FI_UNIMEM_HEAP_THRESHOLD` (default 64k): allocations of at least
-//!   this many bytes come from the dmable region, smaller ones from the
-//!   system allocator;
+//! - `FI_UNIMEM_HEAP_THRESHOLD` (default 1: every allocation):
+//!   allocations of at least this many bytes come from the dmable region,
+//!   smaller ones from the system allocator;
 //! - `FI_UNIMEM_HEAP_MAX_SIZE` (default 768m): the most the heap's segments
 //!   may take of the region (the rest stays for the provider's buffers);
 //! - `FI_UNIMEM_JOB`, `FI_UNIMEM_DMA_SEGMENT_SIZE`, `FI_UNIMEM_DMA_MAX_SIZE`:
@@ -16,7 +16,7 @@ use std::ffi::CStr;
 use unimem_dma::RegionConfig;
 use unimem_mailbox::JobId;
 
-pub const DEFAULT_THRESHOLD: usize = 64 << 10;
+pub const DEFAULT_THRESHOLD: usize = 1;
 pub const DEFAULT_HEAP_MAX: usize = 768 << 20;
 
 #[derive(Clone, Debug)]

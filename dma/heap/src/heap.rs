@@ -22,6 +22,7 @@ use unimem_dma::{DmaBuf, DmaError, DmaRegion, MemClass};
 use crate::config::Config;
 use crate::log;
 use crate::ranges::Ranges;
+use crate::small::{self, CLASSES, SLAB_LEN};
 
 pub struct State {
     config: Option<Config>,
@@ -32,9 +33,16 @@ pub struct State {
     live: BTreeMap<usize, DmaBuf>,
     /// The provider's buffers (handshake `alloc`), by address.
     internal: BTreeMap<usize, DmaBuf>,
+    /// Small blocks' slabs by address (`small.rs`), with their class.
+    slabs: BTreeMap<usize, (DmaBuf, u8)>,
+    /// Free small blocks of each class, the last freed on top (still in
+    /// the cache).
+    free_blocks: [Vec<usize>; CLASSES],
     /// In a forked child: the parent's allocations (now private copies),
     /// address → usable size. Never freed, never reused.
     inherited: BTreeMap<usize, usize>,
+    /// In a forked child: the parent's slabs, address → block size.
+    inherited_slabs: BTreeMap<usize, usize>,
 }
 
 pub static HEAP: Mutex<State> = Mutex::new(State {
@@ -43,7 +51,10 @@ pub static HEAP: Mutex<State> = Mutex::new(State {
     failed: false,
     live: BTreeMap::new(),
     internal: BTreeMap::new(),
+    slabs: BTreeMap::new(),
+    free_blocks: [const { Vec::new() }; CLASSES],
     inherited: BTreeMap::new(),
+    inherited_slabs: BTreeMap::new(),
 });
 
 /// The data of this process's segments.
@@ -153,11 +164,10 @@ pub fn free(ptr: *mut c_void) {
     if owner(ptr) == Owner::Inherited {
         return;
     }
-    let addr = ptr as usize;
     // A nested free (from inside the heap) of a region pointer cannot
     // happen: the heap's own memory is the system's.
     // The buffer goes back to the region under the heap's lock.
-    enter(|heap| drop(heap.live.remove(&addr)));
+    enter(|heap| heap.free(ptr as usize));
 }
 
 /// Grows the region allocation at `ptr` to `size` bytes where it is, if
@@ -165,6 +175,7 @@ pub fn free(ptr: *mut c_void) {
 pub fn grow_in_place(ptr: *mut c_void, size: usize) -> bool {
     let addr = ptr as usize;
     enter(|heap| {
+        // A small block grows within its block only (realloc checks that).
         heap.live.get_mut(&addr).is_some_and(|buf| {
             let start = buf.as_ptr() as usize;
             (addr - start)
@@ -182,7 +193,9 @@ pub fn usable_size(ptr: *const c_void) -> usize {
         heap.live
             .get(&addr)
             .map(|buf| buf.as_ptr() as usize + buf.len() - addr)
+            .or_else(|| heap.small_block(addr).map(|(_, _, c)| small::block_len(c)))
             .or_else(|| heap.inherited.get(&addr).copied())
+            .or_else(|| inherited_block(&heap.inherited_slabs, addr))
             .unwrap_or(0)
     })
     .unwrap_or(0)
@@ -267,6 +280,11 @@ impl State {
     }
 
     fn alloc(&mut self, size: usize, align: usize) -> *mut c_void {
+        if let Some(class) = small::class_of(size, align) {
+            if let Some(addr) = self.alloc_small(class) {
+                return addr as *mut c_void;
+            }
+        }
         let slack = align.saturating_sub(unimem_dma::ALLOC_ALIGN);
         let Some(len) = size.max(1).checked_add(slack) else {
             return std::ptr::null_mut();
@@ -277,6 +295,44 @@ impl State {
         let addr = (buf.as_ptr() as usize).next_multiple_of(align.max(1));
         self.live.insert(addr, buf);
         addr as *mut c_void
+    }
+
+    /// A block of `class`: the last freed, else one of a new slab.
+    fn alloc_small(&mut self, class: usize) -> Option<usize> {
+        if let Some(addr) = self.free_blocks[class].pop() {
+            return Some(addr);
+        }
+        let slab = self.alloc_buf(MemClass::Heap, SLAB_LEN)?;
+        let start = slab.as_ptr() as usize;
+        let len = small::block_len(class);
+        let count = SLAB_LEN / len;
+        // Handed out from the slab's start, so the first blocks are the
+        // first pages touched.
+        self.free_blocks[class].extend((1..count).rev().map(|i| start + i * len));
+        self.slabs.insert(start, (slab, class as u8));
+        Some(start)
+    }
+
+    /// The slab, offset in it and class of the small block at `addr` (its
+    /// start exactly), if it is one.
+    fn small_block(&self, addr: usize) -> Option<(&DmaBuf, usize, usize)> {
+        let (&start, (slab, class)) = self.slabs.range(..=addr).next_back()?;
+        let class = *class as usize;
+        let offset = addr - start;
+        (offset < SLAB_LEN && offset.is_multiple_of(small::block_len(class)))
+            .then_some((slab, offset, class))
+    }
+
+    /// Frees the region allocation at `addr`: a small block goes back to
+    /// its class once peers' hold on its pages ended, a buffer to the
+    /// region. Anything else (not an allocation of ours) is ignored.
+    fn free(&mut self, addr: usize) {
+        if let Some((slab, offset, class)) = self.small_block(addr) {
+            slab.retire(offset, small::block_len(class));
+            self.free_blocks[class].push(addr);
+            return;
+        }
+        drop(self.live.remove(&addr));
     }
 
     /// A forked child gives up its parent's region: each segment becomes a
@@ -297,6 +353,7 @@ impl State {
             .live
             .values()
             .chain(self.internal.values())
+            .chain(self.slabs.values().map(|(slab, _)| slab))
             .map(|buf| (buf.as_ptr() as usize, buf.len()))
             .collect();
         let segments: Vec<(usize, usize)> = RANGES.entries().collect();
@@ -314,11 +371,26 @@ impl State {
         for (_, buf) in std::mem::take(&mut self.internal) {
             std::mem::forget(buf);
         }
+        for (start, (slab, class)) in std::mem::take(&mut self.slabs) {
+            self.inherited_slabs
+                .insert(start, small::block_len(class as usize));
+            std::mem::forget(slab);
+        }
+        for blocks in &mut self.free_blocks {
+            blocks.clear();
+        }
         // Dropping the last reference would unlink the parent's objects.
         std::mem::forget(region);
         REGION_PID.store(0, Ordering::Relaxed);
         EXHAUSTED.store(false, Ordering::Relaxed);
     }
+}
+
+/// Usable size of a small block of a parent's slab at `addr`.
+fn inherited_block(slabs: &BTreeMap<usize, usize>, addr: usize) -> Option<usize> {
+    let (&start, &len) = slabs.range(..=addr).next_back()?;
+    let offset = addr - start;
+    (offset < SLAB_LEN && offset.is_multiple_of(len)).then_some(len)
 }
 
 /// Replaces the shared mapping `[start, start + len)` by a private one
@@ -395,11 +467,25 @@ pub fn abi_free(ptr: *mut c_void) {
     enter(|heap| drop(heap.internal.remove(&(ptr as usize))));
 }
 
+/// None for a range that is not ours, or that touches a slab: a
+/// neighbour's free would void the grant mid-transfer (`small.rs`).
 pub fn abi_grant_token(addr: usize, len: usize) -> Option<u16> {
     if !RANGES.contains(addr, len.max(1)) {
         return None;
     }
-    enter(|heap| heap.region.as_ref()?.grant_token(addr, len)).flatten()
+    enter(|heap| {
+        let end = addr.checked_add(len.max(1))?;
+        let touches_slab = heap
+            .slabs
+            .range(..end)
+            .next_back()
+            .is_some_and(|(&start, _)| start + SLAB_LEN > addr);
+        if touches_slab {
+            return None;
+        }
+        heap.region.as_ref()?.grant_token(addr, len)
+    })
+    .flatten()
 }
 
 pub fn abi_in_use() -> usize {

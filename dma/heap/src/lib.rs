@@ -4,15 +4,17 @@
 //! (`malloc`, `calloc`, `realloc`, `reallocarray`, `free`,
 //! `posix_memalign`, `aligned_alloc`, `memalign`, `valloc`, `pvalloc`,
 //! `malloc_usable_size`): allocations of at least `FI_UNIMEM_HEAP_THRESHOLD`
-//! bytes (64 KiB) come from the process's dmable region, the rest from the
-//! system allocator. The provider, loaded later, adopts that region through
-//! a small C handshake (`unimem_dma::heap_abi`), so the application's large
-//! buffers are dmable and a rendezvous moves them with one DMA.
+//! bytes (1 by default: all) come from the process's dmable region, the
+//! rest from the system allocator. The provider, loaded later, adopts that
+//! region through a small C handshake (`unimem_dma::heap_abi`), so the
+//! application's buffers are dmable: a rendezvous moves them with one DMA,
+//! and a one-sided operation on any window goes direct.
 //!
 //! - `real.rs`: the system allocator (`dlsym(RTLD_NEXT)`), the bootstrap
 //!   arena, and the library's own Rust allocator;
 //! - `heap.rs`: the region side, the provider's side of the handshake,
-//!   fork; `ranges.rs`: which addresses are ours, without a lock;
+//!   fork; `small.rs`: the size classes of small blocks; `ranges.rs`:
+//!   which addresses are ours, without a lock;
 //! - `exports.rs`: the C functions; `config.rs`: the tunables; `log.rs`.
 //!
 //! The library never loads libfabric (nor anything beyond libc): MPI
@@ -29,6 +31,7 @@ mod heap;
 mod log;
 mod ranges;
 mod real;
+mod small;
 
 #[cfg(not(test))]
 #[global_allocator]

@@ -175,7 +175,12 @@ where
         len: usize,
     ) -> (u32, bool) {
         let fragments = len.div_ceil(self.peers[peer].fragment_size) as u32;
-        let direct = iov.len() == 1 && self.dma.is_dmable(iov[0].0 as *const u8, len.max(1));
+        // In place only where a grant holds until the data lands.
+        let direct = iov.len() == 1
+            && self
+                .dma
+                .grant_token(iov[0].0 as *const u8, len.max(1))
+                .is_some();
         (fragments, direct)
     }
 
