@@ -20,11 +20,11 @@
 use std::os::raw::{c_int, c_void};
 
 /// Name of the function the heap exports: `extern "C" fn() -> *const HeapAbi`.
-pub const HEAP_ABI_SYMBOL: &std::ffi::CStr = c"unimem_heap_abi_v2";
+pub const HEAP_ABI_SYMBOL: &std::ffi::CStr = c"unimem_heap_abi_v3";
 /// First field of [`HeapAbi`].
-pub const HEAP_ABI_MAGIC: u64 = u64::from_le_bytes(*b"UMHEAPv2");
-/// Version of [`HeapAbi`] (also in the symbol's name).
-pub const HEAP_ABI_VERSION: u32 = 2;
+pub const HEAP_ABI_MAGIC: u64 = u64::from_le_bytes(*b"UMHEAPv3");
+/// Version of [`HeapAbi`] (also in the symbol's name). 3: `exposed`.
+pub const HEAP_ABI_VERSION: u32 = 3;
 /// Version of the layout of a region's shared objects (directory and
 /// segments, see `region.rs`): both libraries must read the same layout.
 /// Bump it with any change of `Directory`, `SegmentEntry`,
@@ -70,6 +70,10 @@ pub struct HeapAbi {
     /// [`crate::DmaRegion::grant_token`]), or -1 if that is not the
     /// region's memory.
     pub grant_token: unsafe extern "C" fn(addr: usize, len: usize) -> i32,
+    /// `[addr, addr + len)` is exposed to peers under a key: a small block
+    /// in it retires its pages when freed (generations bumped, pins waited
+    /// for), which the free of a block never exposed spares itself.
+    pub exposed: unsafe extern "C" fn(addr: usize, len: usize),
 }
 
 /// The preloaded heap's table, if a heap that speaks this version is in
@@ -101,4 +105,13 @@ pub fn find() -> Option<&'static HeapAbi> {
         return None;
     }
     Some(table)
+}
+
+/// Tells the preloaded heap, if there is one, that `[addr, addr + len)` is
+/// exposed to peers under a key (see [`HeapAbi::exposed`]).
+pub fn exposed(addr: usize, len: usize) {
+    if let Some(abi) = find() {
+        // SAFETY: the heap's function takes any range and only records it.
+        unsafe { (abi.exposed)(addr, len) }
+    }
 }

@@ -403,7 +403,12 @@ fn expose(
     };
     let table = KeyTable::for_process(JobId::from_name(&domain.config().job));
     match table.and_then(|t| t.expose(key, exposure)) {
-        Ok(handle) => Ok(Some((handle, rights))),
+        Ok(handle) => {
+            // The heap retires the pages of exposed small blocks when they
+            // are freed (peers may hold registrations of them).
+            unimem_dma::heap_abi::exposed(addr, len);
+            Ok(Some((handle, rights)))
+        }
         Err(DmaError::KeyInUse) => {
             tracing::warn!("{op}: key {key:#x} is already in use in this process");
             Err(-(ffi::FI_ENOKEY as c_int))

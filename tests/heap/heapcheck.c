@@ -4,7 +4,7 @@
  *   heapcheck api | threads N | fork | realloc | exhaust
  *
  * It asks the heap which memory is dmable through the heap's handshake
- * (unimem_heap_abi_v2, see dma/src/heap_abi.rs). Prints "heapcheck <cmd>:
+ * (unimem_heap_abi_v3, see dma/src/heap_abi.rs). Prints "heapcheck <cmd>:
  * PASS" and exits 0, or says what failed and exits 1. */
 #define _GNU_SOURCE
 #include <dlfcn.h>
@@ -28,6 +28,7 @@ struct heap_abi {
     void (*free)(void *ptr);
     size_t (*in_use)(void);
     int32_t (*grant_token)(uintptr_t addr, size_t len);
+    void (*exposed)(uintptr_t addr, size_t len);
 };
 
 static const struct heap_abi *abi;
@@ -359,7 +360,7 @@ static void exhaust(void) {
 
 int main(int argc, char **argv) {
     cmd = argc > 1 ? argv[1] : "?";
-    const struct heap_abi *(*get)(void) = (const struct heap_abi *(*)(void))dlsym(RTLD_DEFAULT, "unimem_heap_abi_v2");
+    const struct heap_abi *(*get)(void) = (const struct heap_abi *(*)(void))dlsym(RTLD_DEFAULT, "unimem_heap_abi_v3");
     CHECK(get != NULL, "libunimem-heap.so is not preloaded");
     abi = get();
     const char *t = getenv("FI_UNIMEM_HEAP_THRESHOLD");

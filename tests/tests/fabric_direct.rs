@@ -344,3 +344,61 @@ fn stale_revoked_and_forged_accesses_move_no_byte() {
         "p0's direct operations: {direct_done}, with {stale} renewals"
     );
 }
+
+/// With the heap's default every block is dmable, a small region too: it
+/// shares its pages with the target's other small blocks. Their frees
+/// must not make the initiator's registration of the region stale (only
+/// the free of a block once exposed retires its pages), or every write
+/// after one would leave the direct path, and MPI's own small
+/// allocations beside a window would make each put renew. A neighbour
+/// that was exposed, then closed and freed, does retire the pages: the
+/// next write renews once, and still lands in the region alone.
+#[test]
+fn a_small_region_stays_direct_while_its_neighbours_come_and_go() {
+    let mut c = Cluster::new(env!("CARGO_BIN_EXE_fabric-peer"), "direct-churn");
+    c.env("FABRIC_PEER_CNTR", "1");
+    c.env(
+        "LD_PRELOAD",
+        heap::library().to_str().expect("UTF-8 heap path"),
+    );
+    c.env("FI_LOG_LEVEL", "info");
+    c.spawn(2).connect_all();
+    // 64 bytes with its guards: a block of 192, as the churn's are.
+    let mut r = Region::new(&mut c, 1, 0x61, 64, 7, "rw");
+    let mut writes = 0u64;
+    let mut write = |c: &mut Cluster, r: &mut Region, round: u64| {
+        let off = (round as usize * 8) % 64;
+        c.cmd(0, format!("write 1 0x61 {off} 8 {} 70", 100 + round));
+        c.cmd(0, "wait writes=1");
+        r.bytes[off..off + 8].copy_from_slice(&payload::pattern(100 + round, 8));
+        writes += 1;
+    };
+    for round in 0..20 {
+        write(&mut c, &mut r, round);
+        c.cmd(1, "churn 300 129 192");
+    }
+    r.check(&mut c, "after writes between the target's allocations");
+    // An exposed neighbour, closed and freed: its pages are retired.
+    let neighbour = Region::new(&mut c, 1, 0x62, 64, 9, "rw");
+    drop(neighbour);
+    assert_eq!(c.cmd(1, "unreg 0x62").num(), 0);
+    c.cmd(1, "churn 300 129 192");
+    for round in 20..25 {
+        write(&mut c, &mut r, round);
+    }
+    r.check(&mut c, "after a neighbour's exposed free");
+    let logs = c.finish();
+    let stale: u64 = logs[0]
+        .lines()
+        .filter_map(|l| l.split(" misses, ").nth(1))
+        .filter_map(|rest| rest.split(' ').next()?.parse::<u64>().ok())
+        .sum();
+    assert!(stale <= 1, "{stale} renewals:\n{}", logs[0]);
+    // The first write meets the target (its node is not known yet) and
+    // goes the general path.
+    assert!(
+        carried_direct(&logs[0]) >= writes - 1 - stale,
+        "p0 went direct {} times of {writes} writes ({stale} renewals)",
+        carried_direct(&logs[0])
+    );
+}

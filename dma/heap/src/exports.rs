@@ -326,6 +326,10 @@ unsafe extern "C" fn abi_grant_token(addr: usize, len: usize) -> i32 {
     heap::abi_grant_token(addr, len).map_or(-1, i32::from)
 }
 
+unsafe extern "C" fn abi_exposed(addr: usize, len: usize) {
+    heap::abi_exposed(addr, len)
+}
+
 static ABI: HeapAbi = HeapAbi {
     magic: HEAP_ABI_MAGIC,
     version: HEAP_ABI_VERSION,
@@ -336,6 +340,7 @@ static ABI: HeapAbi = HeapAbi {
     free: abi_free,
     in_use: abi_in_use,
     grant_token: abi_grant_token,
+    exposed: abi_exposed,
 };
 
 /// The handshake (`unimem_dma::heap_abi::HEAP_ABI_SYMBOL`).
@@ -349,6 +354,6 @@ pub extern "C" fn unimem_heap_system_only(on: c_int) -> c_int {
 }
 
 #[no_mangle]
-pub extern "C" fn unimem_heap_abi_v2() -> *const HeapAbi {
+pub extern "C" fn unimem_heap_abi_v3() -> *const HeapAbi {
     &ABI
 }

@@ -11,7 +11,7 @@
 //! thread-local flag.
 
 use std::cell::Cell;
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::os::raw::c_void;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -38,6 +38,9 @@ pub struct State {
     /// Free small blocks of each class, the last freed on top (still in
     /// the cache).
     free_blocks: [Vec<usize>; CLASSES],
+    /// Small blocks that were exposed to peers under a key (`abi_exposed`):
+    /// only their frees retire their pages.
+    exposed: BTreeSet<usize>,
     /// In a forked child: the parent's allocations (now private copies),
     /// address → usable size. Never freed, never reused.
     inherited: BTreeMap<usize, usize>,
@@ -53,6 +56,7 @@ pub static HEAP: Mutex<State> = Mutex::new(State {
     internal: BTreeMap::new(),
     slabs: BTreeMap::new(),
     free_blocks: [const { Vec::new() }; CLASSES],
+    exposed: BTreeSet::new(),
     inherited: BTreeMap::new(),
     inherited_slabs: BTreeMap::new(),
 });
@@ -324,15 +328,48 @@ impl State {
     }
 
     /// Frees the region allocation at `addr`: a small block goes back to
-    /// its class once peers' hold on its pages ended, a buffer to the
-    /// region. Anything else (not an allocation of ours) is ignored.
+    /// its class (once peers' hold on its pages ended, if it was ever
+    /// exposed), a buffer to the region. Anything else (not an allocation
+    /// of ours) is ignored.
     fn free(&mut self, addr: usize) {
-        if let Some((slab, offset, class)) = self.small_block(addr) {
-            slab.retire(offset, small::block_len(class));
-            self.free_blocks[class].push(addr);
+        let Some((offset, class)) = self.small_block(addr).map(|(_, o, c)| (o, c)) else {
+            drop(self.live.remove(&addr));
             return;
+        };
+        // Peers reach heap memory only under a key (a small block is never
+        // granted in place): a block never exposed needs no retiring, and
+        // sparing it keeps the generations of the pages it shares with
+        // exposed blocks (a window) from moving at every free of a
+        // neighbour.
+        if !self.exposed.is_empty() && self.exposed.remove(&addr) {
+            if let Some((slab, _, _)) = self.small_block(addr) {
+                slab.retire(offset, small::block_len(class));
+            }
         }
-        drop(self.live.remove(&addr));
+        self.free_blocks[class].push(addr);
+    }
+
+    /// Marks the small blocks in `[addr, addr + len)` exposed.
+    fn expose(&mut self, addr: usize, len: usize) {
+        let end = addr.saturating_add(len.max(1));
+        let first = self
+            .slabs
+            .range(..=addr)
+            .next_back()
+            .map_or(addr, |(&start, _)| start);
+        for (&start, (_, class)) in self.slabs.range(first..end) {
+            let block = small::block_len(*class as usize);
+            let from = addr.max(start);
+            let to = end.min(start + SLAB_LEN);
+            if from >= to {
+                continue;
+            }
+            let mut at = start + (from - start) / block * block;
+            while at < to {
+                self.exposed.insert(at);
+                at += block;
+            }
+        }
     }
 
     /// A forked child gives up its parent's region: each segment becomes a
@@ -379,6 +416,7 @@ impl State {
         for blocks in &mut self.free_blocks {
             blocks.clear();
         }
+        self.exposed.clear();
         // Dropping the last reference would unlink the parent's objects.
         std::mem::forget(region);
         REGION_PID.store(0, Ordering::Relaxed);
@@ -486,6 +524,12 @@ pub fn abi_grant_token(addr: usize, len: usize) -> Option<u16> {
         heap.region.as_ref()?.grant_token(addr, len)
     })
     .flatten()
+}
+
+pub fn abi_exposed(addr: usize, len: usize) {
+    if RANGES.contains(addr, len.max(1)) {
+        enter(|heap| heap.expose(addr, len));
+    }
 }
 
 pub fn abi_in_use() -> usize {

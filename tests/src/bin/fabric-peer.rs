@@ -62,6 +62,7 @@
 //! | `cntr-sleep <write\|read> <threshold> <ms>` | one `fi_cntr_wait` on that counter (`$FABRIC_PEER_CNTR=1`; a wait object with `$FABRIC_PEER_CNTR_WAIT=unspec`) with timeout `ms`; `ok rc=R wall_ms=W cpu_ms=C` as `sread` |
 //! | `crash <segv\|bus\|bus-sent\|abrt\|fpe\|ill\|term\|int\|quit>` | dies at once of that fatal signal, by a real fault where there is one (see `crash`) |
 //! | `exit-on-agent` | has the progress agent's thread call `exit(3)` from a SIGUSR1 handler (`$FABRIC_PEER_PROGRESS=auto`) |
+//! | `churn <count> <min> <max>` | allocates `count` blocks of `min` to `max` bytes (written), then frees them all: a program's own small allocations beside a small exposed region; `ok` |
 //! | `exhaust-fds <ms>` | opens `/dev/null` until the process is out of file descriptors, progresses for `ms` milliseconds so, then closes them; `ok held=N` |
 //! | `atomic-wait <ctx>` | waits for the completion of atomic `ctx` (an inject's error: `0`), answered as `atomic` |
 //! | `valid <dt> <op>` | `ok write=rc/count fetch=rc/count compare=rc/count qwrite=rc/count/size qfetch=.. qcompare=..`: the three `*valid` queries and `fi_query_atomic` with flags 0, `FI_FETCH_ATOMIC`, `FI_COMPARE_ATOMIC` |
@@ -1749,6 +1750,20 @@ impl Peer {
         Ok(String::new())
     }
 
+    /// `churn <count> <min> <max>`: small allocations come and go.
+    fn churn(&mut self, a: &Args) -> CmdResult {
+        let (count, min, max) = (a.num(0)?, a.num(1)? as usize, a.num(2)? as usize);
+        if min == 0 || max < min {
+            return Err("churn: 0 < min <= max".into());
+        }
+        let blocks: Vec<Vec<u8>> = (0..count as usize)
+            .map(|i| vec![i as u8; min + i % (max - min + 1)])
+            .collect();
+        std::hint::black_box(&blocks);
+        drop(blocks);
+        Ok(String::new())
+    }
+
     /// `exhaust-fds <ms>`: progress while out of file descriptors.
     fn exhaust_fds(&mut self, a: &Args) -> CmdResult {
         let until = Instant::now() + Duration::from_millis(a.num(0)?);
@@ -2152,6 +2167,7 @@ impl Peer {
             "sread" => self.sread(&a),
             "cntr-sleep" => self.cntr_sleep(&a),
             "exhaust-fds" => self.exhaust_fds(&a),
+            "churn" => self.churn(&a),
             "crash" => crash(&a),
             "exit-on-agent" => exit_on_agent(),
             "atomic" => self.atomic(&a),
