@@ -21,9 +21,16 @@
  *                                      at the start of its next round
  *                                      ("rank R holding"): all it sent
  *                                      has been delivered and it sends
- *                                      nothing more, so a kill then finds
- *                                      every other rank with a send to it
- *                                      in flight */
+ *                                      and progresses nothing more.
+ *   kill_rank survive-poke [...]       the same, and SIGURG makes a rank
+ *                                      still waiting send one more message
+ *                                      (LARGE bytes, tag 1) to rank 1
+ *                                      ("rank R poked"): one the held
+ *                                      rank can never take, so a kill
+ *                                      then finds every other rank with
+ *                                      a send to it in flight (a round's
+ *                                      own send to it may have been
+ *                                      taken before it held) */
 #include <mpi.h>
 #include <signal.h>
 #include <stdio.h>
@@ -32,7 +39,7 @@
 #include <time.h>
 #include <unistd.h>
 
-static volatile sig_atomic_t hold;
+static volatile sig_atomic_t hold, poke;
 
 static void hold_at_next_round(int signo)
 {
@@ -40,9 +47,34 @@ static void hold_at_next_round(int signo)
     hold = 1;
 }
 
+static void poke_rank_one(int signo)
+{
+    (void)signo;
+    poke = 1;
+}
+
+/* MPI_Waitall, but on SIGURG also one more send to rank 1 (see above),
+ * which joins the wait. */
+static int wait_or_poke(int n, MPI_Request *reqs, int rank, char *buf, int len)
+{
+    int done = 0, poked = 0, rc = MPI_SUCCESS;
+    while (!done && rc == MPI_SUCCESS) {
+        if (poke && !poked && rank != 1) {
+            poked = 1;
+            rc = MPI_Isend(buf, len, MPI_CHAR, 1, 1, MPI_COMM_WORLD, &reqs[n++]);
+            printf("rank %d poked\n", rank);
+            fflush(stdout);
+            continue;
+        }
+        rc = MPI_Testall(n, reqs, &done, MPI_STATUSES_IGNORE);
+    }
+    return rc;
+}
+
 int main(int argc, char **argv)
 {
-    int survive = argc > 1 && strcmp(argv[1], "survive") == 0;
+    int pokable = argc > 1 && strcmp(argv[1], "survive-poke") == 0;
+    int survive = pokable || (argc > 1 && strcmp(argv[1], "survive") == 0);
     int large = argc > 1 + survive ? atoi(argv[1 + survive]) : 256 * 1024;
     int small = argc > 2 + survive ? atoi(argv[2 + survive]) : 1024;
     if (survive) {
@@ -53,6 +85,8 @@ int main(int argc, char **argv)
         signal(SIGTERM, SIG_IGN);
         signal(SIGUSR1, SIG_IGN);
         signal(SIGUSR2, hold_at_next_round);
+        if (pokable)
+            signal(SIGURG, poke_rank_one);
     }
     MPI_Init(&argc, &argv);
     int rank, size;
@@ -65,7 +99,8 @@ int main(int argc, char **argv)
 
     size_t stride = large > small ? (size_t)large : (size_t)small;
     char *out = malloc((size_t)size * stride), *in = malloc((size_t)size * stride);
-    MPI_Request *reqs = malloc(2 * (size_t)size * sizeof *reqs);
+    MPI_Request *reqs = malloc((2 * (size_t)size + 1) * sizeof *reqs);
+    char *extra = malloc(large > 0 ? (size_t)large : 1);
     memset(out, rank + 1, (size_t)size * stride);
     double end = MPI_Wtime() + 300.0;
     for (long round = 0; MPI_Wtime() < end; round++) {
@@ -86,7 +121,8 @@ int main(int argc, char **argv)
                                MPI_COMM_WORLD, &reqs[n++]);
         }
         if (rc == MPI_SUCCESS)
-            rc = MPI_Waitall(n, reqs, MPI_STATUSES_IGNORE);
+            rc = pokable ? wait_or_poke(n, reqs, rank, extra, large)
+                         : MPI_Waitall(n, reqs, MPI_STATUSES_IGNORE);
         if (rc != MPI_SUCCESS) {
             char text[MPI_MAX_ERROR_STRING];
             int text_len;

@@ -51,7 +51,14 @@ enum Kill {
     /// Wherever it is: possibly mid-transfer.
     Anywhere,
     /// At the start of a round, once it holds there (`kill_rank survive`
-    /// and SIGUSR2): every other rank then has a send to it in flight.
+    /// and SIGUSR2), and once every other rank has sent it one more
+    /// message (SIGURG), which the held rank cannot take: every other
+    /// rank then has a send to it in flight. (A round's own send to it
+    /// may have been taken before it held: a rank one round ahead of it
+    /// has its send of the next round granted while it still finishes
+    /// its round. Without the extra message, such a rank waited only in
+    /// a receive, which nothing at the provider ties to the dead rank,
+    /// about 1 run in 10 under load.)
     AtRoundStart,
 }
 
@@ -71,6 +78,17 @@ fn kill_rank_one(job: Job, kill: Kill) -> (RunningJob, Instant, SystemTime) {
         assert_eq!(unsafe { libc::kill(victim, libc::SIGUSR2) }, 0);
         running.wait_until("rank 1 to hold", HANG_GUARD, |lines| {
             lines.iter().any(|l| l.text == "rank 1 holding")
+        });
+        let pids = rank_pids(&running.lines_so_far(), RANKS);
+        for survivor in (0..RANKS).filter(|&r| r != 1) {
+            let pid = pids[survivor].expect("waited for it");
+            // SAFETY: as below; kill_rank survive-poke catches SIGURG.
+            assert_eq!(unsafe { libc::kill(pid, libc::SIGURG) }, 0);
+        }
+        running.wait_until("the others to send rank 1 one more", HANG_GUARD, |lines| {
+            (0..RANKS)
+                .filter(|&r| r != 1)
+                .all(|r| lines.iter().any(|l| l.text == format!("rank {r} poked")))
         });
     }
     // SAFETY: kill has no memory effects; the pid is rank 1 of this job,
@@ -105,7 +123,13 @@ fn a_killed_rank_ends_the_job_and_leaves_nothing() {
 /// survivors' wait: each must get an MPI error and exit on its own.
 /// `sizes`: kill_rank's optional LARGE and SMALL message sizes.
 fn survivors_get_an_mpi_error(job: Job, sizes: &[&str], kill: Kill) {
-    let job = job.helper_option("--gforker").arg("survive").args(sizes);
+    // Held at a round's start, the victim is sent one more message by the
+    // others (SIGURG, `survive-poke`) before the kill.
+    let mode = match kill {
+        Kill::Anywhere => "survive",
+        Kill::AtRoundStart => "survive-poke",
+    };
+    let job = job.helper_option("--gforker").arg(mode).args(sizes);
     let (mut running, _, killed) = kill_rank_one(job, kill);
     running.wait_until("an MPI error on each survivor", HANG_GUARD, |lines| {
         error_time(lines, 0).is_some() && error_time(lines, 2).is_some()
@@ -137,8 +161,8 @@ fn survivors_of_a_killed_rank_get_an_mpi_error_active_messages() {
     // rank may have granted a survivor's send of the round and died before
     // its own send to it left: that survivor then waits on a receive alone,
     // which nothing at the provider ties to the dead rank (1 run in 10).
-    // Killed at the start of a round, it has delivered all it sent and
-    // grants nothing more: each survivor's next send to it is in flight.
+    // Held at the start of a round, it grants nothing more, and each
+    // survivor sends it one more message before the kill (Kill::AtRoundStart).
     // (12 KiB stays below MPICH's 16 KiB active-message eager size: MPICH
     // 5.0.2 in AM-only mode crashes on concurrent larger messages between
     // two ranks over any provider, shm and tcp alike.)
