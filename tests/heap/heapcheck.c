@@ -276,6 +276,16 @@ static void small_blocks(void) {
     }
     CHECK(abi->in_use() == before, "a malloc/free loop grew the region (%zu -> %zu)", before, abi->in_use());
 
+    /* A block freed twice is handed out once. */
+    void *twice = malloc(200);
+    void *volatile again = twice; /* (no use-after-free warning) */
+    free(twice);
+    free(again);
+    void *one = malloc(200), *other = malloc(200);
+    CHECK(one != other, "a block freed twice was handed out twice");
+    free(one);
+    free(other);
+
     unsigned char *d = malloc(100);
     memset(d, 0xAB, 100);
     free(d);

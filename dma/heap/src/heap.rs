@@ -33,8 +33,8 @@ pub struct State {
     live: BTreeMap<usize, DmaBuf>,
     /// The provider's buffers (handshake `alloc`), by address.
     internal: BTreeMap<usize, DmaBuf>,
-    /// Small blocks' slabs by address (`small.rs`), with their class.
-    slabs: BTreeMap<usize, (DmaBuf, u8)>,
+    /// Small blocks' slabs by address (`small.rs`).
+    slabs: BTreeMap<usize, Slab>,
     /// Free small blocks of each class, the last freed on top (still in
     /// the cache).
     free_blocks: [Vec<usize>; CLASSES],
@@ -46,6 +46,30 @@ pub struct State {
     inherited: BTreeMap<usize, usize>,
     /// In a forked child: the parent's slabs, address → block size.
     inherited_slabs: BTreeMap<usize, usize>,
+}
+
+/// A slab of small blocks of one class, and which of them are handed out.
+struct Slab {
+    buf: DmaBuf,
+    class: u8,
+    /// A bit per block: set while it is the application's. A free of a
+    /// block that is not (freed twice, or never handed out) is ignored, as
+    /// the region's own blocks are, instead of handing it out twice.
+    used: [u64; SLAB_LEN / 16 / 64],
+}
+
+impl Slab {
+    /// Marks block `index` handed out (`true`) or free; whether it changed.
+    fn mark(&mut self, index: usize, used: bool) -> bool {
+        let (word, bit) = (index / 64, 1u64 << (index % 64));
+        let was = self.used[word] & bit != 0;
+        if used {
+            self.used[word] |= bit;
+        } else {
+            self.used[word] &= !bit;
+        }
+        was != used
+    }
 }
 
 pub static HEAP: Mutex<State> = Mutex::new(State {
@@ -197,7 +221,7 @@ pub fn usable_size(ptr: *const c_void) -> usize {
         heap.live
             .get(&addr)
             .map(|buf| buf.as_ptr() as usize + buf.len() - addr)
-            .or_else(|| heap.small_block(addr).map(|(_, _, c)| small::block_len(c)))
+            .or_else(|| heap.small_block(addr).map(|(_, c)| small::block_len(c)))
             .or_else(|| heap.inherited.get(&addr).copied())
             .or_else(|| inherited_block(&heap.inherited_slabs, addr))
             .unwrap_or(0)
@@ -303,48 +327,64 @@ impl State {
 
     /// A block of `class`: the last freed, else one of a new slab.
     fn alloc_small(&mut self, class: usize) -> Option<usize> {
-        if let Some(addr) = self.free_blocks[class].pop() {
-            return Some(addr);
-        }
-        let slab = self.alloc_buf(MemClass::Heap, SLAB_LEN)?;
-        let start = slab.as_ptr() as usize;
-        let len = small::block_len(class);
-        let count = SLAB_LEN / len;
-        // Handed out from the slab's start, so the first blocks are the
-        // first pages touched.
-        self.free_blocks[class].extend((1..count).rev().map(|i| start + i * len));
-        self.slabs.insert(start, (slab, class as u8));
-        Some(start)
+        let addr = match self.free_blocks[class].pop() {
+            Some(addr) => addr,
+            None => {
+                let buf = self.alloc_buf(MemClass::Heap, SLAB_LEN)?;
+                let start = buf.as_ptr() as usize;
+                let len = small::block_len(class);
+                // Handed out from the slab's start, so the first blocks
+                // are the first pages touched.
+                self.free_blocks[class].extend((1..SLAB_LEN / len).rev().map(|i| start + i * len));
+                let slab = Slab {
+                    buf,
+                    class: class as u8,
+                    used: [0; SLAB_LEN / 16 / 64],
+                };
+                self.slabs.insert(start, slab);
+                start
+            }
+        };
+        let (start, slab) = self
+            .slabs
+            .range_mut(..=addr)
+            .next_back()
+            .expect("a free block lies in its slab");
+        slab.mark((addr - start) / small::block_len(class), true);
+        Some(addr)
     }
 
-    /// The slab, offset in it and class of the small block at `addr` (its
-    /// start exactly), if it is one.
-    fn small_block(&self, addr: usize) -> Option<(&DmaBuf, usize, usize)> {
-        let (&start, (slab, class)) = self.slabs.range(..=addr).next_back()?;
-        let class = *class as usize;
+    /// The start of the slab and the class of the small block at `addr`
+    /// (its start exactly), if it is one.
+    fn small_block(&self, addr: usize) -> Option<(usize, usize)> {
+        let (&start, slab) = self.slabs.range(..=addr).next_back()?;
+        let class = slab.class as usize;
         let offset = addr - start;
         (offset < SLAB_LEN && offset.is_multiple_of(small::block_len(class)))
-            .then_some((slab, offset, class))
+            .then_some((start, class))
     }
 
     /// Frees the region allocation at `addr`: a small block goes back to
     /// its class (once peers' hold on its pages ended, if it was ever
     /// exposed), a buffer to the region. Anything else (not an allocation
-    /// of ours) is ignored.
+    /// of ours, or one freed already) is ignored.
     fn free(&mut self, addr: usize) {
-        let Some((offset, class)) = self.small_block(addr).map(|(_, o, c)| (o, c)) else {
+        let Some((start, class)) = self.small_block(addr) else {
             drop(self.live.remove(&addr));
             return;
         };
+        let len = small::block_len(class);
+        let slab = self.slabs.get_mut(&start).expect("found above");
+        if !slab.mark((addr - start) / len, false) {
+            return;
+        }
         // Peers reach heap memory only under a key (a small block is never
         // granted in place): a block never exposed needs no retiring, and
         // sparing it keeps the generations of the pages it shares with
         // exposed blocks (a window) from moving at every free of a
         // neighbour.
         if !self.exposed.is_empty() && self.exposed.remove(&addr) {
-            if let Some((slab, _, _)) = self.small_block(addr) {
-                slab.retire(offset, small::block_len(class));
-            }
+            slab.buf.retire(addr - start, len);
         }
         self.free_blocks[class].push(addr);
     }
@@ -357,8 +397,8 @@ impl State {
             .range(..=addr)
             .next_back()
             .map_or(addr, |(&start, _)| start);
-        for (&start, (_, class)) in self.slabs.range(first..end) {
-            let block = small::block_len(*class as usize);
+        for (&start, slab) in self.slabs.range(first..end) {
+            let block = small::block_len(slab.class as usize);
             let from = addr.max(start);
             let to = end.min(start + SLAB_LEN);
             if from >= to {
@@ -390,7 +430,7 @@ impl State {
             .live
             .values()
             .chain(self.internal.values())
-            .chain(self.slabs.values().map(|(slab, _)| slab))
+            .chain(self.slabs.values().map(|slab| &slab.buf))
             .map(|buf| (buf.as_ptr() as usize, buf.len()))
             .collect();
         let segments: Vec<(usize, usize)> = RANGES.entries().collect();
@@ -408,10 +448,10 @@ impl State {
         for (_, buf) in std::mem::take(&mut self.internal) {
             std::mem::forget(buf);
         }
-        for (start, (slab, class)) in std::mem::take(&mut self.slabs) {
+        for (start, slab) in std::mem::take(&mut self.slabs) {
             self.inherited_slabs
-                .insert(start, small::block_len(class as usize));
-            std::mem::forget(slab);
+                .insert(start, small::block_len(slab.class as usize));
+            std::mem::forget(slab.buf);
         }
         for blocks in &mut self.free_blocks {
             blocks.clear();
