@@ -339,13 +339,16 @@ mod tests {
     #[test]
     fn a_wait_spins_for_its_time_then_yields() {
         // Whether the host counts as oversubscribed depends on the unimem
-        // processes of other tests: both cases are checked.
+        // processes of other tests: both cases are checked. The clock
+        // starts before the wait's deadline is set: started after, a
+        // preemption between the two made the spin look shorter than it
+        // was (seen once in a suite run).
+        let start = Instant::now();
         let mut b = Backoff::for_wait(2, 2_000);
         if b.until_ns == 0 {
             assert!(host_oversubscribed(true));
             return;
         }
-        let start = Instant::now();
         while b.spinning() {
             b.snooze();
         }

@@ -26,6 +26,15 @@ fn cluster(test: &str) -> Cluster {
     c
 }
 
+/// Registrations a process found stale and renewed, from its endpoints'
+/// close lines ("... N misses, S stale ...").
+fn renewals(log: &str) -> u64 {
+    log.lines()
+        .filter_map(|l| l.split(" misses, ").nth(1))
+        .filter_map(|rest| rest.split(' ').next()?.parse::<u64>().ok())
+        .sum()
+}
+
 /// A dmable region (far above the heap's threshold).
 const DMABLE: usize = 1 << 20;
 /// An ordinary one (below it).
@@ -332,11 +341,7 @@ fn stale_revoked_and_forged_accesses_move_no_byte() {
     // the initiator's cached registration of it went stale, and the first
     // write there renewed it by the general path (the direct path never
     // renews); the rest went direct.
-    let stale: u64 = logs[0]
-        .lines()
-        .filter_map(|l| l.split(" misses, ").nth(1))
-        .filter_map(|rest| rest.split(' ').next()?.parse::<u64>().ok())
-        .sum();
+    let stale = renewals(&logs[0]);
     assert!(stale >= 1, "no registration was found stale:\n{}", logs[0]);
     let direct_done = carried_direct(&logs[0]);
     assert!(
@@ -388,11 +393,7 @@ fn a_small_region_stays_direct_while_its_neighbours_come_and_go() {
     }
     r.check(&mut c, "after a neighbour's exposed free");
     let logs = c.finish();
-    let stale: u64 = logs[0]
-        .lines()
-        .filter_map(|l| l.split(" misses, ").nth(1))
-        .filter_map(|rest| rest.split(' ').next()?.parse::<u64>().ok())
-        .sum();
+    let stale = renewals(&logs[0]);
     assert!(stale <= 1, "{stale} renewals:\n{}", logs[0]);
     // The first write meets the target (its node is not known yet) and
     // goes the general path.
