@@ -17,11 +17,22 @@ fn out_dir() -> PathBuf {
     Path::new(env!("CARGO_TARGET_TMPDIR")).join("mpi-faults")
 }
 
+/// What a rank printed on `line`: the line from its last "rank " on. A
+/// launcher that merges the ranks' output (gforker) may put a rank's whole
+/// line after another process's unfinished one (seen: "==== data
+/// structure summary ====rank 2 pid 11500", and a wait for the pids that
+/// ran out).
+fn rank_part(line: &Line) -> &str {
+    line.text
+        .rfind("rank ")
+        .map_or(line.text.as_str(), |at| &line.text[at..])
+}
+
 /// Pid of each rank, from the "rank R pid P" lines of `kill_rank`.
 fn rank_pids(lines: &[Line], ranks: usize) -> Vec<Option<i32>> {
     let mut pids = vec![None; ranks];
     for line in lines {
-        let words: Vec<&str> = line.text.split_whitespace().collect();
+        let words: Vec<&str> = rank_part(line).split_whitespace().collect();
         if let ["rank", rank, "pid", pid] = words[..] {
             if let (Ok(rank), Ok(pid)) = (rank.parse::<usize>(), pid.parse()) {
                 if rank < ranks {
@@ -34,14 +45,21 @@ fn rank_pids(lines: &[Line], ranks: usize) -> Vec<Option<i32>> {
 }
 
 fn all_running(lines: &[Line], ranks: usize) -> bool {
-    (0..ranks).all(|r| lines.iter().any(|l| l.text == format!("rank {r} running")))
+    (0..ranks).all(|r| {
+        lines
+            .iter()
+            .any(|l| rank_part(l) == format!("rank {r} running"))
+    })
 }
 
 /// When `rank` reported its MPI error ("rank R: MPI error at <epoch s>: ...").
 fn error_time(lines: &[Line], rank: usize) -> Option<SystemTime> {
     let prefix = format!("rank {rank}: MPI error at ");
-    let line = lines.iter().find(|l| l.text.starts_with(&prefix))?;
-    let seconds: f64 = line.text[prefix.len()..].split(':').next()?.parse().ok()?;
+    // Anywhere in a line (see `rank_part`): its text may name ranks too.
+    let at = lines
+        .iter()
+        .find_map(|l| l.text.find(&prefix).map(|at| &l.text[at + prefix.len()..]))?;
+    let seconds: f64 = at.split(':').next()?.parse().ok()?;
     Some(UNIX_EPOCH + Duration::from_secs_f64(seconds))
 }
 
@@ -77,7 +95,7 @@ fn kill_rank_one(job: Job, kill: Kill) -> (RunningJob, Instant, SystemTime) {
         // SAFETY: as below; kill_rank survive catches SIGUSR2.
         assert_eq!(unsafe { libc::kill(victim, libc::SIGUSR2) }, 0);
         running.wait_until("rank 1 to hold", HANG_GUARD, |lines| {
-            lines.iter().any(|l| l.text == "rank 1 holding")
+            lines.iter().any(|l| rank_part(l) == "rank 1 holding")
         });
         let pids = rank_pids(&running.lines_so_far(), RANKS);
         for survivor in (0..RANKS).filter(|&r| r != 1) {
@@ -86,9 +104,11 @@ fn kill_rank_one(job: Job, kill: Kill) -> (RunningJob, Instant, SystemTime) {
             assert_eq!(unsafe { libc::kill(pid, libc::SIGURG) }, 0);
         }
         running.wait_until("the others to send rank 1 one more", HANG_GUARD, |lines| {
-            (0..RANKS)
-                .filter(|&r| r != 1)
-                .all(|r| lines.iter().any(|l| l.text == format!("rank {r} poked")))
+            (0..RANKS).filter(|&r| r != 1).all(|r| {
+                lines
+                    .iter()
+                    .any(|l| rank_part(l) == format!("rank {r} poked"))
+            })
         });
     }
     // SAFETY: kill has no memory effects; the pid is rank 1 of this job,
