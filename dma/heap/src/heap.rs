@@ -359,9 +359,7 @@ impl State {
     fn small_block(&self, addr: usize) -> Option<(usize, usize)> {
         let (&start, slab) = self.slabs.range(..=addr).next_back()?;
         let class = slab.class as usize;
-        let offset = addr - start;
-        (offset < SLAB_LEN && offset.is_multiple_of(small::block_len(class)))
-            .then_some((start, class))
+        block_start(start, small::block_len(class), addr).then_some((start, class))
     }
 
     /// Frees the region allocation at `addr`: a small block goes back to
@@ -464,11 +462,17 @@ impl State {
     }
 }
 
+/// Whether `addr` is where a block of `len` bytes of the slab at `start`
+/// begins.
+fn block_start(start: usize, len: usize, addr: usize) -> bool {
+    let offset = addr - start;
+    offset < SLAB_LEN && offset.is_multiple_of(len)
+}
+
 /// Usable size of a small block of a parent's slab at `addr`.
 fn inherited_block(slabs: &BTreeMap<usize, usize>, addr: usize) -> Option<usize> {
     let (&start, &len) = slabs.range(..=addr).next_back()?;
-    let offset = addr - start;
-    (offset < SLAB_LEN && offset.is_multiple_of(len)).then_some(len)
+    block_start(start, len, addr).then_some(len)
 }
 
 /// Replaces the shared mapping `[start, start + len)` by a private one
