@@ -117,16 +117,23 @@ fn a_full_transmit_queue_says_eagain() {
         inject: false,
     };
     let mut posts = Vec::new();
-    loop {
+    let fill = |c: &mut Cluster, posts: &mut Vec<Post>| loop {
         let next = post(posts.len() as u64);
-        let rc = try_send(&mut c, 0, 1, &next, SEND_CTX + posts.len() as u64);
+        let rc = try_send(c, 0, 1, &next, SEND_CTX + posts.len() as u64);
         if rc != 0 {
             assert_eq!(rc, rc::EAGAIN as i64, "after {} sends", posts.len());
             break;
         }
         posts.push(next);
         assert!(posts.len() <= 64, "the transmit queue never filled");
-    }
+    };
+    fill(&mut c, &mut posts);
+    // A send that had a credit leaves and completes without the receiver,
+    // at any progress of the sender (it progresses between commands too),
+    // freeing its place: let every such send complete, then fill again.
+    // Nothing else can free a place while the receiver is stopped.
+    c.cmd(0, "progress");
+    fill(&mut c, &mut posts);
     // Those with credits may have left and completed; tx_size wait.
     let accepted = posts.len();
     assert!(
