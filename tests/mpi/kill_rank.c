@@ -30,13 +30,21 @@
  *                                      then finds every other rank with
  *                                      a send to it in flight (a round's
  *                                      own send to it may have been
- *                                      taken before it held) */
+ *                                      taken before it held)
+ *
+ * KILL_RANK_STDERR=DIR: each rank writes its stderr to DIR/stderr.<pid>
+ * itself. MPICH may find the provider's error fatal whatever the error
+ * handler (an error completion in its progress) and abort the rank with
+ * its report on stderr; Hydra's mpiexec then exits on the abort, sometimes
+ * before it has forwarded that report, so the launcher's own stderr files
+ * (-errfile-pattern) can miss it. */
 #include <mpi.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <fcntl.h>
 #include <unistd.h>
 
 static volatile sig_atomic_t hold, poke;
@@ -87,6 +95,17 @@ int main(int argc, char **argv)
         signal(SIGUSR2, hold_at_next_round);
         if (pokable)
             signal(SIGURG, poke_rank_one);
+    }
+    const char *stderr_dir = getenv("KILL_RANK_STDERR");
+    if (stderr_dir) {
+        char path[4096];
+        snprintf(path, sizeof path, "%s/stderr.%d", stderr_dir, (int)getpid());
+        int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+        if (fd < 0 || dup2(fd, 2) < 0) {
+            perror(path);
+            return 2;
+        }
+        close(fd);
     }
     MPI_Init(&argc, &argv);
     int rank, size;
