@@ -272,3 +272,72 @@ fn a_job_stopped_longer_than_the_timeout_goes_on() {
         );
     }
 }
+
+/// A host cut off while a flood of writes and messages goes towards it:
+/// the transport's queue to it fills and stays full. A post is accepted,
+/// or refused (`-FI_EAGAIN`, or `-FI_EHOSTUNREACH` once the host is found
+/// dead); a post that finds the transport's queue full waits in its call
+/// for room at most until the host is found dead (`net_timeout_ms`, 3 s
+/// here). Every accepted operation fails with `FI_EHOSTUNREACH` within
+/// seconds, and what could not leave for the dead host holds nothing up:
+/// a peer on a third host is served as before, both ways, while the link
+/// is still down.
+#[test]
+fn a_flood_towards_a_cut_off_host_fails_and_blocks_nothing() {
+    let _hosts = hosts::exclusive();
+    let mut c = cluster("hosts-flood", &[0, 1, 2]);
+    c.env("FI_UNIMEM_NET_TIMEOUT_MS", "3000");
+    c.spawn(3).connect_all();
+    const LEN: usize = 1 << 20;
+    let rc = c.cmd(1, format!("mr 0x51 {LEN} access=write seed=1")).num();
+    assert_eq!(rc, 0);
+    // The key is known before the cut.
+    c.cmd(0, "write 1 0x51 0 8 2 1");
+    c.cmd(0, "wait writes=1");
+    c.transfer(0, 2, &[Msg::new(EAGER + 1, 2)], Order::Posted);
+    let link = hosts::cut_off("uh2");
+    let cut = Instant::now();
+    let (mut accepted, mut slowest) = (0, Duration::ZERO);
+    let mut post = |c: &mut Cluster, command: String| {
+        let at = Instant::now();
+        let rc = c.cmd(0, command).num();
+        slowest = slowest.max(at.elapsed());
+        let (again, unreachable) = (-(ffi::FI_EAGAIN as i64), -(ffi::FI_EHOSTUNREACH as i64));
+        assert!([0, again, unreachable].contains(&rc), "{rc}");
+        accepted += u64::from(rc == 0);
+    };
+    for i in 0..48 {
+        post(
+            &mut c,
+            format!("write 1 0x51 0 {LEN} {} {} try", 10 + i, 100 + i),
+        );
+    }
+    for i in 0..400 {
+        post(
+            &mut c,
+            format!("try-send 1 {} seed={} ctx={}", EAGER / 2, 20 + i, 1000 + i),
+        );
+    }
+    let errors = c
+        .cmd(0, format!("wait errors={accepted} within=30000"))
+        .completions();
+    let took = cut.elapsed();
+    assert!(
+        errors.iter().all(|e| e.err == ffi::FI_EHOSTUNREACH),
+        "{errors:?}"
+    );
+    assert!(took < Duration::from_secs(20), "failed after {took:?}");
+    eprintln!("{accepted} posts accepted, the slowest took {slowest:?}, failed after {took:?}");
+    assert!(slowest < Duration::from_secs(8), "a post took {slowest:?}");
+    // The third host, through the same interface.
+    c.transfer(
+        0,
+        2,
+        &[Msg::new(EAGER + 1, 3), Msg::new(8, 4)],
+        Order::Posted,
+    );
+    c.transfer(2, 0, &[Msg::new(4 * SEGMENT, 5)], Order::Unexpected);
+    drop(link);
+    c.cmd(1, "quiet 4000");
+    c.finish_with_warnings();
+}

@@ -543,17 +543,20 @@ impl Nic {
         loop {
             {
                 let mut st = self.state.lock();
+                // Checked on every turn: the wait for room below ends when
+                // the process is found dead.
+                if st.process(self, nic)?.dead {
+                    return Err(DmaError::DeadNode);
+                }
                 // Messages sent before the transfer leave before it.
                 if !st.flush_batch(self) {
                     drop(st);
                     self.progress();
+                    std::thread::yield_now();
                     continue;
                 }
                 let fi_addr = {
                     let process = st.process(self, nic)?;
-                    if process.dead {
-                        return Err(DmaError::DeadNode);
-                    }
                     process.last_sent = Instant::now();
                     process.fi_addr
                 };
@@ -781,6 +784,16 @@ impl State {
                 tracing::warn!(%nic, "peer process on another host is unreachable: {why}");
                 p.dead = true;
             }
+        }
+        // What still waits to leave for it never will: with the transport's
+        // queue to it full, it would hold up every packet behind it, to
+        // every other process, for good.
+        self.backlog.retain(|(to, _)| *to != nic);
+        if self.write.as_ref().is_some_and(|w| w.nic == nic) {
+            self.write = None;
+        }
+        if self.batch.as_ref().is_some_and(|b| b.nic == nic) {
+            self.batch = None;
         }
     }
 
