@@ -22,7 +22,7 @@ use unimem_mailbox::{IdMap, NodeId, Profile, TimingModel};
 use crate::copier::{self, AsyncCopy};
 use crate::error::DmaError;
 use crate::gens::{page_span, GenTable, Pin};
-use crate::keys::{self, Exposure};
+use crate::keys::{self, Exposure, KeyLease};
 use crate::region::{directory, directory_name, gen_table_name, segment_name, DmaBuf, DmaRegion};
 use crate::{DmaEngine, DmaId, RegId};
 
@@ -80,7 +80,7 @@ impl Registration {
 struct RemoteNode {
     directory: SharedObject,
     /// Its key table, once a key of it was resolved.
-    keys: Option<SharedObject>,
+    keys: Option<Arc<SharedObject>>,
     /// The key resolved last in it: a run of operations under one key
     /// checks that its slot is unchanged instead of looking it up again.
     last_key: Option<keys::Found>,
@@ -421,6 +421,29 @@ impl ShmDmaEngine {
     /// here, pinned, if the range lies inside the registration and its
     /// owner freed none of it since it was made (and, with `granted`,
     /// since it granted it).
+    /// `key` in `node`'s key table (see [`DmaEngine::resolve_key`]).
+    fn find_key(&mut self, node: NodeId, key: u64) -> Result<keys::Found, DmaError> {
+        let remote = self.remote_node_mut(node)?;
+        // A table the owner dropped (its last key went) and made again
+        // is a new object under the same name: look again.
+        if remote.keys.as_ref().is_some_and(|t| t.header().is_closed()) {
+            remote.keys = None;
+            remote.last_key = None;
+        }
+        if remote.keys.is_none() {
+            remote.keys = Some(Arc::new(keys::open_table(&node)?));
+        }
+        let table = remote.keys.as_ref().expect("opened above");
+        if let Some(found) = remote.last_key.filter(|found| found.key == key) {
+            if keys::still(table, &found) {
+                return Ok(found);
+            }
+        }
+        let found = keys::find(table, key);
+        remote.last_key = found.as_ref().ok().copied();
+        found
+    }
+
     fn pin_range(
         &self,
         reg: RegId,
@@ -588,25 +611,13 @@ impl DmaEngine for ShmDmaEngine {
     }
 
     fn resolve_key(&mut self, node: NodeId, key: u64) -> Result<Exposure, DmaError> {
-        let remote = self.remote_node_mut(node)?;
-        // A table the owner dropped (its last key went) and made again
-        // is a new object under the same name: look again.
-        if remote.keys.as_ref().is_some_and(|t| t.header().is_closed()) {
-            remote.keys = None;
-            remote.last_key = None;
-        }
-        if remote.keys.is_none() {
-            remote.keys = Some(keys::open_table(&node)?);
-        }
-        let table = remote.keys.as_ref().expect("opened above");
-        if let Some(found) = remote.last_key.filter(|found| found.key == key) {
-            if keys::still(table, &found) {
-                return Ok(found.exposure);
-            }
-        }
-        let found = keys::find(table, key);
-        remote.last_key = found.as_ref().ok().copied();
-        found.map(|found| found.exposure)
+        self.find_key(node, key).map(|found| found.exposure)
+    }
+
+    fn lease_key(&mut self, node: NodeId, key: u64) -> Option<KeyLease> {
+        let found = self.find_key(node, key).ok()?;
+        let table = self.nodes.get(&node)?.keys.clone()?;
+        Some(KeyLease::new(table, found))
     }
 
     fn atomic(

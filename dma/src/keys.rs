@@ -184,6 +184,48 @@ fn read_slot(slot: &Slot) -> Option<(u64, u64, Exposure, u64)> {
     None
 }
 
+/// A peer's key as resolved once, kept by a caller that uses it again and
+/// again: whether it still holds is one load from the owner's table (its
+/// slot's sequence number), with no look-up of the node or the key.
+#[derive(Clone)]
+pub struct KeyLease {
+    table: Arc<SharedObject>,
+    found: Found,
+}
+
+impl std::fmt::Debug for KeyLease {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("KeyLease")
+            .field("key", &self.found.key)
+            .field("exposure", &self.found.exposure)
+            .finish()
+    }
+}
+
+impl KeyLease {
+    pub(crate) fn new(table: Arc<SharedObject>, found: Found) -> KeyLease {
+        KeyLease { table, found }
+    }
+
+    pub fn key(&self) -> u64 {
+        self.found.key
+    }
+
+    /// What the key exposed when it was resolved; current while
+    /// [`Self::still`] says so.
+    pub fn exposure(&self) -> Exposure {
+        self.found.exposure
+    }
+
+    /// Whether the owner still exposes the same range with the same
+    /// rights under the key: its slot was not written since, and the table
+    /// is still the owner's (not dropped, perhaps made again).
+    #[inline]
+    pub fn still(&self) -> bool {
+        !self.table.header().is_closed() && still(&self.table, &self.found)
+    }
+}
+
 /// Looks `key` up in a peer's (or our own) mapped table.
 pub(crate) fn lookup(object: &SharedObject, key: u64) -> Result<Exposure, DmaError> {
     find(object, key).map(|found| found.exposure)
@@ -474,6 +516,37 @@ mod tests {
         let _again = table.expose(key, exposure(0x2000)).unwrap();
         assert!(!still(&table.object, &found), "exposed again");
         assert_eq!(find(&table.object, key).unwrap().exposure, exposure(0x2000));
+    }
+
+    #[test]
+    fn a_lease_holds_until_the_owner_changes_or_withdraws_its_key() {
+        let table = KeyTable::for_process(job()).unwrap();
+        let exposure = |addr| Exposure {
+            addr,
+            len: 64,
+            access: Access::REMOTE_READ,
+        };
+        let key = 0x5eed_0000_0000_0002;
+        let handle = table.expose(key, exposure(0x1000)).unwrap();
+        // As a peer sees the table: a mapping of its own.
+        let seen = Arc::new(open_table(&table.node()).unwrap());
+        let lease =
+            |seen: &Arc<SharedObject>| KeyLease::new(Arc::clone(seen), find(seen, key).unwrap());
+        let first = lease(&seen);
+        assert_eq!((first.key(), first.exposure()), (key, exposure(0x1000)));
+        assert!(first.still() && first.still(), "a look changes nothing");
+
+        handle.set_access(Access::REMOTE_WRITE);
+        assert!(!first.still(), "new rights");
+        let second = lease(&seen);
+        assert_eq!(second.exposure().access, Access::REMOTE_WRITE);
+        assert!(second.still());
+
+        drop(handle);
+        assert!(!second.still(), "withdrawn");
+        let _again = table.expose(key, exposure(0x2000)).unwrap();
+        assert!(!second.still(), "exposed again, elsewhere");
+        assert_eq!(lease(&seen).exposure(), exposure(0x2000));
     }
 
     #[test]

@@ -23,7 +23,7 @@ pub use atomic::{update_elements, ATOMIC_WIDTHS};
 pub use copier::on_copy_done;
 pub use engine::ShmDmaEngine;
 pub use error::DmaError;
-pub use keys::{Access, Exposure, KeyHandle, KeyTable, KEY_SLOTS};
+pub use keys::{Access, Exposure, KeyHandle, KeyLease, KeyTable, KEY_SLOTS};
 pub use region::{
     host_nodes, DmaBuf, DmaRegion, MemClass, RegionConfig, ALLOC_ALIGN, COMMIT_CHUNK, MAX_SEGMENTS,
     REGION_SIZE_MAX, REGION_SIZE_MIN, SEGMENT_SIZE_MAX, SEGMENT_SIZE_MIN,
@@ -189,4 +189,13 @@ pub trait DmaEngine: Send {
     /// its access against it ([`Exposure::translate`]) before moving a
     /// byte; a transfer still needs a registration of the range.
     fn resolve_key(&mut self, node: Self::Node, key: u64) -> Result<Exposure, DmaError>;
+
+    /// [`Self::resolve_key`] as a lease the caller keeps and asks again
+    /// cheaply ([`KeyLease::still`]) before each use: the direct path's
+    /// memory of a key it uses over and over. `None` where the engine has
+    /// none (the caller resolves each time).
+    fn lease_key(&mut self, node: Self::Node, key: u64) -> Option<KeyLease> {
+        let _ = (node, key);
+        None
+    }
 }

@@ -31,7 +31,7 @@ use std::hash::BuildHasherDefault;
 use std::sync::Arc;
 
 use parking_lot::{Mutex, MutexGuard};
-use unimem_dma::{DmaBuf, DmaEngine, DmaError, DmaId, Exposure, RegId};
+use unimem_dma::{DmaBuf, DmaEngine, DmaError, DmaId, Exposure, KeyLease, RegId};
 use unimem_mailbox::IdHasher;
 use unimem_regcache::{Config as RegCacheConfig, RegCache, Stats};
 
@@ -494,6 +494,11 @@ impl<D: DmaEngine> DmaSession<'_, D> {
     /// What `node` exposes under `key` (see [`DmaEngine::resolve_key`]).
     pub fn resolve_key(&mut self, node: D::Node, key: u64) -> Result<Exposure, DmaError> {
         self.shared.engine.resolve_key(node, key)
+    }
+
+    /// See [`DmaEngine::lease_key`].
+    pub fn lease_key(&mut self, node: D::Node, key: u64) -> Option<KeyLease> {
+        self.shared.engine.lease_key(node, key)
     }
 
     /// Releases registrations [`cached_registration`] handed back.

@@ -420,6 +420,14 @@ impl DmaEngine for NodeDma {
         let nic = node.nic.ok_or(DmaError::NoSuchNode)?;
         self.net()?.nic.key(nic, key)
     }
+
+    fn lease_key(&mut self, node: NodeId, key: u64) -> Option<unimem_dma::KeyLease> {
+        // A node of another host has no table here to look at.
+        if node.is_remote() {
+            return None;
+        }
+        self.shm.lease_key(node, key)
+    }
 }
 
 #[cfg(test)]

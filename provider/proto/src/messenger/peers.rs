@@ -144,6 +144,8 @@ pub(crate) struct Peer<A, R, N> {
     pub(crate) throttled: bool,
     /// Its message in parts we are putting together (`recv::parted`).
     pub(crate) parted: Option<super::recv::parted::Parted>,
+    /// The direct path's last key and registration with it (`rma::direct`).
+    pub(crate) lane: Option<super::rma::direct::Lane>,
 }
 
 impl<M, D> Messenger<M, D>
@@ -245,6 +247,7 @@ where
             throttling: false,
             throttled: false,
             parted: None,
+            lane: None,
         });
         self.by_addr.insert(addr, index);
         if !dead {

@@ -16,6 +16,15 @@
 //! still has to apply (`FI_ORDER_ATOMIC_*`) or behind writes of ours not
 //! yet finished (a signal after a put).
 //!
+//! A run of operations to one peer under one key checks less each time:
+//! the peer's [`Lane`] keeps the key as resolved (a lease whose slot in the
+//! owner's table is one load to check again) and the registration used
+//! with it. The key's range and rights are still checked on every
+//! operation, and the registration and page generations by the engine
+//! (`load_store`); a lane whose key changed is not used, and one whose
+//! registration was dropped or went stale is replaced, by one resolved and
+//! registered afresh, before anything moves.
+//!
 //! Completion: on return the bytes are in the target's memory (a write,
 //! an atomic) or here (a read, an atomic's old values), which is delivery
 //! complete, so every completion level holds. RMA writes and reads are not
@@ -25,7 +34,7 @@
 
 use std::hash::Hash;
 
-use unimem_dma::{Access, DmaEngine, DmaError, RegId};
+use unimem_dma::{Access, DmaEngine, DmaError, KeyLease, RegId};
 use unimem_mailbox::Mailbox;
 
 use super::atomic::{update, AtomicReq};
@@ -35,6 +44,12 @@ use crate::dma::DmaSession;
 use crate::iov::{gather, scatter};
 use crate::messenger::{Messenger, PeerIdx};
 use crate::{Event, RmaKind, WireNode};
+
+/// A peer's key and the registration the direct path used with it last.
+pub(crate) struct Lane {
+    lease: KeyLease,
+    reg: RegId,
+}
 
 /// What the target's key granted a direct operation.
 struct Granted {
@@ -81,10 +96,13 @@ where
         if !dma.loads_reach(node) {
             return false;
         }
-        let Some(granted) = grant(&mut dma, node, (req.key, req.addr, len), need, 1) else {
+        let lane = &mut self.peers[peer].lane;
+        let range = (req.key, req.addr, len);
+        let Some((mut granted, mut leased)) = lane_grant(&mut dma, lane, node, range, need, 1)
+        else {
             return false;
         };
-        let done = dma.load_store(granted.reg, granted.target, len, store, &mut |at| {
+        let mut access = |at: *mut u8| {
             // SAFETY: `at` reaches `len` bytes of the target's range (the
             // engine checked it against the registration and the pages'
             // generations); the iov holds `len` bytes (caller).
@@ -95,11 +113,22 @@ where
                     scatter(&req.iov, 0, at, len)
                 }
             }
-        });
-        drop(dma);
-        if done.is_err() {
-            return false;
+        };
+        loop {
+            match dma.load_store(granted.reg, granted.target, len, store, &mut access) {
+                Ok(()) => break,
+                // The lane's registration is gone or stale (nothing moved):
+                // once more with a fresh one.
+                Err(_) if leased => {
+                    let Some(fresh) = fresh_grant(&mut dma, lane, node, range, need, 1) else {
+                        return false;
+                    };
+                    (granted, leased) = (fresh, false);
+                }
+                Err(_) => return false,
+            }
         }
+        drop(dma);
         self.direct_done(peer, req.key, granted.notify, (!store, store));
         self.tell_target(peer, req.key, None, req.data.filter(|_| store), len);
         self.events.push_back(Event::Rma {
@@ -146,7 +175,10 @@ where
         if !dma.loads_reach(node) || !dma.atomics_reach(node) {
             return false;
         }
-        let Some(granted) = grant(&mut dma, node, (req.key, req.addr, len), need, size) else {
+        let lane = &mut self.peers[peer].lane;
+        let range = (req.key, req.addr, len);
+        let Some((mut granted, mut leased)) = lane_grant(&mut dma, lane, node, range, need, size)
+        else {
             return false;
         };
         // The operands, then the compare operands, as the general path
@@ -169,7 +201,7 @@ where
         let mut applied = Err(DmaError::Invalid);
         // Only a plain write goes one way; every other update reads first.
         let one_way = req.call == AtomicCall::Write && req.op == AtomicOp::Write;
-        let done = dma.load_store(granted.reg, granted.target, len, one_way, &mut |at| {
+        let mut access = |at: *mut u8| {
             // SAFETY: `at` reaches the `len` bytes of the target's range
             // (checked by the engine), aligned to the element (checked by
             // `grant`; update_elements checks it again).
@@ -182,9 +214,22 @@ where
                     &mut |i, bits| set_element(&mut old, size, i, bits),
                 )
             };
-        });
+        };
+        loop {
+            match dma.load_store(granted.reg, granted.target, len, one_way, &mut access) {
+                Ok(()) => break,
+                // As for a write: nothing was applied; a fresh registration.
+                Err(_) if leased => {
+                    let Some(fresh) = fresh_grant(&mut dma, lane, node, range, need, size) else {
+                        return false;
+                    };
+                    (granted, leased) = (fresh, false);
+                }
+                Err(_) => return false,
+            }
+        }
         drop(dma);
-        if done.and(applied).is_err() {
+        if applied.is_err() {
             return false;
         }
         if fetch {
@@ -212,6 +257,67 @@ where
         self.stats.one_sided += 1;
         self.stats.direct += 1;
         self.tell_target(peer, key, notify.then_some((read, write)), None, 0);
+    }
+}
+
+/// What the key grants, from the peer's lane if it holds that key and the
+/// owner did not change it since (`true`), else resolved and registered
+/// afresh and kept in the lane (`false`).
+fn lane_grant<D: DmaEngine>(
+    dma: &mut DmaSession<'_, D>,
+    lane: &mut Option<Lane>,
+    node: D::Node,
+    range: (u64, u64, usize),
+    need: Access,
+    align: usize,
+) -> Option<(Granted, bool)> {
+    if let Some(granted) = lane
+        .as_ref()
+        .and_then(|lane| lane.grant(range, need, align))
+    {
+        return Some((granted, true));
+    }
+    fresh_grant(dma, lane, node, range, need, align).map(|granted| (granted, false))
+}
+
+/// [`grant`], and the lane set to what it used.
+fn fresh_grant<D: DmaEngine>(
+    dma: &mut DmaSession<'_, D>,
+    lane: &mut Option<Lane>,
+    node: D::Node,
+    range: (u64, u64, usize),
+    need: Access,
+    align: usize,
+) -> Option<Granted> {
+    let granted = grant(dma, node, range, need, align);
+    *lane = granted.as_ref().and_then(|granted| {
+        dma.lease_key(node, range.0).map(|lease| Lane {
+            lease,
+            reg: granted.reg,
+        })
+    });
+    granted
+}
+
+impl Lane {
+    /// What the lane's key grants, if it is `key` and still holds: its
+    /// range and rights checked as [`grant`] checks them.
+    fn grant(
+        &self,
+        (key, addr, len): (u64, u64, usize),
+        need: Access,
+        align: usize,
+    ) -> Option<Granted> {
+        if self.lease.key() != key || !self.lease.still() {
+            return None;
+        }
+        let exposure = self.lease.exposure();
+        let target = exposure.translate(addr, len as u64, need).ok()?;
+        target.is_multiple_of(align as u64).then_some(Granted {
+            target,
+            reg: self.reg,
+            notify: exposure.access.counts(need),
+        })
     }
 }
 
