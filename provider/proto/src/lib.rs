@@ -208,6 +208,15 @@ pub enum RmaKind {
     AtomicFetch,
 }
 
+impl RmaKind {
+    pub const ALL: [RmaKind; 4] = [
+        RmaKind::Write,
+        RmaKind::Read,
+        RmaKind::Atomic,
+        RmaKind::AtomicFetch,
+    ];
+}
+
 /// A completed receive.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct RecvDone<A> {

@@ -129,6 +129,8 @@ impl Control for EpInner {
                     .core
                     .lock()
                     .set_report_silent_sends(b.send_cntr.is_some());
+                // RMA without a completion moves counters only: counted.
+                ep.inner.core.lock().set_count_silent_rma(true);
                 // Binding is refused from now on, so the bindings freeze.
                 let _ = ep.inner.active.set(std::mem::take(&mut *b));
                 // Reads of the domain's CQs and counters progress it now.

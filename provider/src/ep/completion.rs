@@ -268,6 +268,19 @@ impl EpInner {
                 }
             }
         }
+        // Operations that asked for no completion move counters only: at
+        // once, so that a counter read right after its puts (MPI's flush)
+        // finds them without progress (`CntrInner::read_progressing`).
+        if let Some(silent) = core.take_silent_rma() {
+            for (kind, n) in RmaKind::ALL.into_iter().zip(silent) {
+                if n == 0 {
+                    continue;
+                }
+                if let (_, Some(cntr)) = rma_flags(kind, bindings) {
+                    cntr.add_successes(n);
+                }
+            }
+        }
     }
 }
 

@@ -47,6 +47,22 @@ where
         }
     }
 
+    /// Reports a finished RMA operation or atomic: an event, or only a
+    /// count for the counters when it asks for no completion and the
+    /// messenger counts those (`count_silent_rma`).
+    #[inline]
+    pub(crate) fn report_rma(&mut self, context: usize, kind: RmaKind, completion: bool) {
+        if completion || !self.count_silent_rma {
+            self.events.push_back(Event::Rma {
+                context,
+                kind,
+                completion,
+            });
+        } else {
+            self.silent_rma[kind as usize] += 1;
+        }
+    }
+
     pub(crate) fn complete_send(&mut self, op: usize) {
         let Some(tx) = self.tx_ops.remove(op) else {
             return;
@@ -67,11 +83,7 @@ where
                     let len = tx.len as u64;
                     self.queue_control(tx.peer, Wire::RemoteData { data, len }.encode());
                 }
-                self.events.push_back(Event::Rma {
-                    context: tx.context,
-                    kind: RmaKind::Write,
-                    completion: tx.completion,
-                });
+                self.report_rma(tx.context, RmaKind::Write, tx.completion);
             }
             TxClass::ReadResponse { notice } => {
                 self.peers[tx.peer].reads_served -= 1;

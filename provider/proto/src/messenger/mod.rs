@@ -60,7 +60,7 @@ use crate::dma::{DmaView, DomainDma, Token};
 use crate::matching::{IovList, Matcher};
 use crate::pool::BufferPool;
 use crate::wire::MatchInfo;
-use crate::{Event, PostError, ProtoConfig, WireNode};
+use crate::{Event, PostError, ProtoConfig, RmaKind, WireNode};
 use ids::Slab;
 use peers::Peer;
 use recv::rendezvous::RxXfer;
@@ -142,6 +142,11 @@ pub struct Messenger<M: Mailbox, D: DmaEngine> {
     /// send) is reported all the same: only a send counter needs it, and
     /// MPI's small sends are injects with none bound.
     report_silent_sends: bool,
+    /// Whether RMA operations and atomics that ask for no completion are
+    /// counted in `silent_rma` instead of reported as events.
+    count_silent_rma: bool,
+    /// Those counted, by [`RmaKind`] (see [`Self::take_silent_rma`]).
+    silent_rma: [u64; RmaKind::ALL.len()],
     // recv::rendezvous
     rx_xfers: Slab<RxXfer<M::Addr>>,
     /// Transfers a peer started (matched requests to send, its writes to
@@ -309,6 +314,8 @@ where
             deferred_fragments: VecDeque::new(),
             events: VecDeque::new(),
             report_silent_sends: true,
+            count_silent_rma: false,
+            silent_rma: [0; RmaKind::ALL.len()],
             calls_since_clock: 0,
             next_peer_check: Instant::now(),
             peers_lost: 0,
@@ -346,6 +353,16 @@ where
         self.report_silent_sends = on;
     }
 
+    /// Whether RMA operations and atomics that ask for no completion (an
+    /// inject write, MPI's puts with counters) are only counted
+    /// ([`Self::take_silent_rma`]) instead of reported as [`Event::Rma`]
+    /// with `completion` false: off by default; the provider, whose
+    /// counters are all such an event moves, turns it on (an event per
+    /// put is a third of a small put's cost in the endpoint).
+    pub fn set_count_silent_rma(&mut self, on: bool) {
+        self.count_silent_rma = on;
+    }
+
     pub fn set_min_multi_recv(&mut self, min: usize) {
         self.matcher.set_min_multi_recv(min);
     }
@@ -357,6 +374,16 @@ where
     /// The next finished operation, if any.
     pub fn next_event(&mut self) -> Option<Event<M::Addr>> {
         self.events.pop_front()
+    }
+
+    /// How many RMA operations and atomics of each kind (in the order of
+    /// [`RmaKind::ALL`]) finished without asking for a completion since
+    /// the last call: no event names them, only counters count them.
+    pub fn take_silent_rma(&mut self) -> Option<[u64; RmaKind::ALL.len()]> {
+        if self.silent_rma == [0; RmaKind::ALL.len()] {
+            return None;
+        }
+        Some(std::mem::take(&mut self.silent_rma))
     }
 
     /// Receives posted and not yet matched.

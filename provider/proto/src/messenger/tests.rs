@@ -163,6 +163,16 @@ fn collect(eps: &mut [&mut Shm], ep_index: usize, n: usize) -> Vec<Event<Mailbox
         while let Some(e) = eps[ep_index].next_event() {
             events.push(e);
         }
+        // Those without a completion are counts: as events with no context.
+        if let Some(silent) = eps[ep_index].take_silent_rma() {
+            for (kind, n) in RmaKind::ALL.into_iter().zip(silent) {
+                events.extend((0..n).map(|_| Event::Rma {
+                    context: 0,
+                    kind,
+                    completion: false,
+                }));
+            }
+        }
     }
     events
 }
@@ -1642,6 +1652,75 @@ fn rma_refusals_move_no_byte() {
         let after = unsafe { std::slice::from_raw_parts(target as *const u8, 4096) };
         assert!(after.iter().all(|&b| b == 0xee), "no byte moved");
         assert!(!a.busy());
+    }
+}
+
+/// With `count_silent_rma` (the provider's setting), writes that ask for
+/// no completion, direct (dmable target) or served by the target, are
+/// counts and no event; one that asks for a completion is still an event.
+#[test]
+fn writes_without_a_completion_are_only_counted() {
+    for target_dmable in [true, false] {
+        let mut a = messenger();
+        let mut b = messenger();
+        a.set_count_silent_rma(true);
+        first_contact(&mut a, &mut b);
+        let target_dma = b.dma.alloc(4096).unwrap();
+        let mut target_heap = vec![0u8; 4096];
+        let target = if target_dmable {
+            target_dma.as_ptr() as usize
+        } else {
+            target_heap.as_mut_ptr() as usize
+        };
+        let key = fresh_key();
+        let _h = expose(
+            key,
+            target,
+            4096,
+            Access::REMOTE_WRITE.union(Access::VIRTUAL_ADDRESS),
+        );
+        let small = pattern(64, 3);
+        for i in 0..5u64 {
+            let req = RmaReq {
+                inject: true,
+                completion: false,
+                ..rma_req(b.addr(), small.as_ptr(), 64, key, target as u64 + 64 * i)
+            };
+            rma(&mut a, RmaKind::Write, req);
+        }
+        let mut counted = 0;
+        let deadline = Instant::now() + HANG_GUARD;
+        while counted < 5 {
+            assert!(Instant::now() < deadline, "{counted} of 5 counted");
+            a.progress();
+            b.progress();
+            assert!(a.next_event().is_none(), "no event for a silent write");
+            if let Some(silent) = a.take_silent_rma() {
+                assert_eq!(silent[1..], [0, 0, 0], "all of them writes");
+                counted += silent[0];
+            }
+        }
+        assert_eq!(a.take_silent_rma(), None, "taken once");
+        let req = rma_req(b.addr(), small.as_ptr(), 64, key, target as u64);
+        rma(&mut a, RmaKind::Write, req);
+        let done = collect(&mut [&mut a, &mut b], 0, 1);
+        assert!(
+            matches!(
+                done[0],
+                Event::Rma {
+                    kind: RmaKind::Write,
+                    completion: true,
+                    ..
+                }
+            ),
+            "{done:?}"
+        );
+        // SAFETY: target holds 4096 bytes; nothing is in flight.
+        let got = unsafe { std::slice::from_raw_parts(target as *const u8, 5 * 64) };
+        assert!(
+            got.chunks(64).all(|c| c == &small[..]),
+            "dmable {target_dmable}"
+        );
     }
 }
 

@@ -364,11 +364,11 @@ where
             }
             XferPurpose::RmaRead => {
                 self.outstanding_sends -= 1;
-                self.events.push_back(Event::Rma {
-                    context: xfer.placement.context,
-                    kind: RmaKind::Read,
-                    completion: xfer.placement.completion,
-                });
+                self.report_rma(
+                    xfer.placement.context,
+                    RmaKind::Read,
+                    xfer.placement.completion,
+                );
             }
         }
     }

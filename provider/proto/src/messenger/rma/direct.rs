@@ -43,7 +43,7 @@ use crate::atomic::{set_element, AtomicCall, AtomicOp, ATOMIC_MAX_BYTES};
 use crate::dma::DmaSession;
 use crate::iov::{gather, scatter};
 use crate::messenger::{Messenger, PeerIdx};
-use crate::{Event, RmaKind, WireNode};
+use crate::{RmaKind, WireNode};
 
 /// A peer's key and the registration the direct path used with it last.
 pub(crate) struct Lane {
@@ -131,11 +131,7 @@ where
         drop(dma);
         self.direct_done(peer, req.key, granted.notify, (!store, store));
         self.tell_target(peer, req.key, None, req.data.filter(|_| store), len);
-        self.events.push_back(Event::Rma {
-            context: req.context,
-            kind,
-            completion: req.completion,
-        });
+        self.report_rma(req.context, kind, req.completion);
         true
     }
 
@@ -239,15 +235,12 @@ where
         }
         self.stats.atomics += 1;
         self.direct_done(peer, req.key, granted.notify, (fetch, writes));
-        self.events.push_back(Event::Rma {
-            context: req.context,
-            kind: if fetch {
-                RmaKind::AtomicFetch
-            } else {
-                RmaKind::Atomic
-            },
-            completion: req.completion,
-        });
+        let kind = if fetch {
+            RmaKind::AtomicFetch
+        } else {
+            RmaKind::Atomic
+        };
+        self.report_rma(req.context, kind, req.completion);
         true
     }
 

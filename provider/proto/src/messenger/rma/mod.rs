@@ -567,11 +567,7 @@ where
                         }
                     });
                 self.tell_target(rma.peer, rma.key, notice, rma.data, rma.len);
-                self.events.push_back(Event::Rma {
-                    context,
-                    kind,
-                    completion: rma.completion,
-                });
+                self.report_rma(context, kind, rma.completion);
             }
         }
     }
@@ -579,6 +575,7 @@ where
     /// Tells the target of a finished access of ours what it asks to know:
     /// the access (`notice`: read, write) when its key counts them, and
     /// `fi_writedata`'s CQ data (`data`, for a write of `len` bytes).
+    #[inline]
     pub(crate) fn tell_target(
         &mut self,
         peer: PeerIdx,
