@@ -60,6 +60,7 @@ where
             });
         } else {
             self.silent_rma[kind as usize] += 1;
+            self.silent_any = true;
         }
     }
 

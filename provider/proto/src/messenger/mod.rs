@@ -147,6 +147,8 @@ pub struct Messenger<M: Mailbox, D: DmaEngine> {
     count_silent_rma: bool,
     /// Those counted, by [`RmaKind`] (see [`Self::take_silent_rma`]).
     silent_rma: [u64; RmaKind::ALL.len()],
+    /// Whether any is counted (one load for the endpoint's every drain).
+    silent_any: bool,
     // recv::rendezvous
     rx_xfers: Slab<RxXfer<M::Addr>>,
     /// Transfers a peer started (matched requests to send, its writes to
@@ -316,6 +318,7 @@ where
             report_silent_sends: true,
             count_silent_rma: false,
             silent_rma: [0; RmaKind::ALL.len()],
+            silent_any: false,
             calls_since_clock: 0,
             next_peer_check: Instant::now(),
             peers_lost: 0,
@@ -379,11 +382,19 @@ where
     /// How many RMA operations and atomics of each kind (in the order of
     /// [`RmaKind::ALL`]) finished without asking for a completion since
     /// the last call: no event names them, only counters count them.
+    #[inline]
     pub fn take_silent_rma(&mut self) -> Option<[u64; RmaKind::ALL.len()]> {
-        if self.silent_rma == [0; RmaKind::ALL.len()] {
+        if !std::mem::take(&mut self.silent_any) {
             return None;
         }
         Some(std::mem::take(&mut self.silent_rma))
+    }
+
+    /// Whether [`Self::next_event`] or [`Self::take_silent_rma`] has
+    /// anything.
+    #[inline]
+    pub fn has_events(&self) -> bool {
+        self.silent_any || !self.events.is_empty()
     }
 
     /// Receives posted and not yet matched.
