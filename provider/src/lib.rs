@@ -13,6 +13,7 @@
 //! | objects | `fabric`, `domain`, `ep`, `poll`, `av`, `cq`, `cntr`, `mr`, `eq`, `wait` | one module per libfabric object; a parent opens its children |
 //! | state | `state` | what a fabric or domain shares with its children |
 //! | info | `info` | `fi_info` templates, hint matching, `fi_getinfo`, addresses |
+//! | net | `net` | the network backend: peers on other hosts through another libfabric provider (`tcp`), a second implementation of the hardware traits |
 //! | base | `base` | bindings, fid plumbing (`FidObject`), guard, logging, tunables, the stubs of unsupported calls |
 //!
 //! The messaging protocol itself is the crate `unimem-proto`

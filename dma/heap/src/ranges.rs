@@ -4,7 +4,8 @@
 //! whether its pointer is ours before anything else, so the question must
 //! cost a few loads and no lock. A table only grows while its process
 //! lives (segments are never removed); a forked child moves its parent's
-//! entries to its table of inherited ranges (see `fork.rs`).
+//! entries to its table of inherited ranges (`INHERITED`; see
+//! `State::after_fork` in `heap.rs`).
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 
