@@ -91,6 +91,14 @@ pub(crate) struct RxRing {
     pub(crate) seq: u8,
 }
 
+/// The key the direct path used last with a peer, as resolved (a lease
+/// whose slot is one load to check again), and the registration it used
+/// (`rma::direct`).
+pub(crate) struct Lane {
+    pub(crate) lease: unimem_dma::KeyLease,
+    pub(crate) reg: unimem_dma::RegId,
+}
+
 /// A peer: its address and route (mailbox), node (DMA), eager rings and
 /// outgoing queues.
 pub(crate) struct Peer<A, R, N> {
@@ -145,7 +153,7 @@ pub(crate) struct Peer<A, R, N> {
     /// Its message in parts we are putting together (`recv::parted`).
     pub(crate) parted: Option<super::recv::parted::Parted>,
     /// The direct path's last key and registration with it (`rma::direct`).
-    pub(crate) lane: Option<super::rma::direct::Lane>,
+    pub(crate) lane: Option<Lane>,
 }
 
 impl<M, D> Messenger<M, D>

@@ -34,7 +34,7 @@
 
 use std::hash::Hash;
 
-use unimem_dma::{Access, DmaEngine, DmaError, KeyLease, RegId};
+use unimem_dma::{Access, DmaEngine, DmaError, RegId};
 use unimem_mailbox::Mailbox;
 
 use super::atomic::{update, AtomicReq};
@@ -42,14 +42,9 @@ use super::{resolve_access, RmaReq};
 use crate::atomic::{set_element, AtomicCall, AtomicOp, ATOMIC_MAX_BYTES};
 use crate::dma::DmaSession;
 use crate::iov::{gather, scatter};
+use crate::messenger::peers::Lane;
 use crate::messenger::{Messenger, PeerIdx};
 use crate::{RmaKind, WireNode};
-
-/// A peer's key and the registration the direct path used with it last.
-pub(crate) struct Lane {
-    lease: KeyLease,
-    reg: RegId,
-}
 
 /// What the target's key granted a direct operation.
 struct Granted {

@@ -21,7 +21,7 @@
 //! over to `tx_ops` (writes) and `rx_xfers` (reads).
 
 pub(crate) mod atomic;
-pub(crate) mod direct;
+mod direct;
 pub(crate) mod target;
 
 use std::collections::HashMap;
