@@ -417,10 +417,6 @@ impl ShmDmaEngine {
         access(at)
     }
 
-    /// Where `[remote_addr, remote_end)` of registration `reg` is mapped
-    /// here, pinned, if the range lies inside the registration and its
-    /// owner freed none of it since it was made (and, with `granted`,
-    /// since it granted it).
     /// `key` in `node`'s key table (see [`DmaEngine::resolve_key`]).
     fn find_key(&mut self, node: NodeId, key: u64) -> Result<keys::Found, DmaError> {
         let remote = self.remote_node_mut(node)?;
@@ -444,6 +440,10 @@ impl ShmDmaEngine {
         found
     }
 
+    /// Where `[remote_addr, remote_end)` of registration `reg` is mapped
+    /// here, pinned, if the range lies inside the registration and its
+    /// owner freed none of it since it was made (and, with `granted`,
+    /// since it granted it).
     fn pin_range(
         &self,
         reg: RegId,
