@@ -115,15 +115,22 @@ where
     /// Now and then, looks whether known peers are still alive. A receiver
     /// waiting on a sender that died hears nothing more from it: only this
     /// look ends its wait (a sender learns it from the mailbox).
+    #[inline]
     pub(crate) fn check_peers(&mut self) {
+        // Every call of an idle poll comes here: the count inline, the
+        // clock and the look out of line.
+        self.calls_since_clock += 1;
+        if self.calls_since_clock >= CALLS_PER_CLOCK_READ {
+            self.calls_since_clock = 0;
+            self.check_peers_now();
+        }
+    }
+
+    #[inline(never)]
+    fn check_peers_now(&mut self) {
         let Some(interval) = self.cfg.peer_check else {
             return;
         };
-        self.calls_since_clock += 1;
-        if self.calls_since_clock < CALLS_PER_CLOCK_READ {
-            return;
-        }
-        self.calls_since_clock = 0;
         let now = Instant::now();
         if now < self.next_peer_check {
             return;
