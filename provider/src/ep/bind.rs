@@ -124,13 +124,13 @@ impl Control for EpInner {
                 if b.cqs().any(|cq| cq.blocks()) || b.cntrs().any(|c| c.blocks()) {
                     ep.inner.bell.make_wakeable();
                 }
-                // Sends without a CQ entry matter to a send counter only.
-                ep.inner
-                    .core
-                    .lock()
-                    .set_report_silent_sends(b.send_cntr.is_some());
-                // RMA without a completion moves counters only: counted.
-                ep.inner.core.lock().set_count_silent_rma(true);
+                {
+                    let mut core = ep.inner.core.lock();
+                    // Sends without a CQ entry matter to a send counter only.
+                    core.set_report_silent_sends(b.send_cntr.is_some());
+                    // RMA without a completion moves counters only: counted.
+                    core.set_count_silent_rma(true);
+                }
                 // Binding is refused from now on, so the bindings freeze.
                 let _ = ep.inner.active.set(std::mem::take(&mut *b));
                 // Reads of the domain's CQs and counters progress it now.

@@ -92,11 +92,6 @@ where
             return false;
         }
         let lane = &mut self.peers[peer].lane;
-        let range = (req.key, req.addr, len);
-        let Some((mut granted, mut leased)) = lane_grant(&mut dma, lane, node, range, need, 1)
-        else {
-            return false;
-        };
         let mut access = |at: *mut u8| {
             // SAFETY: `at` reaches `len` bytes of the target's range (the
             // engine checked it against the registration and the pages'
@@ -109,21 +104,12 @@ where
                 }
             }
         };
-        loop {
-            match dma.load_store(granted.reg, granted.target, len, store, &mut access) {
-                Ok(()) => break,
-                // The lane's registration is gone or stale (nothing moved):
-                // once more with a fresh one.
-                Err(_) if leased => {
-                    let Some(fresh) = fresh_grant(&mut dma, lane, node, range, need, 1) else {
-                        return false;
-                    };
-                    (granted, leased) = (fresh, false);
-                }
-                Err(_) => return false,
-            }
-        }
+        let range = (req.key, req.addr, len);
+        let granted = lane_access(&mut dma, lane, node, (range, need, 1), store, &mut access);
         drop(dma);
+        let Some(granted) = granted else {
+            return false;
+        };
         self.direct_done(peer, req.key, granted.notify, (!store, store));
         self.tell_target(peer, req.key, None, req.data.filter(|_| store), len);
         self.report_rma(req.context, kind, req.completion);
@@ -167,11 +153,6 @@ where
             return false;
         }
         let lane = &mut self.peers[peer].lane;
-        let range = (req.key, req.addr, len);
-        let Some((mut granted, mut leased)) = lane_grant(&mut dma, lane, node, range, need, size)
-        else {
-            return false;
-        };
         // The operands, then the compare operands, as the general path
         // keeps them; on the stack (at most 64 bytes each).
         let mut operands = [0u8; 2 * ATOMIC_MAX_BYTES];
@@ -206,23 +187,13 @@ where
                 )
             };
         };
-        loop {
-            match dma.load_store(granted.reg, granted.target, len, one_way, &mut access) {
-                Ok(()) => break,
-                // As for a write: nothing was applied; a fresh registration.
-                Err(_) if leased => {
-                    let Some(fresh) = fresh_grant(&mut dma, lane, node, range, need, size) else {
-                        return false;
-                    };
-                    (granted, leased) = (fresh, false);
-                }
-                Err(_) => return false,
-            }
-        }
+        let range = (req.key, req.addr, len);
+        let ask = (range, need, size);
+        let granted = lane_access(&mut dma, lane, node, ask, one_way, &mut access);
         drop(dma);
-        if applied.is_err() {
+        let Some(granted) = granted.filter(|_| applied.is_ok()) else {
             return false;
-        }
+        };
         if fetch {
             // SAFETY: the result iov is writable and holds len bytes
             // (caller).
@@ -248,35 +219,30 @@ where
     }
 }
 
-/// What the key grants, from the peer's lane if it holds that key and the
-/// owner did not change it since (`true`), else resolved and registered
-/// afresh and kept in the lane (`false`).
-fn lane_grant<D: DmaEngine>(
+/// Runs `access` (a `store` or not) on where the key grants the range
+/// (`need`, elements of `align` bytes) is mapped, and what it granted;
+/// `None`, with nothing run, for anything the general path must decide.
+/// The grant comes from the peer's lane if it holds that key and the owner
+/// did not change it since; else, or if the engine refuses the lane's
+/// registration (gone or stale: nothing ran), it is resolved and
+/// registered afresh and kept in the lane.
+fn lane_access<D: DmaEngine>(
     dma: &mut DmaSession<'_, D>,
     lane: &mut Option<Lane>,
     node: D::Node,
-    range: (u64, u64, usize),
-    need: Access,
-    align: usize,
-) -> Option<(Granted, bool)> {
-    if let Some(granted) = lane
-        .as_ref()
-        .and_then(|lane| lane.grant(range, need, align))
-    {
-        return Some((granted, true));
-    }
-    fresh_grant(dma, lane, node, range, need, align).map(|granted| (granted, false))
-}
-
-/// [`grant`], and the lane set to what it used.
-fn fresh_grant<D: DmaEngine>(
-    dma: &mut DmaSession<'_, D>,
-    lane: &mut Option<Lane>,
-    node: D::Node,
-    range: (u64, u64, usize),
-    need: Access,
-    align: usize,
+    (range, need, align): ((u64, u64, usize), Access, usize),
+    store: bool,
+    access: &mut dyn FnMut(*mut u8),
 ) -> Option<Granted> {
+    let (_, _, len) = range;
+    if let Some(granted) = lane.as_ref().and_then(|l| l.grant(range, need, align)) {
+        if dma
+            .load_store(granted.reg, granted.target, len, store, access)
+            .is_ok()
+        {
+            return Some(granted);
+        }
+    }
     let granted = grant(dma, node, range, need, align);
     *lane = granted.as_ref().and_then(|granted| {
         dma.lease_key(node, range.0).map(|lease| Lane {
@@ -284,7 +250,10 @@ fn fresh_grant<D: DmaEngine>(
             reg: granted.reg,
         })
     });
-    granted
+    let granted = granted?;
+    dma.load_store(granted.reg, granted.target, len, store, access)
+        .ok()
+        .map(|()| granted)
 }
 
 impl Lane {
