@@ -1,7 +1,9 @@
-//! The RMA data path: `fi_read`, `fi_write` and their kin. Each of the nine
-//! entry points turns its arguments into one [`RmaCall`] and hands it to
-//! [`post_rma`], which checks it, finds the target, and posts it to the
-//! protocol ([`unimem_proto::Messenger::rma`]).
+//! The RMA data path: `fi_read`, `fi_write` and their kin. Seven of the
+//! nine entry points turn their arguments into one [`RmaCall`] and hand it
+//! to [`post_rma`], which checks it, finds the target, and posts it to the
+//! protocol ([`unimem_proto::Messenger::rma`]); the two inject calls, the
+//! path of MPI's small puts, go [`inject`] with their buffer as it is
+//! ([`unimem_proto::Messenger::inject_write`]).
 //!
 //! Completion levels: a write completes when its data is in the target's
 //! memory (a DMA done, or the target's FIN), a read when its data is in
@@ -12,7 +14,6 @@
 
 use std::mem::size_of;
 use std::os::raw::{c_int, c_void};
-use std::ptr;
 use std::sync::atomic::Ordering;
 
 use super::data::{map_post_error, Bufs, SEND_ONLY_FLAGS};
@@ -62,13 +63,11 @@ struct RmaCall {
     data: Option<u64>,
     /// The flags of a `msg` call; None: the endpoint's default op_flags.
     flags: Option<u64>,
-    /// The buffer is the caller's again on return (an inject call, or
-    /// `FI_INJECT`): the protocol copies it.
+    /// `FI_INJECT` in the flags of `fi_writemsg`: the buffer is the
+    /// caller's again on return, the protocol copies it. (The write still
+    /// completes, fi_rma(3); the inject calls, which do not, go
+    /// [`inject`].)
     inject: bool,
-    /// `fi_inject_write` or `fi_inject_writedata`: no completion. (With
-    /// `FI_INJECT` in the flags of `fi_writemsg` the write still completes,
-    /// fi_rma(3).)
-    inject_call: bool,
 }
 
 impl RmaCall {
@@ -92,7 +91,6 @@ impl RmaCall {
             data: None,
             flags: None,
             inject: false,
-            inject_call: false,
         }
     }
 
@@ -135,14 +133,7 @@ fn post_rma(ep: &EpInner, op: &str, iov: IovList, call: &RmaCall) -> isize {
         return ret::EBADFLAGS as isize;
     }
     if ep.caps & ffi::FI_RMA == 0 {
-        // Once per endpoint: an application that ignores the error must
-        // not flood the log.
-        if !ep.warned_no_rma.swap(true, Ordering::Relaxed) {
-            tracing::warn!(
-                "{op}: the endpoint was opened without FI_RMA (refused from now on without a word)"
-            );
-        }
-        return -(ffi::FI_EOPNOTSUPP as c_int) as isize;
+        return no_rma(ep, op);
     }
     let len = total_len(&iov);
     if call.remote_len.is_some_and(|remote| remote != len) {
@@ -168,8 +159,7 @@ fn post_rma(ep: &EpInner, op: &str, iov: IovList, call: &RmaCall) -> isize {
         tracing::warn!("{op}: fi_addr {:#x} is not in the endpoint's AV", call.peer);
         return ret::EINVAL as isize;
     };
-    // An inject call has no completion (FI_INJECT alone keeps it).
-    let completion = !call.inject_call && (!b.tx_selective || flags & ffi::FI_COMPLETION != 0);
+    let completion = !b.tx_selective || flags & ffi::FI_COMPLETION != 0;
     let req = RmaReq {
         dest,
         iov,
@@ -190,6 +180,75 @@ fn post_rma(ep: &EpInner, op: &str, iov: IovList, call: &RmaCall) -> isize {
         Ok(()) => 0,
         Err(e) => map_post_error(ep, e, op),
     }
+}
+
+/// The refusal of an RMA call on an endpoint opened without `FI_RMA`.
+#[cold]
+fn no_rma(ep: &EpInner, op: &str) -> isize {
+    // Once per endpoint: an application that ignores the error must not
+    // flood the log.
+    if !ep.warned_no_rma.swap(true, Ordering::Relaxed) {
+        tracing::warn!(
+            "{op}: the endpoint was opened without FI_RMA (refused from now on without a word)"
+        );
+    }
+    -(ffi::FI_EOPNOTSUPP as c_int) as isize
+}
+
+/// `fi_inject_write` and `fi_inject_writedata`: a write of at most the
+/// inject size with no completion, the path of MPI's small puts. The same
+/// checks as [`post_rma`]'s for an inject, with nothing to gather first:
+/// the buffer goes to the protocol as it is.
+///
+/// # Safety
+/// `ep` must be NULL or a live `struct fid_ep`; `buf` must hold `len`
+/// readable bytes (libfabric's contract).
+unsafe fn inject(
+    op: &'static str,
+    ep: *mut ffi::fid_ep,
+    (buf, len): (*const c_void, usize),
+    dest: ffi::fi_addr_t,
+    target: (u64, u64),
+    data: Option<u64>,
+) -> isize {
+    ffi_guard_or(op, ret::EOTHER as isize, || {
+        // SAFETY: libfabric hands us an endpoint the application got from us.
+        let Some(ep) = (unsafe { Ep::from_ptr(ep, op) }) else {
+            return ret::EINVAL as isize;
+        };
+        let ep = &*ep.inner;
+        let Some(b) = ep.active.get() else {
+            tracing::warn!("{op}: the endpoint is not enabled");
+            return -(ffi::FI_EOPBADSTATE as c_int) as isize;
+        };
+        if ep.caps & ffi::FI_RMA == 0 {
+            return no_rma(ep, op);
+        }
+        if len > ep.inject_size {
+            let most = ep.inject_size;
+            let why = format_args!("{op}: inject of {len} bytes (a write of at most {most})");
+            ep.post_warnings.warn(op, why);
+            return ret::EINVAL as isize;
+        }
+        if buf.is_null() && len > 0 {
+            let why = format_args!("{op}: NULL buffer of {len} bytes");
+            ep.post_warnings.warn(op, why);
+            return ret::EINVAL as isize;
+        }
+        let Some(dest) = b.av.as_ref().and_then(|av| av.lookup(dest)) else {
+            tracing::warn!("{op}: fi_addr {dest:#x} is not in the endpoint's AV");
+            return ret::EINVAL as isize;
+        };
+        let mut core = ep.enter();
+        // SAFETY: buf holds len readable bytes during the call (caller),
+        // which the protocol writes or copies before it returns.
+        let result = unsafe { core.inject_write(dest, (buf.cast(), len), target, data) };
+        ep.drain(&mut core);
+        match result {
+            Ok(()) => 0,
+            Err(e) => map_post_error(ep, e, op),
+        }
+    })
 }
 
 /// Every RMA entry point: find our endpoint, read the local buffers,
@@ -349,21 +408,8 @@ unsafe extern "C" fn rma_inject(
     addr: u64,
     key: u64,
 ) -> isize {
-    let call = RmaCall {
-        flags: Some(0),
-        inject: true,
-        inject_call: true,
-        ..RmaCall::new(
-            RmaKind::Write,
-            Bufs::One(buf, len),
-            dest,
-            addr,
-            key,
-            ptr::null_mut(),
-        )
-    };
     // SAFETY: the application's arguments (API contract).
-    unsafe { rma("fi_inject_write", ep, Ok(call)) }
+    unsafe { inject("fi_inject_write", ep, (buf, len), dest, (key, addr), None) }
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -402,20 +448,7 @@ unsafe extern "C" fn rma_injectdata(
     addr: u64,
     key: u64,
 ) -> isize {
-    let call = RmaCall {
-        data: Some(data),
-        flags: Some(0),
-        inject: true,
-        inject_call: true,
-        ..RmaCall::new(
-            RmaKind::Write,
-            Bufs::One(buf, len),
-            dest,
-            addr,
-            key,
-            ptr::null_mut(),
-        )
-    };
+    let (op, target) = ("fi_inject_writedata", (key, addr));
     // SAFETY: the application's arguments (API contract).
-    unsafe { rma("fi_inject_writedata", ep, Ok(call)) }
+    unsafe { inject(op, ep, (buf, len), dest, target, Some(data)) }
 }

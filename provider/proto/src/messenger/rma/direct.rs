@@ -42,9 +42,10 @@ use super::{resolve_access, RmaReq};
 use crate::atomic::{set_element, AtomicCall, AtomicOp, ATOMIC_MAX_BYTES};
 use crate::dma::DmaSession;
 use crate::iov::{gather, scatter};
+use crate::matching::IovList;
 use crate::messenger::peers::Lane;
 use crate::messenger::{Messenger, PeerIdx};
-use crate::{RmaKind, WireNode};
+use crate::{PostError, RmaKind, WireNode};
 
 /// What the target's key granted a direct operation.
 struct Granted {
@@ -74,24 +75,7 @@ where
         req: &RmaReq<M::Addr>,
         len: usize,
     ) -> bool {
-        if len == 0 || len > self.cfg.eager_size {
-            return false;
-        }
-        let Some(node) = self.peers[peer].node else {
-            return false;
-        };
-        let (need, store) = if kind == RmaKind::Write {
-            (Access::REMOTE_WRITE, true)
-        } else {
-            (Access::REMOTE_READ, false)
-        };
-        let mut dma = self.dma.lock();
-        // Another host: its key is a question over the network, which the
-        // general path asks once.
-        if !dma.loads_reach(node) {
-            return false;
-        }
-        let lane = &mut self.peers[peer].lane;
+        let store = kind == RmaKind::Write;
         let mut access = |at: *mut u8| {
             // SAFETY: `at` reaches `len` bytes of the target's range (the
             // engine checked it against the registration and the pages'
@@ -105,14 +89,103 @@ where
             }
         };
         let range = (req.key, req.addr, len);
-        let granted = lane_access(&mut dma, lane, node, (range, need, 1), store, &mut access);
+        let data = req.data.filter(|_| store);
+        if !self.direct_rw(peer, range, store, data, &mut access) {
+            return false;
+        }
+        self.report_rma(req.context, kind, req.completion);
+        true
+    }
+
+    /// `fi_inject_write`: the write of `src` to `(key, addr)` at `dest`,
+    /// done at once by the direct path when it may go there (MPI's small
+    /// puts come this way, so it takes the bytes as they are, with no
+    /// request to build), else posted as an inject on the general path.
+    /// No completion; a counter counts it.
+    ///
+    /// # Safety
+    /// `src` must point to `len` readable bytes during the call.
+    pub unsafe fn inject_write(
+        &mut self,
+        dest: M::Addr,
+        (src, len): (*const u8, usize),
+        (key, addr): (u64, u64),
+        data: Option<u64>,
+    ) -> Result<(), PostError> {
+        if len > self.cfg.eager_size {
+            return Err(PostError::TooLong);
+        }
+        if self.outstanding_sends >= self.cfg.tx_size {
+            return Err(PostError::Again);
+        }
+        let peer = self.peer_index(&dest)?;
+        if self.peers[peer].dead {
+            return Err(PostError::Unreachable);
+        }
+        if len > 0 {
+            let mut access = |at: *mut u8| {
+                // SAFETY: `at` reaches `len` bytes of the target's range
+                // (checked by the engine); `src` holds `len` (caller).
+                unsafe { std::ptr::copy_nonoverlapping(src, at, len) }
+            };
+            if self.direct_rw(peer, (key, addr, len), true, data, &mut access) {
+                self.report_rma(0, RmaKind::Write, false);
+                return Ok(());
+            }
+        }
+        let req = RmaReq {
+            dest,
+            iov: IovList::One((src as usize, len)),
+            addr,
+            key,
+            context: 0,
+            completion: false,
+            inject: true,
+            data,
+        };
+        // SAFETY: the bytes are valid during this call (caller), and an
+        // inject is copied within it.
+        unsafe { self.rma(RmaKind::Write, req) }
+    }
+
+    /// Runs `access` on the `range` (key, address, length) of a `store`
+    /// (a write) or a read with `peer` at once, if it may go the direct
+    /// path, and tells the target what it must hear (`data` of a write);
+    /// false (nothing done) if not.
+    fn direct_rw(
+        &mut self,
+        peer: PeerIdx,
+        range: (u64, u64, usize),
+        store: bool,
+        data: Option<u64>,
+        access: &mut dyn FnMut(*mut u8),
+    ) -> bool {
+        let (key, _, len) = range;
+        if len == 0 || len > self.cfg.eager_size {
+            return false;
+        }
+        let Some(node) = self.peers[peer].node else {
+            return false;
+        };
+        let need = if store {
+            Access::REMOTE_WRITE
+        } else {
+            Access::REMOTE_READ
+        };
+        let mut dma = self.dma.lock();
+        // Another host: its key is a question over the network, which the
+        // general path asks once.
+        if !dma.loads_reach(node) {
+            return false;
+        }
+        let lane = &mut self.peers[peer].lane;
+        let granted = lane_access(&mut dma, lane, node, (range, need, 1), store, access);
         drop(dma);
         let Some(granted) = granted else {
             return false;
         };
-        self.direct_done(peer, req.key, granted.notify, (!store, store));
-        self.tell_target(peer, req.key, None, req.data.filter(|_| store), len);
-        self.report_rma(req.context, kind, req.completion);
+        self.direct_done(peer, key, granted.notify, (!store, store));
+        self.tell_target(peer, key, None, data, len);
         true
     }
 
