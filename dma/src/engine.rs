@@ -107,8 +107,8 @@ pub struct ShmDmaEngine {
     /// Submitted transfers with their modeled completion time, in order,
     /// and, for a copy the mover thread does, the copy.
     in_flight: VecDeque<(u64, DmaId, Option<Arc<AsyncCopy>>)>,
-    /// Transfers of at least this many bytes are copied by the mover
-    /// thread (0: none).
+    /// Transfers of at least this many bytes, other than granted ones, are
+    /// copied by the mover thread (0: none).
     async_min: usize,
     /// Of them, how many so far.
     moved_async: u64,
@@ -132,7 +132,8 @@ impl ShmDmaEngine {
 
     /// From now on, transfers of at least `min_len` bytes are copied by the
     /// mover thread while the caller goes on (0: every copy inline, done
-    /// when submitted). For a user with a core to spare for them: the
+    /// when submitted); granted ones never are (see
+    /// [`DmaEngine::put_granted`]). For a user with a core to spare for them: the
     /// provider turns it on with its progress agent.
     pub fn set_async_copies(&mut self, min_len: usize) {
         self.async_min = min_len;
@@ -322,14 +323,16 @@ impl ShmDmaEngine {
     }
 
     #[allow(clippy::too_many_arguments)]
+    /// A put or get of `len` bytes at `local` with `remote_addr` of `reg`
+    /// (granted with a token, or not). A transfer granted is a
+    /// rendezvous's, copied here by its caller; any other of at least
+    /// `async_min` bytes goes to the mover (its caller computes on).
     fn transfer(
         &mut self,
         direction: Direction,
         local: usize,
         len: usize,
-        reg: RegId,
-        remote_addr: u64,
-        granted: Option<u16>,
+        (reg, remote_addr, granted): (RegId, u64, Option<u16>),
     ) -> Result<DmaId, DmaError> {
         let remote_end = remote_addr
             .checked_add(len as u64)
@@ -338,7 +341,7 @@ impl ShmDmaEngine {
         if len > 0 && !self.region.contains(local, len) {
             return Err(DmaError::LocalNotDmable);
         }
-        if self.async_min > 0 && len >= self.async_min {
+        if self.async_min > 0 && len >= self.async_min && granted.is_none() {
             return self.transfer_async(
                 direction,
                 local,
@@ -579,7 +582,12 @@ impl DmaEngine for ShmDmaEngine {
         reg: RegId,
         remote_addr: u64,
     ) -> Result<DmaId, DmaError> {
-        self.transfer(Direction::Put, local as usize, len, reg, remote_addr, None)
+        self.transfer(
+            Direction::Put,
+            local as usize,
+            len,
+            (reg, remote_addr, None),
+        )
     }
 
     fn put_granted(
@@ -590,14 +598,20 @@ impl DmaEngine for ShmDmaEngine {
         remote_addr: u64,
         token: u16,
     ) -> Result<DmaId, DmaError> {
-        self.transfer(
-            Direction::Put,
-            local as usize,
-            len,
-            reg,
-            remote_addr,
-            Some(token),
-        )
+        let remote = (reg, remote_addr, Some(token));
+        self.transfer(Direction::Put, local as usize, len, remote)
+    }
+
+    fn get_granted(
+        &mut self,
+        local: *mut u8,
+        len: usize,
+        reg: RegId,
+        remote_addr: u64,
+        token: u16,
+    ) -> Result<DmaId, DmaError> {
+        let remote = (reg, remote_addr, Some(token));
+        self.transfer(Direction::Get, local as usize, len, remote)
     }
 
     fn get(
@@ -607,7 +621,12 @@ impl DmaEngine for ShmDmaEngine {
         reg: RegId,
         remote_addr: u64,
     ) -> Result<DmaId, DmaError> {
-        self.transfer(Direction::Get, local as usize, len, reg, remote_addr, None)
+        self.transfer(
+            Direction::Get,
+            local as usize,
+            len,
+            (reg, remote_addr, None),
+        )
     }
 
     fn resolve_key(&mut self, node: NodeId, key: u64) -> Result<Exposure, DmaError> {

@@ -98,7 +98,9 @@ pub trait DmaEngine: Send {
     /// [`Self::put`] into memory its owner granted with `token` (the owner's
     /// [`Self::grant_token`] of that range then): refused with
     /// [`DmaError::Revoked`], no byte moved, if the owner freed any of it
-    /// since.
+    /// since. A granted transfer is a rendezvous's, made by whoever
+    /// progresses it (a caller that waits for it, or the progress agent):
+    /// it is moved by the calling thread, never handed to another.
     fn put_granted(
         &mut self,
         local: *const u8,
@@ -122,6 +124,19 @@ pub trait DmaEngine: Send {
         len: usize,
         reg: RegId,
         remote_addr: u64,
+    ) -> Result<DmaId, DmaError>;
+
+    /// [`Self::get`] from memory its owner offered with `token` (its
+    /// [`Self::grant_token`] of that range then), as [`Self::put_granted`]
+    /// puts into granted memory: refused with [`DmaError::Revoked`] if the
+    /// owner freed any of it since, and moved by the calling thread.
+    fn get_granted(
+        &mut self,
+        local: *mut u8,
+        len: usize,
+        reg: RegId,
+        remote_addr: u64,
+        token: u16,
     ) -> Result<DmaId, DmaError>;
 
     /// A completed transfer, if any.

@@ -675,23 +675,34 @@ impl Region {
     }
 }
 
-/// How many of an endpoint's one-sided operations were done inside their
-/// call (the direct path), from its close line (`FI_LOG_LEVEL=info`).
-/// Fails if `stderr` has no such line, or more than one.
 /// The access notices an endpoint sent (`FI_RMA_EVENT`), from the same
 /// line as [`carried_direct`].
 pub fn carried_notices(stderr: &str) -> u64 {
+    count_before(stderr, " access notices to targets")
+}
+
+/// The rendezvous receives an endpoint read from their sender's offered
+/// buffer, from the same line as [`carried_direct`].
+pub fn carried_pulls(stderr: &str) -> u64 {
+    count_before(stderr, " rendezvous receives read")
+}
+
+/// The number just before `marker` on the first line that holds it.
+fn count_before(stderr: &str, marker: &str) -> u64 {
     let line = stderr
         .lines()
-        .find(|l| l.contains("access notices to targets"))
-        .unwrap_or_else(|| panic!("no notices line in:\n{stderr}"));
-    let head = line.split(" access notices").next().expect("split");
+        .find(|l| l.contains(marker))
+        .unwrap_or_else(|| panic!("no line with {marker:?} in:\n{stderr}"));
+    let head = line.split(marker).next().expect("split");
     head.rsplit(' ')
         .next()
         .and_then(|n| n.parse().ok())
-        .unwrap_or_else(|| panic!("notices line: {line}"))
+        .unwrap_or_else(|| panic!("{marker:?} line: {line}"))
 }
 
+/// How many of an endpoint's one-sided operations were done inside their
+/// call (the direct path), from its close line (`FI_LOG_LEVEL=info`).
+/// Fails if `stderr` has no such line, or more than one.
 pub fn carried_direct(stderr: &str) -> u64 {
     let lines: Vec<&str> = stderr
         .lines()

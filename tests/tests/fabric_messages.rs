@@ -7,7 +7,8 @@
 //! checksum of a seeded pattern), with its length, tag, CQ data, flags and
 //! source, and the guard bytes past each receive buffer.
 
-use unimem_tests::cluster::{Cluster, Msg, Order, EAGER, SEGMENT};
+use unimem_tests::cluster::{carried_pulls, Cluster, Msg, Order, EAGER, SEGMENT};
+use unimem_tests::heap;
 
 fn cluster(test: &str) -> Cluster {
     Cluster::new(env!("CARGO_BIN_EXE_fabric-peer"), test)
@@ -231,6 +232,35 @@ fn concurrent_rendezvous_transfers() {
     c.transfer(0, 1, &msgs, Order::Posted);
     c.transfer(0, 1, &msgs, Order::Unexpected);
     c.finish();
+}
+
+/// With the dmable heap preloaded (send and receive buffers dmable), a
+/// receiver that polls when a request to send comes reads the message from
+/// the sender's buffer itself: every rendezvous message of a window posted
+/// first, each way of sending, one segment and several. One that arrives
+/// before its receive is granted, the sender copying, as before. Every byte is checked either way, and the
+/// close lines say which path each took.
+#[test]
+fn a_polling_receiver_reads_rendezvous_messages_from_the_sender() {
+    let mut c = cluster("pull");
+    c.env(
+        "LD_PRELOAD",
+        heap::library().to_str().expect("UTF-8 heap path"),
+    )
+    .env("FI_LOG_LEVEL", "info")
+    .spawn(2)
+    .connect_all();
+    let sizes = |_: Way| vec![EAGER + 1, SEGMENT, 3 * SEGMENT + 7, 9 * SEGMENT];
+    let posted = all_ways(sizes);
+    c.transfer(0, 1, &posted, Order::Posted);
+    c.transfer(0, 1, &all_ways(sizes), Order::Unexpected);
+    let logs = c.finish();
+    assert_eq!(
+        carried_pulls(&logs[1]),
+        posted.len() as u64,
+        "p1 read every message it was polling for, and no other"
+    );
+    assert_eq!(carried_pulls(&logs[0]), 0, "p0 received nothing");
 }
 
 #[test]

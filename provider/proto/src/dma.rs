@@ -343,6 +343,25 @@ impl<D: DmaEngine> DmaSession<'_, D> {
         Ok(())
     }
 
+    /// [`Self::get`] from memory the owner offered with `offer` (see
+    /// [`DmaEngine::get_granted`]).
+    pub fn get_granted(
+        &mut self,
+        local: *mut u8,
+        len: usize,
+        reg: RegId,
+        remote_addr: u64,
+        offer: u16,
+        token: Token,
+    ) -> Result<(), DmaError> {
+        let id = self
+            .shared
+            .engine
+            .get_granted(local, len, reg, remote_addr, offer)?;
+        self.shared.submitted(id, self.slot, token);
+        Ok(())
+    }
+
     /// Updates `count` elements of `width` bytes at `remote_addr` in `reg`
     /// with the engine's atomic unit (see [`DmaEngine::atomic`]); its
     /// completion hands `token` back to this view.

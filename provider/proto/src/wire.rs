@@ -21,6 +21,7 @@
 //! | FragDone | pad u8, send id u16, fragment u32, recv id u16, recv generation u16 |
 //! | Fin      | pad u8, send id u16                                             |
 //! | LenHigh  | (a `Fin` op, flag `LEN_HIGH`) pad u8, id u16, high u32 (flag `READ`: the id is a recv id) |
+//! | Offer    | (a `Fin` op, flag `OFFER`) pad u8, send id u16, token u16, address u64 |
 //! | Credit   | credits u8                                                      |
 //! | Throttle | (a `Credit` op, flag `THROTTLE`) on u8 (0 or 1)                 |
 //! | RmaWrite | key u64, address u64, len u32, send id u16                      |
@@ -64,6 +65,13 @@
 //! A rendezvous message moves in *fragments*, one DMA each: a Grant says
 //! where fragment `n` goes, a FragDone that it is there.
 //!
+//! A rendezvous send whose buffer is dmable and contiguous, to a peer of
+//! this host, is preceded by an `Offer` of its buffer (address and grant
+//! token): a receiver that matches it while it polls, and so waits, reads
+//! the message itself and ends with the `Fin`, no grant sent; one that
+//! matches it later, or whose progress agent does, grants as above, and
+//! the sender, then the one waiting, puts.
+//!
 //! Lengths are 64-bit; a message that starts a transfer (`Rts`, `RmaWrite`,
 //! `RmaRead`) has room for the low 32 bits only, so a transfer of 4 GiB or
 //! more is preceded, in the same queue, by a `LenHigh` naming it (by send
@@ -94,8 +102,8 @@ pub const NODE_LEN: usize = 12;
 
 /// The protocol version a `Params` message carries. Version 1 had no
 /// `Params` (a `Hello` came first); 2 added it, and eager sequence numbers;
-/// 3 the grant token; 4 counts in a `RemoteNotice`.
-pub const PROTOCOL_VERSION: u16 = 4;
+/// 3 the grant token; 4 counts in a `RemoteNotice`; 5 the `Offer`.
+pub const PROTOCOL_VERSION: u16 = 5;
 
 /// Most mailbox messages one inline message may take (`InlineFirst` and
 /// its `InlineMore`s).
@@ -353,6 +361,11 @@ pub enum Wire {
     /// send `id`'s `Rts` or `RmaWrite`, or (with `read`) the read `id`'s
     /// `RmaRead`.
     LenHigh { id: u16, read: bool, high: u32 },
+    /// Sender to receiver, just before send `send_id`'s `Rts`: its data
+    /// lies at `addr` (dmable memory of the sender's, contiguous), granted
+    /// with `token` (the sender's `DmaEngine::grant_token` of it): the
+    /// receiver may get it instead of granting.
+    Offer { send_id: u16, token: u16, addr: u64 },
     /// Eager slots handed back.
     Credit { credits: u8 },
     /// The receiver holds too much of our unexpected data (`on`), or no
@@ -474,6 +487,8 @@ const PARAMS: u8 = 0x10;
 const READ: u8 = 0x10;
 /// Flag of a `Fin` op that is a `LenHigh`.
 const LEN_HIGH: u8 = 0x20;
+/// Flag of a `Fin` op that is an `Offer`.
+const OFFER: u8 = 0x40;
 /// Flag of an `AtomicReq` that wants the old values back.
 const FETCH: u8 = 0x40;
 /// Flag of the chunk forms of the atomic messages.
@@ -712,6 +727,18 @@ impl Wire {
                 w.buf[0] |= LEN_HIGH | if *read { READ } else { 0 };
                 w.put(&[0]).put(&id.to_le_bytes()).put(&high.to_le_bytes());
             }
+            Wire::Offer {
+                send_id,
+                token,
+                addr,
+            } => {
+                w = Writer::new(op::FIN, None);
+                w.buf[0] |= OFFER;
+                w.put(&[0])
+                    .put(&send_id.to_le_bytes())
+                    .put(&token.to_le_bytes())
+                    .put(&addr.to_le_bytes());
+            }
             Wire::Credit { credits } => {
                 w = Writer::new(op::CREDIT, None);
                 w.put(&[*credits]);
@@ -933,6 +960,14 @@ impl Wire {
                     high: r.u32(),
                 }
             }
+            op::FIN if flags & OFFER != 0 => {
+                r.u8();
+                Wire::Offer {
+                    send_id: r.u16(),
+                    token: r.u16(),
+                    addr: r.u64(),
+                }
+            }
             op::FIN => {
                 r.u8();
                 Wire::Fin { send_id: r.u16() }
@@ -1089,6 +1124,11 @@ mod tests {
                 id: 0xffff,
                 read: true,
                 high: u32::MAX,
+            },
+            Wire::Offer {
+                send_id: 0xfffe,
+                token: 0xa55a,
+                addr: u64::MAX - 7,
             },
             Wire::Credit { credits: 255 },
             Wire::Throttle { on: true },

@@ -1562,9 +1562,10 @@ impl World {
     }
 
     /// Keeps H's forgeries to what would reach H's own memory on real
-    /// nodes (see the module docs): a grant or a ring outside H's memory
-    /// that lies in this process's dmable memory is moved into H's, or out
-    /// of any; a key of A's or B's exposures to each other becomes H's.
+    /// nodes (see the module docs): a grant, an offer or a ring outside
+    /// H's memory that lies in this process's dmable memory is moved into
+    /// H's, or out of any; a key of A's or B's exposures to each other
+    /// becomes H's.
     fn sanitize(&mut self, message: &mut Message) {
         let arena = self.h.as_ref().unwrap().arena.as_ptr() as usize;
         let fix_range = |this: &mut World, addr: u64, len: usize| -> Option<u64> {
@@ -1603,6 +1604,13 @@ impl World {
                     .unwrap_or(usize::MAX);
                 if let Some(fixed) = fix_range(self, ring, len.min(1 << 40)) {
                     message[16..24].copy_from_slice(&fixed.to_le_bytes());
+                }
+            }
+            // An offer to read H's own memory: its arena, never freed
+            // (token 0), or wherever the fix puts it.
+            Some(Wire::Offer { addr, .. }) => {
+                if let Some(fixed) = fix_range(self, addr, FRAGMENT) {
+                    message[6..14].copy_from_slice(&fixed.to_le_bytes());
                 }
             }
             Some(Wire::RmaWrite { key, .. } | Wire::AtomicReq { key, .. })

@@ -27,7 +27,11 @@ impl Progress for EpInner {
 
     fn progress_for_agent(&self) -> Pending {
         let mut core = self.core.lock();
+        // The application computes meanwhile: what the pass matches, the
+        // sender copies.
+        core.set_helping(true);
         self.advance(&mut core);
+        core.set_helping(false);
         let pending = pending_of(&core);
         let lost = core.peers_lost();
         drop(core);

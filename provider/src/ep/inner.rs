@@ -254,11 +254,12 @@ unsafe impl FiObject for EpInner {
             carried.atomics
         );
         tracing::info!(
-            "endpoint {:p}: {} of the one-sided operations done inside their call (direct path); {} eager messages stored into their slot; {} access notices to targets that count them",
+            "endpoint {:p}: {} of the one-sided operations done inside their call (direct path); {} eager messages stored into their slot; {} access notices to targets that count them; {} rendezvous receives read from the sender's buffer",
             ep,
             carried.direct,
             carried.stored,
-            carried.notices
+            carried.notices,
+            carried.pulls
         );
         tracing::info!(
             "endpoint {:p}: {} peers; dmable memory of its own: {} bytes of buffers, {} bytes of eager rings for its peers",

@@ -357,6 +357,22 @@ impl DmaEngine for NodeDma {
         self.transfer(false, local, len, reg, remote_addr)
     }
 
+    fn get_granted(
+        &mut self,
+        local: *mut u8,
+        len: usize,
+        reg: RegId,
+        remote_addr: u64,
+        token: u16,
+    ) -> Result<DmaId, DmaError> {
+        if reg.0 & NET_REG == 0 {
+            return self.shm.get_granted(local, len, reg, remote_addr, token);
+        }
+        // Offers are made to peers of this host only (their memory is one
+        // load away): across hosts the transfer goes by grants.
+        Err(DmaError::NoLoadStore)
+    }
+
     fn poll(&mut self) -> Option<DmaId> {
         if let Some(id) = self.shm.poll() {
             return Some(id);

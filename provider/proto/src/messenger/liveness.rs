@@ -65,7 +65,7 @@ where
                 | DataItem::RmaWrite { op, .. } => self.fail_send(op),
                 // Its Rts or RmaWrite, just behind it, fails the send (a
                 // part: its last part).
-                DataItem::LenHigh { .. } | DataItem::Part { .. } => {}
+                DataItem::LenHigh { .. } | DataItem::Offer { .. } | DataItem::Part { .. } => {}
             }
         }
         for op in self.tx_ops.ids_where(|o| o.peer == peer) {
@@ -89,6 +89,7 @@ where
         self.fail_rma_with(peer);
         self.forget_atomics_of(peer);
         self.long_lengths.retain(|&(p, _, _), _| p != peer);
+        self.offers.retain(|&(p, _), _| p != peer);
         self.fail_receives_from(peer);
         if let Some(node) = self.peers[peer].node {
             // For every messenger of the domain: the cache is shared.

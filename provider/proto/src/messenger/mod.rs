@@ -170,6 +170,12 @@ pub struct Messenger<M: Mailbox, D: DmaEngine> {
     /// by a `LenHigh`, by peer, kind (read or not) and id, until the
     /// message that starts the transfer comes.
     long_lengths: IdMap<(PeerIdx, bool, u16), u32>,
+    /// Send buffers offered by an `Offer` (address, token), by peer and
+    /// send id, until the `Rts` that follows it comes.
+    offers: IdMap<(PeerIdx, u16), (u64, u16)>,
+    /// The progress agent runs this pass: a rendezvous it matches is
+    /// granted, never read here (the application computes meanwhile).
+    helping: bool,
     // send::rendezvous
     tx_staging: BufferPool,
     deferred_fragments: VecDeque<Grant>,
@@ -226,6 +232,9 @@ pub struct Stats {
     /// Notices of one-sided accesses sent to targets whose key counts them
     /// (`FI_RMA_EVENT`).
     pub notices: u64,
+    /// Rendezvous receives whose data we read from the sender's offered
+    /// buffer (the receiver waited), not granted to the sender.
+    pub pulls: u64,
     /// Transfers of the domain's engine copied by its own thread while
     /// their submitter went on (filled in by [`Messenger::stats`]).
     pub moved_async: u64,
@@ -306,6 +315,8 @@ where
             atomic_rx: IdMap::default(),
             deferred_reads: VecDeque::new(),
             long_lengths: IdMap::default(),
+            offers: IdMap::default(),
+            helping: false,
             outstanding_sends: 0,
             bounce_pool,
             tx_staging,
@@ -492,6 +503,26 @@ where
             return;
         }
         self.long_lengths.insert((peer, read, id), high);
+    }
+
+    /// A peer offers the buffer of its send `send_id`, whose `Rts` comes
+    /// next.
+    pub(crate) fn on_offer(&mut self, peer: PeerIdx, send_id: u16, offer: (u64, u16)) {
+        // As for length announcements: each is followed at once by its
+        // `Rts`, which takes it.
+        if self.offers.len() >= 1024 {
+            self.drop_invalid(peer, "offer without its request to send");
+            return;
+        }
+        self.offers.insert((peer, send_id), offer);
+    }
+
+    /// The progress agent runs the passes from now on (`true`), or the
+    /// application's own calls do again: a rendezvous the agent matches
+    /// is granted, so that the sender, not this computing process, copies
+    /// it.
+    pub fn set_helping(&mut self, helping: bool) {
+        self.helping = helping;
     }
 
     /// The full length of a transfer whose start carried `low`.

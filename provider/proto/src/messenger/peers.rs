@@ -42,6 +42,13 @@ pub(crate) enum DataItem {
     LenHigh {
         op: usize,
     },
+    /// The offer of send `op`'s buffer (at `addr`, granted with `token`),
+    /// just before its `Rts`.
+    Offer {
+        op: usize,
+        addr: u64,
+        token: u16,
+    },
     /// An RMA write the target must grant: `addr` is the target's own
     /// address, `key` what it checks it against.
     RmaWrite {

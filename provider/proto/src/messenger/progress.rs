@@ -149,6 +149,7 @@ where
                     len,
                     staging,
                 }) => self.on_rma_piece_done(op, offset, len, staging),
+                Some(Waiter::Pull { id, gen }) => self.on_pulled(id, gen),
                 None => tracing::warn!(token, "completion of an unknown DMA"),
             }
         }
@@ -276,6 +277,11 @@ where
             } => self.on_fragment_done(peer, send_id, recv_id as usize, recv_gen, fragment),
             Wire::Fin { send_id } => self.on_fin(peer, send_id as usize),
             Wire::LenHigh { id, read, high } => self.on_len_high(peer, id, read, high),
+            Wire::Offer {
+                send_id,
+                token,
+                addr,
+            } => self.on_offer(peer, send_id, (addr, token)),
             Wire::Credit { credits } => self.add_credits(peer, credits),
             // Any value is the peer's to give: it throttles only our
             // traffic to it.

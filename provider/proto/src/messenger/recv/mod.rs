@@ -154,10 +154,12 @@ where
                 unsafe { scatter(&placement.iov, 0, bytes.as_ptr(), copied) };
                 self.complete_recv(placement, message.src, message.info, message.len, copied);
             }
+            // Matched by a post: granted, the sender copies (it waits;
+            // the caller of the post goes on).
             Held::Rts { peer, send_id } => self.start_rx_xfer(
                 peer,
                 message.src,
-                send_id,
+                (send_id, None),
                 message.info,
                 message.len,
                 placement,

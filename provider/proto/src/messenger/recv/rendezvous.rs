@@ -3,6 +3,13 @@
 //! straight into a dmable, contiguous receive buffer), copies each staged
 //! fragment out when the sender reports it, and ends with a FIN.
 //!
+//! Or it reads the message itself, when the sender offered its buffer
+//! (`Offer`) and the receiver matches the request while it polls: a
+//! process that polls waits, and its CPU is the one to copy with, while the
+//! sender, which posted and went on, computes (what a DMA engine would
+//! give both). A request matched by a post, or by the progress agent
+//! while the application computes, is granted as above: the sender copies.
+//!
 //! Owns: `rx_xfers` (transfers in progress, addressed by `recv_id`),
 //! `deferred_grants` (transfers waiting for a staging buffer) and the
 //! receive-side staging pool.
@@ -13,6 +20,7 @@ use std::hash::Hash;
 use unimem_dma::DmaEngine;
 use unimem_mailbox::Mailbox;
 
+use super::super::send::Waiter;
 use super::super::{Messenger, PeerIdx};
 use super::Held;
 use crate::iov::scatter;
@@ -51,6 +59,9 @@ pub(crate) struct RxXfer<A> {
     pub(crate) done: u32,
     /// Granting straight into the (dmable, contiguous) user buffer.
     pub(crate) direct: bool,
+    /// The sender's offer (address, token) this transfer reads, when it
+    /// does: taken when it starts.
+    pub(crate) offer: Option<(u64, u16)>,
     pub(crate) staged: HashMap<u32, Buffer>,
     /// Fragments granted and not reported done yet (a window's worth): a
     /// report of any other is not the sender's to make.
@@ -64,11 +75,13 @@ where
     D: DmaEngine,
     D::Node: WireNode<M::Addr>,
 {
+    /// Starts receive `placement` of `peer`'s send `send_id`, reading it
+    /// from `offer` (the sender's buffer) if it can.
     pub(crate) fn start_rx_xfer(
         &mut self,
         peer: PeerIdx,
         src: M::Addr,
-        send_id: u16,
+        (send_id, offer): (u16, Option<(u64, u16)>),
         info: MatchInfo,
         msg_len: usize,
         placement: Placement,
@@ -80,6 +93,15 @@ where
         }
         let xfer_len = msg_len.min(placement.capacity());
         let (fragments, direct) = self.xfer_shape(peer, &placement.iov, xfer_len);
+        // Read into the receive buffer itself: one piece of our dmable
+        // memory.
+        let offer = offer.filter(|_| {
+            xfer_len > 0
+                && placement.iov.len() == 1
+                && self
+                    .dma
+                    .is_dmable(placement.iov[0].0 as *const u8, xfer_len)
+        });
         tracing::debug!(
             len = xfer_len,
             "rendezvous receive {}",
@@ -102,6 +124,7 @@ where
             next_grant: 0,
             done: 0,
             direct,
+            offer,
             staged: HashMap::new(),
             outstanding: Vec::new(),
         });
@@ -160,10 +183,68 @@ where
         }
         if empty {
             self.finish_rx(id);
-        } else {
+        } else if !self.pull(id) {
             self.continue_granting(id);
         }
         id
+    }
+
+    /// Reads transfer `id` from the buffer its sender offered, if it holds
+    /// an offer and the engine takes it (the sender's memory, checked
+    /// against the offer's token); false, nothing read and the offer
+    /// dropped, if not: it is then granted as any other.
+    fn pull(&mut self, id: usize) -> bool {
+        let gen = self.rx_xfers.generation(id);
+        let Some(xfer) = self.rx_xfers.get_mut(id) else {
+            return false;
+        };
+        let Some((addr, offer)) = xfer.offer.take() else {
+            return false;
+        };
+        let Some(node) = self.peers[xfer.peer].node else {
+            return false;
+        };
+        let (local, len) = (xfer.placement.iov[0].0 as *mut u8, xfer.xfer_len);
+        let token = self.dma_waiters.next_id();
+        let mut dma = self.dma.lock();
+        // A sender on another host: its memory is not one load away.
+        if !dma.loads_reach(node) {
+            return false;
+        }
+        let result = dma.with_registration(
+            None,
+            (node, addr, len),
+            // A stale registration of the sender's memory is renewed; the
+            // offer's token still decides.
+            |_| Ok(()),
+            |dma, reg| dma.get_granted(local, len, reg, addr, offer, token),
+        );
+        let mut done = std::mem::take(&mut self.dma_done);
+        if result.is_ok() {
+            dma.completed(&mut done);
+        }
+        drop(dma);
+        if let Err(e) = result {
+            self.dma_done = done;
+            tracing::debug!(%node, addr, len, "offer not read ({e}): granted instead");
+            return false;
+        }
+        // Nothing left to grant: it ends when the read completes.
+        xfer.next_grant = xfer.fragments;
+        let waiter = self.dma_waiters.insert(Waiter::Pull { id, gen });
+        debug_assert_eq!(waiter, token);
+        self.stats.pulls += 1;
+        self.on_dma_done(done);
+        true
+    }
+
+    /// The read of transfer `id` (of generation `gen`) completed: the
+    /// message is here, unless the transfer ended meanwhile (its peer
+    /// died).
+    pub(crate) fn on_pulled(&mut self, id: usize, gen: u16) {
+        if self.rx_xfers.generation(id) == gen && self.rx_xfers.get(id).is_some() {
+            self.finish_rx(id);
+        }
     }
 
     /// Fragments of `len` bytes from `peer`, and whether `iov` can take
@@ -436,8 +517,14 @@ where
         send_id: u16,
         len: usize,
     ) {
+        let offer = self.offers.remove(&(peer, send_id));
         match self.matcher.match_arrival(&src, &info, len) {
-            Some(placement) => self.start_rx_xfer(peer, src, send_id, info, len, placement),
+            // Matched while we poll: read it if offered, unless the agent
+            // polls for an application that computes.
+            Some(placement) => {
+                let offer = offer.filter(|_| !self.helping);
+                self.start_rx_xfer(peer, src, (send_id, offer), info, len, placement)
+            }
             None => self.matcher.push_unexpected(Unexpected {
                 src,
                 info,

@@ -391,6 +391,7 @@ where
                     next_grant: 0,
                     done: 0,
                     direct,
+                    offer: None,
                     staged: HashMap::new(),
                     outstanding: Vec::new(),
                 });

@@ -117,6 +117,7 @@ where
             next_grant: 0,
             done: 0,
             direct,
+            offer: None,
             staged: HashMap::new(),
             outstanding: Vec::new(),
         });

@@ -109,6 +109,9 @@ pub(crate) enum Waiter {
         recv_gen: u16,
         staging: Option<Buffer>,
     },
+    /// The read of rendezvous receive `id` (of generation `gen`) from its
+    /// sender's offered buffer.
+    Pull { id: usize, gen: u16 },
     /// A piece of a one-sided RMA operation: `len` bytes at `offset` of
     /// the operation, through `staging` when the local buffer is not
     /// dmable (a read scatters it out when the DMA completes).
@@ -208,6 +211,11 @@ where
         if rendezvous && len > u32::MAX as usize {
             self.peers[peer].data.push_back(DataItem::LenHigh { op });
         }
+        if let Some((addr, token)) = rendezvous.then(|| self.offer(op)).flatten() {
+            self.peers[peer]
+                .data
+                .push_back(DataItem::Offer { op, addr, token });
+        }
         self.peers[peer].data.push_back(if rendezvous {
             DataItem::Rts { op }
         } else {
@@ -219,6 +227,21 @@ where
             self.push_out_eager(peer, op);
         }
         Ok(())
+    }
+
+    /// What rendezvous send `op` offers the receiver to read: its buffer
+    /// (address, grant token) when it is the user's, contiguous and dmable.
+    /// (A receiver on another host, whose loads do not reach it, grants.)
+    fn offer(&self, op: usize) -> Option<(u64, u16)> {
+        let tx = self.tx_ops.get(op)?;
+        let TxKind::Rendezvous(Payload::User(iov)) = &tx.kind else {
+            return None;
+        };
+        let &[(addr, len)] = &iov[..] else {
+            return None;
+        };
+        let token = self.dma.grant_token(addr as *const u8, len)?;
+        (len == tx.len).then_some((addr as u64, token))
     }
 
     /// The copy of an inject's data, made within its call: into a bounce
@@ -262,6 +285,7 @@ where
                     DataItem::Eager { op: queued }
                     | DataItem::Rts { op: queued }
                     | DataItem::LenHigh { op: queued }
+                    | DataItem::Offer { op: queued, .. }
                     | DataItem::RmaWrite { op: queued, .. } => queued == op,
                     DataItem::Inline { .. } | DataItem::Part { .. } => false,
                 })
@@ -329,6 +353,14 @@ where
                         id: op as u16,
                         read: false,
                         high: (len as u64 >> 32) as u32,
+                    };
+                    (message.encode(), None, 0)
+                }
+                DataItem::Offer { op, addr, token } => {
+                    let message = Wire::Offer {
+                        send_id: op as u16,
+                        token,
+                        addr,
                     };
                     (message.encode(), None, 0)
                 }
