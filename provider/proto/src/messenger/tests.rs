@@ -142,6 +142,19 @@ fn recv_spec(
     }
 }
 
+/// An untagged receive of `len` bytes into dmable `target`, from anyone.
+fn dmable_recv(target: &DmaBuf, len: usize, context: usize) -> PostedRecv<MailboxAddr> {
+    PostedRecv {
+        context,
+        iov: IovList::One((target.as_ptr() as usize, len)),
+        src: None,
+        tag: 0,
+        ignore: 0,
+        completion: true,
+        multi_recv: false,
+    }
+}
+
 fn post(ep: &mut Shm, tagged: bool, recv: PostedRecv<MailboxAddr>) {
     // SAFETY: the tests keep the buffer alive until the receive completes.
     unsafe { ep.post_recv(tagged, recv) }
@@ -648,16 +661,7 @@ fn rendezvous_straight_into_dmable_receive_buffers() {
     let source = a.dma.alloc(len).unwrap();
     let data = pattern(len, 9);
     source.write(0, &data);
-    let spec = PostedRecv {
-        context: 1,
-        iov: IovList::One((target.as_ptr() as usize, len)),
-        src: None,
-        tag: 0,
-        ignore: 0,
-        completion: true,
-        multi_recv: false,
-    };
-    post(&mut b, false, spec);
+    post(&mut b, false, dmable_recv(&target, len, 1));
     let req = SendReq {
         context: 2,
         ..send_req(b.addr(), source.as_ptr(), len)
@@ -689,15 +693,7 @@ fn rendezvous_between(
     let data = pattern(len, len as u8);
     source.write(0, &data);
     let target = b.dma.alloc(capacity).unwrap();
-    let spec = PostedRecv {
-        context: 1,
-        iov: IovList::One((target.as_ptr() as usize, capacity)),
-        src: None,
-        tag: 0,
-        ignore: 0,
-        completion: true,
-        multi_recv: false,
-    };
+    let spec = dmable_recv(&target, capacity, 1);
     if posted_first {
         post(b, false, spec.clone());
     }
@@ -766,19 +762,7 @@ fn an_offer_of_memory_freed_since_is_not_read() {
     let mut b = messenger();
     let len = 2 * FRAGMENT;
     let target = b.dma.alloc(len).unwrap();
-    post(
-        &mut b,
-        false,
-        PostedRecv {
-            context: 1,
-            iov: IovList::One((target.as_ptr() as usize, len)),
-            src: None,
-            tag: 0,
-            ignore: 0,
-            completion: true,
-            multi_recv: false,
-        },
-    );
+    post(&mut b, false, dmable_recv(&target, len, 1));
     let source = a.dma.alloc(len).unwrap();
     let at = source.as_ptr();
     // SAFETY: the sender frees the buffer under its send on purpose; the
@@ -3488,15 +3472,7 @@ fn puts_never_land_in_memory_freed_since_it_was_granted() {
     let source = a.dma.alloc(len).unwrap();
     let data = pattern(len, 21);
     source.write(0, &data);
-    let recv = |target: &DmaBuf, context| PostedRecv {
-        context,
-        iov: IovList::One((target.as_ptr() as usize, len)),
-        src: None,
-        tag: 0,
-        ignore: 0,
-        completion: true,
-        multi_recv: false,
-    };
+    let recv = |target: &DmaBuf, context| dmable_recv(target, len, context);
 
     // One transfer through a registration the sender caches.
     let first = b.dma.alloc(len).unwrap();
