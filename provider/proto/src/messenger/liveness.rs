@@ -89,7 +89,7 @@ where
         self.fail_rma_with(peer);
         self.forget_atomics_of(peer);
         self.long_lengths.retain(|&(p, _, _), _| p != peer);
-        self.offers.retain(|&(p, _), _| p != peer);
+        self.peers[peer].offer = None;
         self.fail_receives_from(peer);
         if let Some(node) = self.peers[peer].node {
             // For every messenger of the domain: the cache is shared.

@@ -170,9 +170,6 @@ pub struct Messenger<M: Mailbox, D: DmaEngine> {
     /// by a `LenHigh`, by peer, kind (read or not) and id, until the
     /// message that starts the transfer comes.
     long_lengths: IdMap<(PeerIdx, bool, u16), u32>,
-    /// Send buffers offered by an `Offer` (address, token), by peer and
-    /// send id, until the `Rts` that follows it comes.
-    offers: IdMap<(PeerIdx, u16), (u64, u16)>,
     /// The progress agent runs this pass: a rendezvous it matches is
     /// granted, never read here (the application computes meanwhile).
     helping: bool,
@@ -315,7 +312,6 @@ where
             atomic_rx: IdMap::default(),
             deferred_reads: VecDeque::new(),
             long_lengths: IdMap::default(),
-            offers: IdMap::default(),
             helping: false,
             outstanding_sends: 0,
             bounce_pool,
@@ -508,13 +504,17 @@ where
     /// A peer offers the buffer of its send `send_id`, whose `Rts` comes
     /// next.
     pub(crate) fn on_offer(&mut self, peer: PeerIdx, send_id: u16, offer: (u64, u16)) {
-        // As for length announcements: each is followed at once by its
-        // `Rts`, which takes it.
-        if self.offers.len() >= 1024 {
-            self.drop_invalid(peer, "offer without its request to send");
-            return;
+        // Each is followed at once by its `Rts` (one sender's messages
+        // arrive in order), which takes it: a peer has one at most, and
+        // only its own misbehaviour is held against it.
+        let (addr, token) = offer;
+        if self.peers[peer]
+            .offer
+            .replace((send_id, addr, token))
+            .is_some()
+        {
+            self.drop_invalid(peer, "offer whose request to send never came");
         }
-        self.offers.insert((peer, send_id), offer);
     }
 
     /// The progress agent runs the passes from now on (`true`), or the

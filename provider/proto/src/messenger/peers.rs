@@ -157,6 +157,9 @@ pub(crate) struct Peer<A, R, N> {
     pub(crate) throttling: bool,
     /// It asked us to throttle: our messages to it go by rendezvous.
     pub(crate) throttled: bool,
+    /// The buffer its next `Rts` offers (send id, address, token), from
+    /// the `Offer` just before it.
+    pub(crate) offer: Option<(u16, u64, u16)>,
     /// Its message in parts we are putting together (`recv::parted`).
     pub(crate) parted: Option<super::recv::parted::Parted>,
     /// The direct path's last key and registration with it (`rma::direct`).
@@ -261,6 +264,7 @@ where
             unexpected_held: 0,
             throttling: false,
             throttled: false,
+            offer: None,
             parted: None,
             lane: None,
         });

@@ -517,7 +517,11 @@ where
         send_id: u16,
         len: usize,
     ) {
-        let offer = self.offers.remove(&(peer, send_id));
+        let offer = self.peers[peer]
+            .offer
+            .take()
+            .filter(|&(id, ..)| id == send_id)
+            .map(|(_, addr, token)| (addr, token));
         match self.matcher.match_arrival(&src, &info, len) {
             // Matched while we poll: read it if offered, unless the agent
             // polls for an application that computes.
