@@ -88,7 +88,7 @@ where
         }
         self.fail_rma_with(peer);
         self.forget_atomics_of(peer);
-        self.long_lengths.retain(|&(p, _, _), _| p != peer);
+        self.peers[peer].long_len = None;
         self.peers[peer].offer = None;
         self.fail_receives_from(peer);
         if let Some(node) = self.peers[peer].node {

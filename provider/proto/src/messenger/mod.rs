@@ -165,11 +165,6 @@ pub struct Messenger<M: Mailbox, D: DmaEngine> {
     atomic_rx: IdMap<(PeerIdx, u16), rma::atomic::PendingAtomic>,
     // rma::target
     deferred_reads: VecDeque<DeferredRead>,
-    // recv (lengths)
-    /// High 32 bits of the lengths of transfers of 4 GiB or more announced
-    /// by a `LenHigh`, by peer, kind (read or not) and id, until the
-    /// message that starts the transfer comes.
-    long_lengths: IdMap<(PeerIdx, bool, u16), u32>,
     /// The progress agent runs this pass: a rendezvous it matches is
     /// granted, never read here (the application computes meanwhile).
     helping: bool,
@@ -311,7 +306,6 @@ where
             rma_pending: VecDeque::new(),
             atomic_rx: IdMap::default(),
             deferred_reads: VecDeque::new(),
-            long_lengths: IdMap::default(),
             helping: false,
             outstanding_sends: 0,
             bounce_pool,
@@ -492,13 +486,16 @@ where
     /// A peer announces the high 32 bits of the length of its next
     /// transfer `id`.
     pub(crate) fn on_len_high(&mut self, peer: PeerIdx, id: u16, read: bool, high: u32) {
-        // Each announcement is followed at once by its transfer's start:
-        // a peer cannot have many pending, unless it lies.
-        if self.long_lengths.len() >= 1024 {
+        // Each announcement is followed at once by its transfer's start,
+        // which takes it: a peer has one at most, and only its own
+        // misbehaviour is held against it.
+        if self.peers[peer]
+            .long_len
+            .replace((read, id, high))
+            .is_some()
+        {
             self.drop_invalid(peer, "length announcement without its transfer");
-            return;
         }
-        self.long_lengths.insert((peer, read, id), high);
     }
 
     /// A peer offers the buffer of its send `send_id`, whose `Rts` comes
@@ -527,7 +524,11 @@ where
 
     /// The full length of a transfer whose start carried `low`.
     pub(crate) fn full_length(&mut self, peer: PeerIdx, read: bool, id: u16, low: u32) -> usize {
-        let high = self.long_lengths.remove(&(peer, read, id)).unwrap_or(0);
+        let high = self.peers[peer]
+            .long_len
+            .take()
+            .filter(|&(r, i, _)| (r, i) == (read, id))
+            .map_or(0, |(_, _, high)| high);
         ((u64::from(high) << 32) | u64::from(low)) as usize
     }
 

@@ -160,6 +160,9 @@ pub(crate) struct Peer<A, R, N> {
     /// The buffer its next `Rts` offers (send id, address, token), from
     /// the `Offer` just before it.
     pub(crate) offer: Option<(u16, u64, u16)>,
+    /// The high 32 bits of the length of its next transfer (read or not,
+    /// id, high bits), from the `LenHigh` just before its start.
+    pub(crate) long_len: Option<(bool, u16, u32)>,
     /// Its message in parts we are putting together (`recv::parted`).
     pub(crate) parted: Option<super::recv::parted::Parted>,
     /// The direct path's last key and registration with it (`rma::direct`).
@@ -265,6 +268,7 @@ where
             throttling: false,
             throttled: false,
             offer: None,
+            long_len: None,
             parted: None,
             lane: None,
         });

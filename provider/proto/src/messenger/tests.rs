@@ -754,10 +754,12 @@ fn a_polling_receiver_reads_the_offered_message_and_others_grant_it() {
     }
 }
 
-/// Offers from a stranger that never sends their requests are dropped,
-/// held against that stranger alone: a peer holds one offer at most.
+/// Offers and length announcements from a stranger that never sends the
+/// requests they announce are dropped, held against that stranger alone:
+/// a peer holds one of each at most (they once filled tables shared by
+/// every peer, whose own announcements were then refused).
 #[test]
-fn offers_without_their_requests_are_held_against_their_sender_only() {
+fn announcements_without_their_requests_are_held_against_their_sender_only() {
     let mut b = messenger();
     let mut forged = rogue_first_contact();
     for id in 0..5u16 {
@@ -766,15 +768,22 @@ fn offers_without_their_requests_are_held_against_their_sender_only() {
             token: 0,
             addr: 0x1000,
         });
+        forged.push(Wire::LenHigh {
+            id,
+            read: false,
+            high: 1,
+        });
     }
     let _rogue = forge(b.addr(), &forged);
     for _ in 0..20 {
         b.progress();
     }
-    // Its hello (naming no node), and four offers replaced by the next.
-    assert_eq!(b.dropped_messages(), 1 + 4);
+    // Its hello (naming no node), and four of each replaced by the next.
+    assert_eq!(b.dropped_messages(), 1 + 4 + 4);
     let held: Vec<_> = b.peers.iter().filter_map(|p| p.offer).collect();
     assert_eq!(held, [(4, 0x1000, 0)], "the last offer only");
+    let held: Vec<_> = b.peers.iter().filter_map(|p| p.long_len).collect();
+    assert_eq!(held, [(false, 4, 1)], "the last length only");
 }
 
 /// An offer of memory its owner freed since (a sender that broke its
