@@ -165,6 +165,7 @@ pub struct Messenger<M: Mailbox, D: DmaEngine> {
     atomic_rx: IdMap<(PeerIdx, u16), rma::atomic::PendingAtomic>,
     // rma::target
     deferred_reads: VecDeque<DeferredRead>,
+    // recv::rendezvous
     /// The progress agent runs this pass: a rendezvous it matches is
     /// granted, never read here (the application computes meanwhile).
     helping: bool,
