@@ -322,7 +322,6 @@ impl ShmDmaEngine {
         Ok(table)
     }
 
-    #[allow(clippy::too_many_arguments)]
     /// A put or get of `len` bytes at `local` with `remote_addr` of `reg`
     /// (granted with a token, or not). A transfer granted is a
     /// rendezvous's, copied here by its caller; any other of at least

@@ -13,7 +13,7 @@ use std::mem::size_of;
 use std::os::raw::{c_int, c_void};
 use std::ptr;
 
-use super::data::{map_post_error, SEND_ONLY_FLAGS};
+use super::data::SEND_ONLY_FLAGS;
 use super::inner::{Ep, EpInner};
 use crate::base::ffi::{self, ret};
 use crate::base::guard::ffi_guard_or;
@@ -185,9 +185,9 @@ unsafe fn bytes_of(
 
 /// Posts `call` on `ep`.
 fn post_atomic(ep: &EpInner, op_name: &str, call: &Call) -> isize {
-    let Some(b) = ep.active.get() else {
-        tracing::warn!("{op_name}: the endpoint is not enabled");
-        return -(ffi::FI_EOPBADSTATE as c_int) as isize;
+    let b = match ep.enabled(op_name) {
+        Ok(b) => b,
+        Err(code) => return code,
     };
     let flags = call.flags.unwrap_or(ep.tx_op_flags & !SEND_ONLY_FLAGS);
     if flags & !ATOMIC_FLAGS != 0 {
@@ -235,12 +235,9 @@ fn post_atomic(ep: &EpInner, op_name: &str, call: &Call) -> isize {
         );
         return ret::EINVAL as isize;
     }
-    let Some(dest) = b.av.as_ref().and_then(|av| av.lookup(call.peer)) else {
-        tracing::warn!(
-            "{op_name}: fi_addr {:#x} is not in the endpoint's AV",
-            call.peer
-        );
-        return ret::EINVAL as isize;
+    let dest = match b.peer(op_name, call.peer) {
+        Ok(dest) => dest,
+        Err(code) => return code,
     };
     let completion = !call.inject && (!b.tx_selective || flags & ffi::FI_COMPLETION != 0);
     let req = AtomicReq {
@@ -261,15 +258,9 @@ fn post_atomic(ep: &EpInner, op_name: &str, call: &Call) -> isize {
         context: call.context as usize,
         completion,
     };
-    let mut core = ep.enter();
     // SAFETY: libfabric's contract: operands readable during the call (the
     // protocol copies them), the result buffer valid until completion.
-    let posted = unsafe { core.atomic(req) };
-    ep.drain(&mut core);
-    match posted {
-        Ok(()) => 0,
-        Err(e) => map_post_error(ep, e, op_name),
-    }
+    ep.post(op_name, |core| unsafe { core.atomic(req) })
 }
 
 /// Every atomic entry point: find our endpoint and post, under the panic

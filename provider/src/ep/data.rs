@@ -10,7 +10,7 @@ use std::mem::size_of;
 use std::os::raw::{c_int, c_void};
 use std::ptr;
 
-use super::inner::{Ep, EpInner};
+use super::inner::{Ep, EpCore, EpInner};
 use crate::base::ffi::{self, ret};
 use crate::base::guard::ffi_guard_or;
 use unimem_proto::iov::total_len;
@@ -90,6 +90,24 @@ const RECV_FLAGS: u64 = ffi::FI_COMPLETION
     | ffi::FI_MSG
     | ffi::FI_TAGGED
     | ffi::FI_RECV;
+
+impl EpInner {
+    /// Runs `post` (one operation of call `op`) on the messenger, then
+    /// reports what it finished at once; its refusal as libfabric's code.
+    pub(super) fn post(
+        &self,
+        op: &str,
+        post: impl FnOnce(&mut EpCore) -> Result<(), PostError>,
+    ) -> isize {
+        let mut core = self.enter();
+        let result = post(&mut core);
+        self.drain(&mut core);
+        match result {
+            Ok(()) => 0,
+            Err(e) => map_post_error(self, e, op),
+        }
+    }
+}
 
 pub(super) fn map_post_error(ep: &EpInner, e: PostError, op: &str) -> isize {
     let code = match e {
@@ -285,16 +303,10 @@ fn post_send(ep: &EpInner, op: &str, iov: IovList, req: &Request) -> isize {
         copy: flags & ffi::FI_INJECT != 0,
         delivery_complete: flags & (ffi::FI_MATCH_COMPLETE | ffi::FI_DELIVERY_COMPLETE) != 0,
     };
-    let mut core = ep.enter();
     // SAFETY: libfabric's contract: the buffers stay valid until the send
     // completes (until return for an inject or with FI_INJECT, which the
     // protocol copies).
-    let result = unsafe { core.send(req) };
-    ep.drain(&mut core);
-    match result {
-        Ok(()) => 0,
-        Err(e) => map_post_error(ep, e, op),
-    }
+    ep.post(op, |core| unsafe { core.send(req) })
 }
 
 /// A receive into `iov` as `req` asks.

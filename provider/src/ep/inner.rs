@@ -95,6 +95,18 @@ pub(super) struct Bindings {
 }
 
 impl Bindings {
+    /// The address of AV entry `fi_addr`, for call `op`; refused with a
+    /// warning if the AV has none.
+    pub(super) fn peer(&self, op: &str, fi_addr: u64) -> Result<MailboxAddr, isize> {
+        self.av
+            .as_ref()
+            .and_then(|av| av.lookup(fi_addr))
+            .ok_or_else(|| {
+                tracing::warn!("{op}: fi_addr {fi_addr:#x} is not in the endpoint's AV");
+                ffi::ret::EINVAL as isize
+            })
+    }
+
     /// The CQs bound (transmit, receive).
     pub(super) fn cqs(&self) -> impl Iterator<Item = &ParentRef<CqInner>> {
         [&self.tx_cq, &self.rx_cq].into_iter().flatten()
@@ -148,6 +160,15 @@ pub struct EpInner {
 }
 
 impl EpInner {
+    /// The bindings of an enabled endpoint, for call `op`; refused with a
+    /// warning if it is not enabled.
+    pub(super) fn enabled(&self, op: &str) -> Result<&Bindings, isize> {
+        self.active.get().ok_or_else(|| {
+            tracing::warn!("{op}: the endpoint is not enabled");
+            -(ffi::FI_EOPBADSTATE as c_int) as isize
+        })
+    }
+
     /// The messenger, for a call of the application: counted for the
     /// progress agent, which leaves the endpoint to it (see
     /// `state/agent.rs`).

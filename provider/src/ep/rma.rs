@@ -16,7 +16,7 @@ use std::mem::size_of;
 use std::os::raw::{c_int, c_void};
 use std::sync::atomic::Ordering;
 
-use super::data::{map_post_error, Bufs, SEND_ONLY_FLAGS};
+use super::data::{Bufs, SEND_ONLY_FLAGS};
 use super::inner::{Ep, EpInner};
 use crate::base::ffi::{self, ret};
 use crate::base::guard::ffi_guard_or;
@@ -123,9 +123,9 @@ impl RmaCall {
 
 /// Posts `call` on `ep` with local buffers `iov`.
 fn post_rma(ep: &EpInner, op: &str, iov: IovList, call: &RmaCall) -> isize {
-    let Some(b) = ep.active.get() else {
-        tracing::warn!("{op}: the endpoint is not enabled");
-        return -(ffi::FI_EOPBADSTATE as c_int) as isize;
+    let b = match ep.enabled(op) {
+        Ok(b) => b,
+        Err(code) => return code,
     };
     let flags = call.flags.unwrap_or(ep.tx_op_flags & !SEND_ONLY_FLAGS);
     if flags & !RMA_FLAGS != 0 {
@@ -155,9 +155,9 @@ fn post_rma(ep: &EpInner, op: &str, iov: IovList, call: &RmaCall) -> isize {
         );
         return ret::EINVAL as isize;
     }
-    let Some(dest) = b.av.as_ref().and_then(|av| av.lookup(call.peer)) else {
-        tracing::warn!("{op}: fi_addr {:#x} is not in the endpoint's AV", call.peer);
-        return ret::EINVAL as isize;
+    let dest = match b.peer(op, call.peer) {
+        Ok(dest) => dest,
+        Err(code) => return code,
     };
     let completion = !b.tx_selective || flags & ffi::FI_COMPLETION != 0;
     let req = RmaReq {
@@ -170,16 +170,10 @@ fn post_rma(ep: &EpInner, op: &str, iov: IovList, call: &RmaCall) -> isize {
         inject,
         data: call.data,
     };
-    let mut core = ep.enter();
     // SAFETY: libfabric's contract: the buffers stay valid until the
     // operation completes (until return for an inject, which the protocol
     // copies).
-    let result = unsafe { core.rma(call.kind, req) };
-    ep.drain(&mut core);
-    match result {
-        Ok(()) => 0,
-        Err(e) => map_post_error(ep, e, op),
-    }
+    ep.post(op, |core| unsafe { core.rma(call.kind, req) })
 }
 
 /// The refusal of an RMA call on an endpoint opened without `FI_RMA`.
@@ -217,9 +211,9 @@ unsafe fn inject(
             return ret::EINVAL as isize;
         };
         let ep = &*ep.inner;
-        let Some(b) = ep.active.get() else {
-            tracing::warn!("{op}: the endpoint is not enabled");
-            return -(ffi::FI_EOPBADSTATE as c_int) as isize;
+        let b = match ep.enabled(op) {
+            Ok(b) => b,
+            Err(code) => return code,
         };
         if ep.caps & ffi::FI_RMA == 0 {
             return no_rma(ep, op);
@@ -235,19 +229,15 @@ unsafe fn inject(
             ep.post_warnings.warn(op, why);
             return ret::EINVAL as isize;
         }
-        let Some(dest) = b.av.as_ref().and_then(|av| av.lookup(dest)) else {
-            tracing::warn!("{op}: fi_addr {dest:#x} is not in the endpoint's AV");
-            return ret::EINVAL as isize;
+        let dest = match b.peer(op, dest) {
+            Ok(dest) => dest,
+            Err(code) => return code,
         };
-        let mut core = ep.enter();
         // SAFETY: buf holds len readable bytes during the call (caller),
         // which the protocol writes or copies before it returns.
-        let result = unsafe { core.inject_write(dest, (buf.cast(), len), target, data) };
-        ep.drain(&mut core);
-        match result {
-            Ok(()) => 0,
-            Err(e) => map_post_error(ep, e, op),
-        }
+        ep.post(op, |core| unsafe {
+            core.inject_write(dest, (buf.cast(), len), target, data)
+        })
     })
 }
 
