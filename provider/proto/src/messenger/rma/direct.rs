@@ -112,16 +112,7 @@ where
         (key, addr): (u64, u64),
         data: Option<u64>,
     ) -> Result<(), PostError> {
-        if len > self.cfg.eager_size {
-            return Err(PostError::TooLong);
-        }
-        if self.outstanding_sends >= self.cfg.tx_size {
-            return Err(PostError::Again);
-        }
-        let peer = self.peer_index(&dest)?;
-        if self.peers[peer].dead {
-            return Err(PostError::Unreachable);
-        }
+        let peer = self.admit_rma(&dest, len, true)?;
         if len > 0 {
             let mut access = |at: *mut u8| {
                 // SAFETY: `at` reaches `len` bytes of the target's range
@@ -145,7 +136,8 @@ where
         };
         // SAFETY: the bytes are valid during this call (caller), and an
         // inject is copied within it.
-        unsafe { self.rma(RmaKind::Write, req) }
+        unsafe { self.post_rma(RmaKind::Write, peer, req, len) };
+        Ok(())
     }
 
     /// Runs `access` on the `range` (key, address, length) of a `store`

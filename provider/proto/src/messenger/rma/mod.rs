@@ -152,6 +152,25 @@ where
     pub unsafe fn rma(&mut self, kind: RmaKind, req: RmaReq<M::Addr>) -> Result<(), PostError> {
         let len = total_len(&req.iov);
         let inject = req.inject && kind == RmaKind::Write;
+        let peer = self.admit_rma(&req.dest, len, inject)?;
+        // SAFETY: the iov is valid during this call (caller).
+        if unsafe { self.rma_direct(kind, peer, &req, len) } {
+            return Ok(());
+        }
+        // SAFETY: as above.
+        unsafe { self.post_rma(kind, peer, req, len) };
+        Ok(())
+    }
+
+    /// The peer an RMA operation of `len` bytes to `dest` (an `inject`
+    /// or not) goes to, or why it is refused at once: too long, the
+    /// transmit queue full, the peer unreachable.
+    pub(crate) fn admit_rma(
+        &mut self,
+        dest: &M::Addr,
+        len: usize,
+        inject: bool,
+    ) -> Result<PeerIdx, PostError> {
         if len > self.cfg.max_msg_size {
             return Err(PostError::TooLong);
         }
@@ -161,14 +180,27 @@ where
         if self.outstanding_sends >= self.cfg.tx_size {
             return Err(PostError::Again);
         }
-        let peer = self.peer_index(&req.dest)?;
+        let peer = self.peer_index(dest)?;
         if self.peers[peer].dead {
             return Err(PostError::Unreachable);
         }
-        // SAFETY: the iov is valid during this call (caller).
-        if unsafe { self.rma_direct(kind, peer, &req, len) } {
-            return Ok(());
-        }
+        Ok(peer)
+    }
+
+    /// Posts admitted RMA operation `req` of `len` bytes with `peer` on the
+    /// general path (an operation object, resolved and moved from
+    /// progress); an inject's data is copied first.
+    ///
+    /// # Safety
+    /// As [`Self::rma`]'s.
+    pub(crate) unsafe fn post_rma(
+        &mut self,
+        kind: RmaKind,
+        peer: PeerIdx,
+        req: RmaReq<M::Addr>,
+        len: usize,
+    ) {
+        let inject = req.inject && kind == RmaKind::Write;
         let (local, copy) = if inject {
             let mut bytes = vec![0u8; len].into_boxed_slice();
             // SAFETY: the iov holds len readable bytes during this call.
@@ -194,7 +226,6 @@ where
             notify: false,
         });
         self.start_rma(op);
-        Ok(())
     }
 
     /// Starts a newly posted `op` as far as it goes now. What the engine
