@@ -8,13 +8,13 @@
 
 use std::hash::Hash;
 
-use unimem_dma::DmaEngine;
+use unimem_dma::{DmaEngine, DmaError, RegId};
 use unimem_mailbox::{Mailbox, Message};
 
 use super::send::rendezvous::Grant;
 use super::send::{EagerState, TxKind, Waiter};
 use super::{Messenger, FENCE_AFTER};
-use crate::dma::Token;
+use crate::dma::{DmaSession, Token};
 use crate::wire::Wire;
 use crate::WireNode;
 
@@ -98,6 +98,41 @@ where
         let mut done = std::mem::take(&mut self.dma_done);
         self.dma.completed(&mut done);
         self.on_dma_done(done);
+    }
+
+    /// Submits a granted transfer (`transfer`, given the registration and
+    /// its token) of `len` bytes at `addr` of `node`, a peer's grant or
+    /// offer: a stale registration of that memory is renewed, the grant's
+    /// own token deciding whether the memory is still the one granted.
+    /// Taken, it is waited for as `waiter`, and what completed meanwhile
+    /// (reaped under the same lock) is acted on once the waiter is in.
+    pub(crate) fn submit_granted(
+        &mut self,
+        (node, addr, len): (D::Node, u64, usize),
+        mut transfer: impl FnMut(&mut DmaSession<'_, D>, RegId, Token) -> Result<(), DmaError>,
+        waiter: Waiter,
+    ) -> Result<(), DmaError> {
+        let token = self.dma_waiters.next_id();
+        let mut dma = self.dma.lock();
+        let result = dma.with_registration(
+            None,
+            (node, addr, len),
+            |_| Ok(()),
+            |dma, reg| transfer(dma, reg, token),
+        );
+        let mut done = std::mem::take(&mut self.dma_done);
+        if result.is_ok() {
+            dma.completed(&mut done);
+        }
+        drop(dma);
+        if result.is_err() {
+            self.dma_done = done;
+            return result;
+        }
+        let id = self.dma_waiters.insert(waiter);
+        debug_assert_eq!(id, token);
+        self.on_dma_done(done);
+        Ok(())
     }
 
     /// Acts on the completed DMAs whose tokens are in `done`, then keeps it

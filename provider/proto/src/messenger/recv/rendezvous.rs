@@ -17,7 +17,7 @@
 use std::collections::{HashMap, VecDeque};
 use std::hash::Hash;
 
-use unimem_dma::DmaEngine;
+use unimem_dma::{DmaEngine, DmaError};
 use unimem_mailbox::Mailbox;
 
 use super::super::send::Waiter;
@@ -205,36 +205,27 @@ where
             return false;
         };
         let (local, len) = (xfer.placement.iov[0].0 as *mut u8, xfer.xfer_len);
-        let token = self.dma_waiters.next_id();
-        let mut dma = self.dma.lock();
+        // Nothing left to grant: it ends when the read completes (set
+        // before the read, whose completion may be acted on at once).
+        let fragments = std::mem::replace(&mut xfer.next_grant, xfer.fragments);
         // A sender on another host: its memory is not one load away.
-        if !dma.loads_reach(node) {
-            return false;
-        }
-        let result = dma.with_registration(
-            None,
-            (node, addr, len),
-            // A stale registration of the sender's memory is renewed; the
-            // offer's token still decides.
-            |_| Ok(()),
-            |dma, reg| dma.get_granted(local, len, reg, addr, offer, token),
-        );
-        let mut done = std::mem::take(&mut self.dma_done);
-        if result.is_ok() {
-            dma.completed(&mut done);
-        }
-        drop(dma);
+        let result = if self.dma.lock().loads_reach(node) {
+            self.submit_granted(
+                (node, addr, len),
+                |dma, reg, token| dma.get_granted(local, len, reg, addr, offer, token),
+                Waiter::Pull { id, gen },
+            )
+        } else {
+            Err(DmaError::NoLoadStore)
+        };
         if let Err(e) = result {
-            self.dma_done = done;
             tracing::debug!(%node, addr, len, "offer not read ({e}): granted instead");
+            if let Some(xfer) = self.rx_xfers.get_mut(id) {
+                xfer.next_grant = fragments;
+            }
             return false;
         }
-        // Nothing left to grant: it ends when the read completes.
-        xfer.next_grant = xfer.fragments;
-        let waiter = self.dma_waiters.insert(Waiter::Pull { id, gen });
-        debug_assert_eq!(waiter, token);
         self.stats.pulls += 1;
-        self.on_dma_done(done);
         true
     }
 

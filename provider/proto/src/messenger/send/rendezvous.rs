@@ -100,50 +100,32 @@ where
             unsafe { gather(iov, offset, at, len) };
             (at as *const u8, Some(staging))
         };
-        let token = self.dma_waiters.next_id();
-        let mut dma = self.dma.lock();
-        // The grant's token tells whether the memory is still the one
-        // granted (a stale registration of it is then simply renewed).
-        let result = dma.with_registration(
-            None,
+        let waiter = Waiter::Fragment {
+            op: grant.op,
+            peer,
+            fragment: grant.fragment,
+            recv_id: grant.recv_id,
+            recv_gen: grant.recv_gen,
+            staging,
+        };
+        let result = self.submit_granted(
             (node, grant.addr, len),
-            |_| Ok(()),
-            |dma, reg| dma.put_granted(src, len, reg, grant.addr, grant.token, token),
+            |dma, reg, token| dma.put_granted(src, len, reg, grant.addr, grant.token, token),
+            waiter,
         );
-        // Reaped under the same lock, acted on once the waiter is in.
-        let mut done = std::mem::take(&mut self.dma_done);
-        if result.is_ok() {
-            dma.completed(&mut done);
-        }
-        drop(dma);
-        match result {
-            Ok(()) => {
-                let id = self.dma_waiters.insert(Waiter::Fragment {
-                    op: grant.op,
-                    peer,
-                    fragment: grant.fragment,
-                    recv_id: grant.recv_id,
-                    recv_gen: grant.recv_gen,
-                    staging,
-                });
-                debug_assert_eq!(id, token);
-                self.on_dma_done(done);
+        if let Err(e) = result {
+            if let Some(staging) = staging {
+                self.tx_staging.put(staging);
             }
-            Err(e) => {
-                self.dma_done = done;
-                if let Some(staging) = staging {
-                    self.tx_staging.put(staging);
-                }
-                if matches!(e, DmaError::Revoked) {
-                    // The receiver freed the memory it granted: its
-                    // receive is gone (its endpoint closed), or it breaks
-                    // the protocol. Nothing lands there either way.
-                    self.drop_invalid(peer, "grant of memory its owner has freed since");
-                } else {
-                    tracing::warn!(%node, "fragment DMA refused: {e}");
-                }
-                self.fail_peer(peer);
+            if matches!(e, DmaError::Revoked) {
+                // The receiver freed the memory it granted: its receive is
+                // gone (its endpoint closed), or it breaks the protocol.
+                // Nothing lands there either way.
+                self.drop_invalid(peer, "grant of memory its owner has freed since");
+            } else {
+                tracing::warn!(%node, "fragment DMA refused: {e}");
             }
+            self.fail_peer(peer);
         }
         true
     }
