@@ -65,12 +65,13 @@
 //! A rendezvous message moves in *fragments*, one DMA each: a Grant says
 //! where fragment `n` goes, a FragDone that it is there.
 //!
-//! A rendezvous send whose buffer is dmable and contiguous, to a peer of
-//! this host, is preceded by an `Offer` of its buffer (address and grant
-//! token): a receiver that matches it while it polls, and so waits, reads
-//! the message itself and ends with the `Fin`, no grant sent; one that
-//! matches it later, or whose progress agent does, grants as above, and
-//! the sender, then the one waiting, puts.
+//! A rendezvous send whose buffer is dmable and contiguous is preceded by
+//! an `Offer` of its buffer (address and grant token): a receiver of the
+//! same host that matches it while it polls, and so waits, reads the
+//! message itself and ends with the `Fin`, no grant sent; one that matches
+//! it later, whose progress agent does, or whose loads do not reach the
+//! sender (another host), grants as above, and the sender, then the one
+//! waiting, puts.
 //!
 //! Lengths are 64-bit; a message that starts a transfer (`Rts`, `RmaWrite`,
 //! `RmaRead`) has room for the low 32 bits only, so a transfer of 4 GiB or

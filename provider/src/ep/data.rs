@@ -94,6 +94,7 @@ const RECV_FLAGS: u64 = ffi::FI_COMPLETION
 impl EpInner {
     /// Runs `post` (one operation of call `op`) on the messenger, then
     /// reports what it finished at once; its refusal as libfabric's code.
+    #[inline(always)]
     pub(super) fn post(
         &self,
         op: &str,

@@ -97,6 +97,7 @@ pub(super) struct Bindings {
 impl Bindings {
     /// The address of AV entry `fi_addr`, for call `op`; refused with a
     /// warning if the AV has none.
+    #[inline(always)]
     pub(super) fn peer(&self, op: &str, fi_addr: u64) -> Result<MailboxAddr, isize> {
         self.av
             .as_ref()
@@ -162,6 +163,7 @@ pub struct EpInner {
 impl EpInner {
     /// The bindings of an enabled endpoint, for call `op`; refused with a
     /// warning if it is not enabled.
+    #[inline]
     pub(super) fn enabled(&self, op: &str) -> Result<&Bindings, isize> {
         self.active.get().ok_or_else(|| {
             tracing::warn!("{op}: the endpoint is not enabled");

@@ -165,6 +165,7 @@ where
     /// The peer an RMA operation of `len` bytes to `dest` (an `inject`
     /// or not) goes to, or why it is refused at once: too long, the
     /// transmit queue full, the peer unreachable.
+    #[inline(always)]
     pub(crate) fn admit_rma(
         &mut self,
         dest: &M::Addr,
