@@ -33,6 +33,8 @@ const SHM_DIR: &str = "/dev/shm";
 /// An object whose header was never completed is reclaimed after this long:
 /// its creator crashed between creating and initialising it.
 const UNINITIALISED_GRACE_SECS: i64 = 30;
+/// Longest wait for another thread of ours to unlink a name it closed.
+const CLOSING_WAIT: std::time::Duration = std::time::Duration::from_secs(1);
 
 /// The first bytes of every shared object.
 #[repr(C)]
@@ -157,6 +159,7 @@ impl SharedObject {
             return Err(io::Error::from(io::ErrorKind::InvalidInput));
         }
         let cname = c_name(name)?;
+        let mut closing_since = None;
         let fd = loop {
             // SAFETY: cname is a valid C string; flags and mode are plain ints.
             let fd = unsafe {
@@ -170,9 +173,20 @@ impl SharedObject {
                 break fd;
             }
             let err = io::Error::last_os_error();
-            if err.kind() == io::ErrorKind::AlreadyExists
-                && (reclaim_if_dead(name) || reclaim_if_left_before_exec(name))
-            {
+            if err.kind() != io::ErrorKind::AlreadyExists {
+                return Err(err);
+            }
+            if owner_state(name) == OwnerState::Closing {
+                // Another thread of ours is between closing the object and
+                // unlinking it: the name is free in a moment. (Still taken
+                // after the wait, it was closed by the image before exec.)
+                let since = *closing_since.get_or_insert_with(std::time::Instant::now);
+                if since.elapsed() < CLOSING_WAIT {
+                    std::thread::yield_now();
+                    continue;
+                }
+            }
+            if reclaim_if_dead(name) || reclaim_if_left_before_exec(name) {
                 continue;
             }
             return Err(err);
@@ -622,6 +636,10 @@ fn map(fd: libc::c_int, offset: usize, len: usize, populate: bool) -> io::Result
 enum OwnerState {
     /// Owned by this live process.
     Mine,
+    /// Ours and closed: a thread of ours is about to unlink it.
+    Closing,
+    /// Owned by another live process (closed or not: a live owner unlinks
+    /// what it closes).
     Alive,
     Dead,
     /// Never initialised, and too old for its creator to still be at it.
@@ -657,14 +675,22 @@ fn owner_state(name: &str) -> OwnerState {
     let header = unsafe { &*(base.as_ptr() as *const ObjectHeader) };
     let pid = header.owner_pid();
     let start = header.owner_start.load(Ordering::Relaxed);
+    // A closed object of a live owner is not dead: its owner sets the flag
+    // and then unlinks the name, and may make an object under the same name
+    // as soon as it is gone. Taken for dead, it was unlinked by whoever
+    // looked first, and the owner's own unlink then removed the name from
+    // its new object (a key table dropped by one thread while another made
+    // the next one: peers found no table, and their RMA FI_EKEYREJECTED).
     let state = if pid == 0 {
         not_initialised
-    } else if header.is_closed() || !process_alive(pid, start) {
+    } else if !process_alive(pid, start) {
         OwnerState::Dead
-    } else if pid == std::process::id() {
-        OwnerState::Mine
-    } else {
+    } else if pid != std::process::id() {
         OwnerState::Alive
+    } else if header.is_closed() {
+        OwnerState::Closing
+    } else {
+        OwnerState::Mine
     };
     // SAFETY: unmapping the header mapping made just above.
     unsafe { libc::munmap(base.as_ptr().cast(), len) };
@@ -689,7 +715,7 @@ fn reclaim_if_dead(name: &str) -> bool {
             }
             unlinked
         }
-        OwnerState::Mine | OwnerState::Alive | OwnerState::Unknown => false,
+        OwnerState::Mine | OwnerState::Closing | OwnerState::Alive | OwnerState::Unknown => false,
     }
 }
 
@@ -699,7 +725,7 @@ fn reclaim_if_dead(name: &str) -> bool {
 /// gives the program it starts its own pid, and so the names that program
 /// is about to create. Nothing else can hold our pid while we live.
 fn reclaim_if_left_before_exec(name: &str) -> bool {
-    if owner_state(name) != OwnerState::Mine || mapped_here(name) {
+    if !matches!(owner_state(name), OwnerState::Mine | OwnerState::Closing) || mapped_here(name) {
         return false;
     }
     let unlinked = unlink(name);
@@ -750,7 +776,9 @@ pub fn reclaim_dead_objects() -> usize {
 pub fn remove_own_objects() -> usize {
     user_objects()
         .iter()
-        .filter(|name| owner_state(name) == OwnerState::Mine && unlink(name))
+        .filter(|name| {
+            matches!(owner_state(name), OwnerState::Mine | OwnerState::Closing) && unlink(name)
+        })
         .count()
 }
 
@@ -772,6 +800,39 @@ mod tests {
 
     fn test_job(tag: &str) -> JobId {
         JobId::from_name(&format!("shm-test-{tag}-{}", std::process::id()))
+    }
+
+    /// A thread that makes an object under a name another thread of the
+    /// process has closed but not yet unlinked waits for the name; the
+    /// other's unlink then leaves the new object alone. (Taken for dead,
+    /// the closed object was unlinked at once, and the new one lost its
+    /// name to the closing thread's unlink: peers could not open it.)
+    #[test]
+    fn a_name_being_closed_by_another_thread_is_made_again_after_its_unlink() {
+        let job = test_job("closing");
+        let name = object_name(job, "obj");
+        let len = 2 * HEADER_SIZE;
+        let old = SharedObject::create_avoiding(&name, len, len).unwrap();
+        old.publish();
+        // The closing thread's first step: the flag, before the unlink.
+        old.header().closed.store(1, Ordering::Release);
+        let maker = {
+            let name = name.clone();
+            std::thread::spawn(move || {
+                let new = SharedObject::create_avoiding(&name, len, len).unwrap();
+                new.publish();
+                new
+            })
+        };
+        std::thread::sleep(std::time::Duration::from_millis(100));
+        assert!(!maker.is_finished(), "made while the name was still taken");
+        drop(old);
+        let new = maker.join().unwrap();
+        let found = SharedObject::open(&name).expect("the new object keeps its name");
+        assert!(!found.header().is_closed());
+        drop(found);
+        drop(new);
+        assert!(list_objects(Some(job)).is_empty());
     }
 
     /// The fast answer (blocks cover the size) and the exact one (a hole
