@@ -199,25 +199,40 @@ impl IdleYield {
 /// message then waits for the scheduler (milliseconds). So after `spins`
 /// empty reads in a row, each further empty read yields the CPU, when the
 /// policy says so.
+///
+/// A run of empty reads that lasts [`STALL_NS`] is a stall: `nothing` says
+/// so once per run, and the CQ reports what its endpoints have in flight
+/// (a job that hangs then says, in each process's log, what it waits for).
 #[derive(Debug, Default)]
 pub struct IdlePolls {
     empty: AtomicUsize,
+    /// When the current run was first seen long (monotonic ns); 0: not yet.
+    long_since: AtomicU64,
 }
+
+/// Empty reads between two looks at the clock for a stall.
+const STALL_LOOK: usize = 1 << 16;
+/// Nothing read for this long is a stall.
+pub const STALL_NS: u64 = 10_000_000_000;
 
 impl IdlePolls {
     pub fn found(&self) {
         if self.empty.load(Ordering::Relaxed) != 0 {
             self.empty.store(0, Ordering::Relaxed);
+            self.long_since.store(0, Ordering::Relaxed);
         }
     }
 
-    pub fn nothing(&self, spins: usize, policy: IdleYield) {
+    /// One more empty read; true once per run of them, when it has lasted
+    /// [`STALL_NS`].
+    pub fn nothing(&self, spins: usize, policy: IdleYield) -> bool {
         // A plain load and store, no locked add: the count only needs to be
         // about right when threads poll the same CQ at once.
         let empty = self.empty.load(Ordering::Relaxed);
         self.empty.store(empty.saturating_add(1), Ordering::Relaxed);
+        let stalled = empty % STALL_LOOK == STALL_LOOK - 1 && self.stalled();
         if empty < spins {
-            return;
+            return stalled;
         }
         let yield_cpu = match policy {
             IdleYield::Always => true,
@@ -230,6 +245,23 @@ impl IdlePolls {
         if yield_cpu {
             std::thread::yield_now();
         }
+        stalled
+    }
+
+    /// At a look: whether the run just reached [`STALL_NS`].
+    fn stalled(&self) -> bool {
+        let now = monotonic_ns().max(1);
+        let since = self.long_since.load(Ordering::Relaxed);
+        if since == 0 {
+            self.long_since.store(now, Ordering::Relaxed);
+            return false;
+        }
+        // u64::MAX: reported for this run.
+        if since != u64::MAX && now.saturating_sub(since) >= STALL_NS {
+            self.long_since.store(u64::MAX, Ordering::Relaxed);
+            return true;
+        }
+        false
     }
 }
 

@@ -160,11 +160,29 @@ impl CqInner {
             self.with_queue(|q| unsafe { q.read(self.format, buf, count, src_addr) })
         };
         if n == ret::EAGAIN as isize {
-            self.idle_polls.nothing(self.spin_yield, self.idle_yield);
+            if self.idle_polls.nothing(self.spin_yield, self.idle_yield) {
+                self.report_stall();
+            }
         } else {
             self.idle_polls.found();
         }
         n
+    }
+
+    /// Nothing was read for [`wait::STALL_NS`]: what the domain's endpoints
+    /// wait for, at info level (a rank blocked on a slow peer is normal;
+    /// a hung job's log then says where each process stands).
+    #[cold]
+    fn report_stall(&self) {
+        for (i, member) in self.progress().members().iter().enumerate() {
+            if let Some(what) = member.in_flight() {
+                tracing::info!(
+                    "CQ {:p}: nothing completed for {} s; endpoint {i} of its domain has in flight: {what}",
+                    self,
+                    crate::wait::STALL_NS / 1_000_000_000
+                );
+            }
+        }
     }
 
     /// `fi_cq_sreadfrom`: read, or wait up to `timeout` ms (< 0: forever)

@@ -46,6 +46,10 @@ impl Progress for EpInner {
     fn doorbell(&self) -> Option<&Doorbell> {
         self.bell.is_wakeable().then_some(&self.bell)
     }
+
+    fn in_flight(&self) -> Option<String> {
+        self.core.lock().in_flight()
+    }
 }
 
 fn pending_of(core: &EpCore) -> Pending {

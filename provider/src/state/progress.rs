@@ -31,6 +31,12 @@ pub trait Progress: Send + Sync {
     fn doorbell(&self) -> Option<&Doorbell> {
         None
     }
+
+    /// What it has in flight, for a report when nothing moves (None:
+    /// nothing).
+    fn in_flight(&self) -> Option<String> {
+        None
+    }
 }
 
 /// What an endpoint still has to do, for a thread deciding how long it

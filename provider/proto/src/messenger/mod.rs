@@ -42,6 +42,7 @@ mod liveness;
 mod peers;
 mod progress;
 mod recv;
+mod report;
 mod rma;
 mod send;
 

@@ -3778,3 +3778,41 @@ fn small_and_eager_messages_allocate_nothing() {
     }
     assert_eq!(allocations() - before, 0, "allocations in 4000 messages");
 }
+
+/// What a messenger has in flight names the waiting send, its kind and
+/// its peer, and the receiver's held message; nothing once both are done.
+#[test]
+fn in_flight_names_what_waits_and_nothing_after() {
+    let mut a = messenger();
+    let mut b = messenger();
+    assert_eq!(a.in_flight(), None);
+    let len = 3 * FRAGMENT;
+    let data = pattern(len, 4);
+    send(&mut a, b.addr(), &data, None, 7).unwrap();
+    a.progress();
+    let sender = a.in_flight().expect("a send in flight");
+    assert!(sender.starts_with("1 sends"), "{sender}");
+    assert!(
+        sender.contains(&format!("message of {len} B to {}", b.addr())),
+        "{sender}"
+    );
+    assert!(sender.contains("rendezvous"), "{sender}");
+    let deadline = Instant::now() + HANG_GUARD;
+    while b.matcher.unexpected_len() == 0 {
+        assert!(Instant::now() < deadline, "the request never came");
+        a.progress();
+        b.progress();
+    }
+    let receiver = b.in_flight().expect("a message held");
+    assert!(
+        receiver.contains("1 unexpected messages held"),
+        "{receiver}"
+    );
+    let mut buf = vec![0u8; len];
+    post(&mut b, false, recv_spec(&mut buf, 8, None, 0, 0));
+    collect(&mut [&mut a, &mut b], 1, 1);
+    collect(&mut [&mut a, &mut b], 0, 1);
+    assert!(buf == data);
+    assert_eq!(a.in_flight(), None);
+    assert_eq!(b.in_flight(), None);
+}
