@@ -176,7 +176,8 @@ impl SharedObject {
             if err.kind() != io::ErrorKind::AlreadyExists {
                 return Err(err);
             }
-            if owner_state(name) == OwnerState::Closing {
+            let state = owner_state(name);
+            if state == OwnerState::Closing {
                 // Another thread of ours is between closing the object and
                 // unlinking it: the name is free in a moment. (Still taken
                 // after the wait, it was closed by the image before exec.)
@@ -186,7 +187,7 @@ impl SharedObject {
                     continue;
                 }
             }
-            if reclaim_if_dead(name) || reclaim_if_left_before_exec(name) {
+            if reclaim_if_dead(name, state) || reclaim_if_left_before_exec(name, state) {
                 continue;
             }
             return Err(err);
@@ -705,9 +706,10 @@ fn unlink(name: &str) -> bool {
     unsafe { libc::shm_unlink(cname.as_ptr()) == 0 }
 }
 
-/// Unlinks object `name` if its owner is dead. Returns whether it did.
-fn reclaim_if_dead(name: &str) -> bool {
-    match owner_state(name) {
+/// Unlinks object `name` if its owner is dead (`state`, its
+/// [`owner_state`] just read). Returns whether it did.
+fn reclaim_if_dead(name: &str, state: OwnerState) -> bool {
+    match state {
         OwnerState::Dead | OwnerState::Abandoned => {
             let unlinked = unlink(name);
             if unlinked {
@@ -724,8 +726,9 @@ fn reclaim_if_dead(name: &str) -> bool {
 /// allocates between its fork and its exec (`perf record`, `valgrind`)
 /// gives the program it starts its own pid, and so the names that program
 /// is about to create. Nothing else can hold our pid while we live.
-fn reclaim_if_left_before_exec(name: &str) -> bool {
-    if !matches!(owner_state(name), OwnerState::Mine | OwnerState::Closing) || mapped_here(name) {
+/// `state`: its [`owner_state`], just read.
+fn reclaim_if_left_before_exec(name: &str, state: OwnerState) -> bool {
+    if !matches!(state, OwnerState::Mine | OwnerState::Closing) || mapped_here(name) {
         return false;
     }
     let unlinked = unlink(name);
@@ -766,7 +769,7 @@ fn user_objects() -> Vec<String> {
 pub fn reclaim_dead_objects() -> usize {
     user_objects()
         .iter()
-        .filter(|name| reclaim_if_dead(name))
+        .filter(|name| reclaim_if_dead(name, owner_state(name)))
         .count()
 }
 
