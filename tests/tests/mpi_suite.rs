@@ -516,16 +516,7 @@ fn large_count_messages_beyond_two_gib() {
 /// runs: the bound the rest of the suite leaves room for.
 #[test]
 fn openmpi_threads_again_and_again() {
-    for _ in 0..20 {
-        run_with(
-            Mpi::OpenMpi,
-            &["threads"],
-            4,
-            false,
-            &[("MPI_SUITE_AM_FULL", "1")],
-            true,
-        );
-    }
+    openmpi_threads(20, &[("MPI_SUITE_AM_FULL", "1")]);
 }
 
 /// The same with the network backend on (`FI_UNIMEM_NET_PROVIDER=tcp`), as
@@ -536,17 +527,18 @@ fn openmpi_threads_again_and_again() {
 #[test]
 #[ignore = "hangs about 1 run in 25 with the network backend on (issue 26)"]
 fn openmpi_threads_again_and_again_with_the_network_backend() {
-    for _ in 0..100 {
-        run_with(
-            Mpi::OpenMpi,
-            &["threads"],
-            4,
-            false,
-            &[
-                ("MPI_SUITE_AM_FULL", "1"),
-                ("FI_UNIMEM_NET_PROVIDER", "tcp"),
-            ],
-            true,
-        );
+    openmpi_threads(
+        100,
+        &[
+            ("MPI_SUITE_AM_FULL", "1"),
+            ("FI_UNIMEM_NET_PROVIDER", "tcp"),
+        ],
+    );
+}
+
+/// Open MPI's `threads` program on 4 ranks, `runs` times, with `env`.
+fn openmpi_threads(runs: usize, env: &[(&str, &str)]) {
+    for _ in 0..runs {
+        run_with(Mpi::OpenMpi, &["threads"], 4, false, env, true);
     }
 }
