@@ -1104,7 +1104,12 @@ impl RunningJob {
                 } else {
                     format!("not within {timeout:?}")
                 };
-                let report = self.report_so_far();
+                let mut report = self.report_so_far();
+                if !ended {
+                    self.track_now();
+                    report += "\n--- where its processes were ---\n";
+                    report += &self.where_they_are();
+                }
                 self.kill();
                 panic!("no {what}: {why}\n{report}");
             }
@@ -1147,11 +1152,14 @@ impl RunningJob {
                 } else {
                     format!("{timeout:?}")
                 };
+                self.track_now();
+                let stuck = self.where_they_are();
                 self.kill();
                 let status = self.poll_exit().unwrap_or_else(|| ExitStatus::from_raw(9));
                 let output = self.finish(status);
                 panic!(
-                    "the MPI job did not end within {waited}: killed it\n{}",
+                    "the MPI job did not end within {waited}: killed it\n{}\n\
+                     --- where its processes were ---\n{stuck}",
                     output.report()
                 );
             }
@@ -1232,6 +1240,44 @@ impl RunningJob {
         {
             self.track_now();
         }
+    }
+
+    /// Where each live process of the job is, thread by thread: state,
+    /// kernel wait channel, system call and (as root) kernel stack; read
+    /// from /proc only, so that a process stuck in the kernel cannot stop
+    /// the report. For a job that hangs.
+    fn where_they_are(&self) -> String {
+        let mut out = String::new();
+        let mut pids: Vec<i32> = self.known.keys().copied().collect();
+        pids.sort_unstable();
+        for pid in pids {
+            if start_time(pid) != self.known.get(&pid).copied() {
+                continue;
+            }
+            let _ = writeln!(out, "pid {pid}: {}", cmdline(pid));
+            let Ok(tasks) = fs::read_dir(format!("/proc/{pid}/task")) else {
+                continue;
+            };
+            for task in tasks.flatten() {
+                let dir = task.path();
+                let read = |f: &str| fs::read_to_string(dir.join(f)).unwrap_or_default();
+                let stat = read("stat");
+                // The state follows the command's closing parenthesis.
+                let state = stat.rsplit_once(") ").map_or("?", |(_, r)| &r[..1]);
+                let _ = writeln!(
+                    out,
+                    "  tid {} {} state {state} wchan {} syscall {}",
+                    task.file_name().to_string_lossy(),
+                    read("comm").trim(),
+                    read("wchan").trim(),
+                    read("syscall").split_whitespace().next().unwrap_or("?"),
+                );
+                for frame in read("stack").lines().take(12) {
+                    let _ = writeln!(out, "    {frame}");
+                }
+            }
+        }
+        out
     }
 
     /// Records the job's current processes (descendants of the helper).
