@@ -139,6 +139,40 @@ fn a_directed_receive_from_a_peer_dead_before_any_traffic_fails() {
     c.finish_with_warnings();
 }
 
+/// A receive from any source fails with `FI_EHOSTUNREACH` once every peer
+/// the endpoint could hear from is gone, and not before: p0 talked with p1
+/// and p2 (p3 is in its AV but silent); p1 dies and the receive waits (p2
+/// and p3 could still send); p3 dies and it still waits (p2 could); p2
+/// dies and it fails, and so does one posted after. p0's own address in
+/// its AV does not count.
+#[test]
+fn a_receive_from_anyone_fails_once_every_peer_is_gone() {
+    let mut c = cluster("all-gone");
+    c.env("FI_UNIMEM_PEER_CHECK_MS", "20");
+    c.spawn(4).connect_all();
+    for from in [1, 2] {
+        c.transfer(from, 0, &[Msg::new(100, 1)], Order::Posted);
+    }
+    c.cmd(0, "recv any 100 5");
+    c.kill(1);
+    c.kill(3);
+    // Many peer checks, p1 found dead in one: nothing completes.
+    c.cmd(0, "quiet 300");
+    let started = std::time::Instant::now();
+    c.kill(2);
+    let errors = c.cmd(0, "wait errors=1").completions();
+    assert_eq!((errors[0].ctx, errors[0].err), (5, ffi::FI_EHOSTUNREACH));
+    assert!(started.elapsed() < std::time::Duration::from_secs(10));
+    c.cmd(0, "recv any 100 6 tag=2");
+    let errors = c.cmd(0, "wait errors=1").completions();
+    assert_eq!((errors[0].ctx, errors[0].err), (6, ffi::FI_EHOSTUNREACH));
+    let stderr = c.finish_with_warnings().swap_remove(0);
+    assert!(
+        stderr.contains("receives from any source failed"),
+        "no warning:\n{stderr}"
+    );
+}
+
 /// Issue 12, rows 1-3, with a separate hostile process: while p0 and p1
 /// exchange messages of every protocol both ways (rendezvous sends in
 /// flight, eager slots in use), two `unimem-node forge` processes send each

@@ -12,6 +12,7 @@ use std::process::{Command, Stdio};
 use std::time::Duration;
 
 use unimem_dma::{DmaEngine, DmaError, DmaRegion, RegionConfig, ShmDmaEngine};
+use unimem_fi::base::ffi;
 use unimem_mailbox::shm::{list_objects, object_name};
 use unimem_mailbox::{JobId, Mailbox, MailboxAddr, ShmMailbox, ShmMailboxConfig};
 use unimem_tests::cluster::{is_provider_warning, Cluster, Msg, Order, EAGER, SEGMENT};
@@ -472,6 +473,68 @@ const OBJECT_SIZE_FIELD: u64 = 24;
 const RING_DEPTH: u64 = 128;
 const RING_TAIL: u64 = 256;
 const DIRECTORY: u64 = 128;
+
+/// Writes `count` messages into the ring of mailbox object `name` as if
+/// `source` had sent them: each at the tail's slot, source and body first,
+/// then the slot's state word (full, the tail's ticket), then the tail on.
+/// The ring must be quiet meanwhile (no sender of its own).
+fn forge_into_ring(name: &str, source: &MailboxAddr, message: [u8; 24], count: u32) {
+    let ring = shm_file(name);
+    let depth = read_u64(&ring, RING_DEPTH) & 0xffff_ffff;
+    let mut tail = read_u64(&ring, RING_TAIL) & 0xffff_ffff;
+    for _ in 0..count {
+        let slot = HEADER + 64 * (tail & (depth - 1));
+        ring.write_all_at(&0u64.to_le_bytes(), slot + 8).unwrap();
+        ring.write_all_at(&source.to_bytes(), slot + 16).unwrap();
+        ring.write_all_at(&message, slot + 32).unwrap();
+        const FULL: u64 = 2 << 32;
+        write_u64(&ring, slot, tail | FULL);
+        tail = (tail + 1) & 0xffff_ffff;
+        write_u64(&ring, RING_TAIL, tail);
+    }
+}
+
+/// Issue 26, item 4: a fenced pair where the fenced side is innocent.
+/// Another process (this test) writes 16 malformed messages into p0's
+/// mailbox as if p1 had sent them; p0 fences p1 (its operations with p1
+/// fail) and tells it with one `Cut`; p1, which waits for p0 in a receive
+/// from any source and a rendezvous send p0 never matched, ends both with
+/// `FI_EHOSTUNREACH` instead of waiting for ever, and later sends to p0
+/// are refused at once. Neither side waits.
+#[test]
+fn a_fenced_innocent_peer_is_told_and_neither_side_waits() {
+    let mut c = cluster("fenced");
+    let job = own_job(&mut c, "fenced");
+    c.spawn(2).connect_all();
+    still_works(&mut c, 0, 1);
+    still_works(&mut c, 1, 0);
+    c.cmd(1, "recv any 100 7");
+    c.cmd(1, format!("send 0 {} 3 8 tag=5", 2 * SEGMENT + 1));
+    c.cmd(0, "recv 1 100 9 tag=6");
+    c.cmd(0, "quiet 100");
+    c.cmd(1, "quiet 100");
+
+    let (p0, p1) = (addr_of(&c, 0), addr_of(&c, 1));
+    let name = object_name(
+        JobId::from_name(&job),
+        &format!("{}-mbx{}", p0.node.pid, p0.index),
+    );
+    // Operation 0 does not exist: malformed, one violation each.
+    forge_into_ring(&name, &p1, [0; 24], 16);
+
+    let errors = c.cmd(0, "wait errors=1").completions();
+    assert_eq!((errors[0].ctx, errors[0].err), (9, ffi::FI_EHOSTUNREACH));
+    let mut errors = c.cmd(1, "wait errors=2").completions();
+    errors.sort_unstable_by_key(|e| e.ctx);
+    for (e, ctx) in errors.iter().zip([7, 8]) {
+        assert_eq!((e.ctx, e.err), (ctx, ffi::FI_EHOSTUNREACH), "{e}");
+    }
+    let unreachable = -(ffi::FI_EHOSTUNREACH as i64);
+    assert_eq!(c.cmd(1, "try-send 0 10").num(), unreachable);
+    let stderrs = c.finish_with_warnings();
+    assert_warned(&stderrs[0], &["peer fenced"]);
+    assert_warned(&stderrs[1], &["cut us off"]);
+}
 
 /// Slot state words and the tail of a receiver's ring overwritten with
 /// junk: messages keep flowing both ways (no silent hang), the receiver

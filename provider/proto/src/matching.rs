@@ -436,6 +436,22 @@ impl<A: Copy + Eq, B> Matcher<A, B> {
         removed
     }
 
+    /// Removes every posted receive from any source (multi-receive
+    /// buffers apart): (tagged, receive) each.
+    pub fn remove_posted_from_anyone(&mut self) -> Vec<(bool, PostedRecv<A>)> {
+        let mut removed = Vec::new();
+        for tagged in [false, true] {
+            let lane = self.lane(tagged);
+            let (anyone, rest): (VecDeque<_>, VecDeque<_>) = lane
+                .posted
+                .drain(..)
+                .partition(|r| !r.multi_recv && r.src.is_none());
+            lane.posted = rest;
+            removed.extend(anyone.into_iter().map(|r| (tagged, r)));
+        }
+        removed
+    }
+
     /// Whether a multi-receive buffer's completions are wanted.
     pub fn multi_completion(&self, id: MultiId) -> bool {
         self.multi

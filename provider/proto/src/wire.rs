@@ -24,6 +24,7 @@
 //! | Offer    | (a `Fin` op, flag `OFFER`) pad u8, send id u16, token u16, address u64 |
 //! | Credit   | credits u8                                                      |
 //! | Throttle | (a `Credit` op, flag `THROTTLE`) on u8 (0 or 1)                 |
+//! | Cut      | (a `Credit` op, flag `CUT`) the 8 bytes `CUT_MARK`              |
 //! | RmaWrite | key u64, address u64, len u32, send id u16                      |
 //! | RmaRead  | key u64, address u64, len u32, recv id u16                      |
 //! | ReadReady| send id u16, recv id u16                                        |
@@ -103,8 +104,9 @@ pub const NODE_LEN: usize = 12;
 
 /// The protocol version a `Params` message carries. Version 1 had no
 /// `Params` (a `Hello` came first); 2 added it, and eager sequence numbers;
-/// 3 the grant token; 4 counts in a `RemoteNotice`; 5 the `Offer`.
-pub const PROTOCOL_VERSION: u16 = 5;
+/// 3 the grant token; 4 counts in a `RemoteNotice`; 5 the `Offer`; 6 the
+/// `Cut`.
+pub const PROTOCOL_VERSION: u16 = 6;
 
 /// Most mailbox messages one inline message may take (`InlineFirst` and
 /// its `InlineMore`s).
@@ -373,6 +375,10 @@ pub enum Wire {
     /// longer: while on, our messages go by rendezvous, their data staying
     /// with us until a receive matches.
     Throttle { on: bool },
+    /// The sender has cut the receiver off (fenced it for invalid
+    /// messages, or refused it): it drops the receiver's messages, so the
+    /// receiver's operations with it can only fail.
+    Cut,
     /// Initiator to target: write `len` bytes at `addr` of `key` (a range
     /// that is not dmable); the target grants them to `send_id`.
     RmaWrite {
@@ -496,6 +502,10 @@ const FETCH: u8 = 0x40;
 const CHUNK: u8 = 0x10;
 /// On a `Credit` op: a `Throttle`.
 const THROTTLE: u8 = 0x10;
+/// On a `Credit` op: a `Cut`, whose body is [`CUT_MARK`] (so that stray
+/// bytes are not taken for one).
+const CUT: u8 = 0x20;
+const CUT_MARK: u64 = u64::from_le_bytes(*b"unimCUT!");
 /// On a `RemoteData` op: a `RemoteNotice`.
 const NOTICE: u8 = 0x10;
 
@@ -749,6 +759,11 @@ impl Wire {
                 w.buf[0] |= THROTTLE;
                 w.put(&[u8::from(*on)]);
             }
+            Wire::Cut => {
+                w = Writer::new(op::CREDIT, None);
+                w.buf[0] |= CUT;
+                w.put(&CUT_MARK.to_le_bytes());
+            }
             Wire::RmaWrite {
                 key,
                 addr,
@@ -973,6 +988,10 @@ impl Wire {
                 r.u8();
                 Wire::Fin { send_id: r.u16() }
             }
+            op::CREDIT if flags & CUT != 0 => match (flags, r.u64()) {
+                (CUT, CUT_MARK) => Wire::Cut,
+                _ => return None,
+            },
             op::CREDIT if flags & THROTTLE != 0 => match r.u8() {
                 0 => Wire::Throttle { on: false },
                 1 => Wire::Throttle { on: true },
@@ -1134,6 +1153,7 @@ mod tests {
             Wire::Credit { credits: 255 },
             Wire::Throttle { on: true },
             Wire::Throttle { on: false },
+            Wire::Cut,
             Wire::RmaWrite {
                 key: u64::MAX,
                 addr: 0x7fff_0000_1234,

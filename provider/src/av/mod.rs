@@ -81,6 +81,11 @@ impl AvInner {
         self.table.reverse_lookup(addr)
     }
 
+    /// Every live address of the table, once each (cold paths only).
+    pub fn addresses(&self) -> Vec<MailboxAddr> {
+        self.table.addresses()
+    }
+
     /// Removals so far: a [`reverse_lookup`](Self::reverse_lookup) answer
     /// stays right while this does not change.
     pub fn removals(&self) -> u64 {

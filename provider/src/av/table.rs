@@ -157,6 +157,11 @@ impl Table {
         self.index.read().reverse.get(addr).map(|r| r.first)
     }
 
+    /// Every live address, once each (a cold path: it copies them).
+    pub(super) fn addresses(&self) -> Vec<MailboxAddr> {
+        self.index.read().reverse.keys().copied().collect()
+    }
+
     /// Inserts and removals, excluding other writers meanwhile.
     pub(super) fn write(&self) -> Writer<'_> {
         Writer {

@@ -61,6 +61,32 @@ fn pending_of(core: &EpCore) -> Pending {
 }
 
 impl EpInner {
+    /// After a peer was lost: if every peer this endpoint could hear from
+    /// (those its AV holds, and those that reached it) is lost, nobody is
+    /// left to match a receive from any source, and those fail. An AV
+    /// address the endpoint never heard from may still send: not alone.
+    fn fail_receives_if_alone(&self) {
+        let addresses = self
+            .bindings
+            .read()
+            .av
+            .as_ref()
+            .map(|av| av.addresses())
+            .unwrap_or_default();
+        // Not `enter`: the agent's pass comes here too.
+        let mut core = self.core.lock();
+        let own = core.addr();
+        let alone = core.every_peer_lost()
+            && addresses
+                .iter()
+                .filter(|&&a| a != own)
+                .all(|a| core.lost(a));
+        if alone {
+            core.left_alone();
+            self.drain(&mut core);
+        }
+    }
+
     fn advance(&self, core: &mut EpCore) {
         core.progress();
         self.drain(core);
@@ -77,6 +103,7 @@ impl EpInner {
             // peers that find it dead do.
             let removed = unimem_mailbox::shm::reclaim_dead_objects();
             tracing::info!(removed, "reclaimed the shared objects of dead peers");
+            self.fail_receives_if_alone();
         }
     }
 }

@@ -7,10 +7,12 @@
 //! `peers_lost`. Touches every queue and table that can name the dead peer.
 
 use std::hash::Hash;
+use std::sync::atomic::AtomicU64;
 use std::time::Instant;
 
 use unimem_dma::DmaEngine;
-use unimem_mailbox::Mailbox;
+use unimem_mailbox::shm::rate_limited;
+use unimem_mailbox::{Error as MailboxError, Mailbox};
 
 use super::peers::DataItem;
 use super::{Messenger, PeerIdx};
@@ -35,15 +37,8 @@ where
         if self.peers[peer].dead && self.peers[peer].route.is_none() {
             return;
         }
-        if !self.draining {
-            self.draining = true;
-            while let Some((src, message)) = self.mbx.poll() {
-                self.dispatch(src, &message);
-            }
-            self.draining = false;
-            if self.peers[peer].dead && self.peers[peer].route.is_none() {
-                return;
-            }
+        if self.take_in_mailbox() && self.peers[peer].dead && self.peers[peer].route.is_none() {
+            return;
         }
         let events_before = self.events.len();
         self.peers_lost += 1;
@@ -105,11 +100,75 @@ where
         }
     }
 
+    /// Takes in every message waiting in the mailbox, unless a caller
+    /// further up does it already (true if it did).
+    pub(crate) fn take_in_mailbox(&mut self) -> bool {
+        if self.draining {
+            return false;
+        }
+        self.draining = true;
+        while let Some((src, message)) = self.mbx.poll() {
+            self.dispatch(src, &message);
+        }
+        self.draining = false;
+        true
+    }
+
     /// Fails the posted receives that only a dead `peer` could satisfy.
     pub(crate) fn fail_receives_from(&mut self, peer: PeerIdx) {
         let addr = self.peers[peer].addr;
         for (tagged, recv) in self.matcher.remove_posted_from(&addr) {
             self.fail_posted(tagged, &recv, ErrorKind::PeerUnreachable, Some(addr), false);
+        }
+    }
+
+    /// Whether the peer at `addr` is lost to us: a known one dead, fenced,
+    /// refused, or its transfers failed; one we never spoke to, gone (no
+    /// endpoint behind the address, or its process dead: a look at its
+    /// mailbox, for cold paths). A lookup that fails otherwise (out of
+    /// file descriptors, say) is not taken for gone.
+    pub fn lost(&mut self, addr: &M::Addr) -> bool {
+        match self.known_peer(addr) {
+            Some(peer) => self.peers[peer].dead,
+            None => matches!(
+                self.mbx.connect(addr),
+                Err(MailboxError::Dead | MailboxError::Invalid)
+            ),
+        }
+    }
+
+    /// Whether every peer we know (ourselves apart) is lost, and there is
+    /// at least one.
+    pub fn every_peer_lost(&self) -> bool {
+        let own = self.mbx.addr();
+        let mut others = self.peers.iter().filter(|p| p.addr != own).peekable();
+        others.peek().is_some() && others.all(|p| p.dead)
+    }
+
+    /// No peer is left that could send to this endpoint: the provider
+    /// found every address it could hear from lost (it knows the AV, the
+    /// messenger does not). Receives from any source posted now or later
+    /// fail with [`ErrorKind::PeerUnreachable`] instead of waiting for
+    /// ever, until a peer that is not lost appears.
+    pub fn left_alone(&mut self) {
+        self.alone = true;
+        self.fail_receives_from_anyone();
+    }
+
+    pub(crate) fn fail_receives_from_anyone(&mut self) {
+        let removed = self.matcher.remove_posted_from_anyone();
+        if !removed.is_empty() {
+            static LAST: AtomicU64 = AtomicU64::new(0);
+            let receives = removed.len();
+            rate_limited(&LAST, || {
+                tracing::warn!(
+                    receives,
+                    "every peer is dead or unreachable: receives from any source failed"
+                )
+            });
+        }
+        for (tagged, recv) in removed {
+            self.fail_posted(tagged, &recv, ErrorKind::PeerUnreachable, None, false);
         }
     }
 

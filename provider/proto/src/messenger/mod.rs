@@ -184,6 +184,9 @@ pub struct Messenger<M: Mailbox, D: DmaEngine> {
     next_peer_check: Instant,
     /// Peers found dead so far (the provider reclaims what they left).
     peers_lost: usize,
+    /// No peer is left that could send to us (the provider tells, see
+    /// `liveness`): receives from any source fail until a new one comes.
+    alone: bool,
     /// Taking in the mailbox before failing a dead peer (so that failing
     /// another one meanwhile does not start over).
     draining: bool,
@@ -325,6 +328,7 @@ where
             calls_since_clock: 0,
             next_peer_check: Instant::now(),
             peers_lost: 0,
+            alone: false,
             draining: false,
             stats: Stats::default(),
             dropped: DroppedMessages::default(),

@@ -13,7 +13,7 @@ use unimem_mailbox::{Mailbox, Message};
 
 use super::send::rendezvous::Grant;
 use super::send::{EagerState, TxKind, Waiter};
-use super::{Messenger, FENCE_AFTER};
+use super::{Messenger, PeerIdx, FENCE_AFTER};
 use crate::dma::{DmaSession, Token};
 use crate::wire::Wire;
 use crate::WireNode;
@@ -236,8 +236,13 @@ where
         let Some(wire) = Wire::decode(message) else {
             let peer = self.peer_for_source(&src);
             self.drop_invalid(peer, "malformed message");
+            self.fence_if_over(peer);
             return;
         };
+        if matches!(wire, Wire::Cut) && self.known_peer(&src).is_none() {
+            // Cut off by someone we never spoke to: nothing to fail.
+            return;
+        }
         let peer = self.peer_for_source(&src);
         if self.peers[peer].refused {
             // Refused at first contact, or fenced: nothing of it is acted on.
@@ -321,6 +326,7 @@ where
             // Any value is the peer's to give: it throttles only our
             // traffic to it.
             Wire::Throttle { on } => self.on_throttle(peer, on),
+            Wire::Cut => self.on_cut(peer),
             Wire::RmaWrite {
                 key,
                 addr,
@@ -356,6 +362,12 @@ where
             Wire::AtomicResult { id, bytes } => self.on_atomic_result(peer, id, bytes.as_slice()),
             Wire::AtomicReply { id, refusal } => self.on_atomic_reply(peer, id, refusal),
         }
+        self.fence_if_over(peer);
+    }
+
+    /// Fences `peer` once its invalid messages reach [`FENCE_AFTER`]: after
+    /// a whole message is handled, never in the middle of one.
+    fn fence_if_over(&mut self, peer: PeerIdx) {
         if self.peers[peer].violations >= FENCE_AFTER && !self.peers[peer].refused {
             let addr = self.peers[peer].addr;
             tracing::warn!(%addr, violations = FENCE_AFTER, "peer fenced: too many invalid messages; its operations fail");

@@ -3216,6 +3216,93 @@ fn repeated_violations_fence_the_peer() {
     first_contact(&mut a, &mut b);
 }
 
+/// A fenced peer may be innocent (another process broke its memory): the
+/// fencing side tells it with one `Cut`, and what it waits for from that
+/// side (a directed receive, a rendezvous send the other never matched)
+/// fails instead of waiting for ever; so do its later operations.
+#[test]
+fn a_fenced_peer_is_told_and_stops_waiting() {
+    let mut a = messenger();
+    let mut b = messenger();
+    first_contact(&mut a, &mut b);
+    let (a_addr, b_addr) = (a.addr(), b.addr());
+    let mut buf = [0u8; 8];
+    post(&mut b, false, recv_spec(&mut buf, 1, Some(a_addr), 0, 0));
+    let big = pattern(3 * FRAGMENT, 5);
+    send(&mut b, a_addr, &big, None, 2).unwrap();
+    for _ in 0..50 {
+        a.progress();
+        b.progress();
+    }
+    assert!(b.next_event().is_none(), "b waits on a");
+
+    let peer = a.known_peer(&b_addr).expect("a knows b");
+    a.fence(peer);
+    let got = collect(&mut [&mut b, &mut a], 0, 2);
+    let mut failed: Vec<_> = got
+        .iter()
+        .map(|e| (error_of(e).context, error_of(e).kind))
+        .collect();
+    failed.sort_unstable_by_key(|&(c, _)| c);
+    assert_eq!(
+        failed,
+        [
+            (1, ErrorKind::PeerUnreachable),
+            (2, ErrorKind::PeerUnreachable)
+        ]
+    );
+    assert!(b.lost(&a_addr) && a.lost(&b_addr));
+    assert_eq!(
+        send(&mut b, a_addr, b"x", None, 3),
+        Err(PostError::Unreachable)
+    );
+}
+
+/// A `Cut` from a process never spoken to fails nothing and adds no peer;
+/// stray bytes do not make one (its body is a fixed mark).
+#[test]
+fn a_cut_from_a_stranger_or_with_a_wrong_mark_is_ignored() {
+    let mut a = messenger();
+    let mut b = messenger();
+    first_contact(&mut a, &mut b);
+    let stranger = forge(a.addr(), &[Wire::Cut]);
+    let stranger_addr = {
+        use unimem_mailbox::Mailbox as _;
+        stranger.addr()
+    };
+    for _ in 0..10 {
+        a.progress();
+    }
+    assert!(a.known_peer(&stranger_addr).is_none());
+    assert_eq!(a.peers_lost(), 0);
+
+    let mut wrong = Wire::Cut.encode();
+    wrong[5] ^= 1;
+    assert_eq!(Wire::decode(&wrong), None);
+    a.dispatch(b.addr(), &wrong);
+    assert_eq!((a.peers_lost(), a.dropped_messages()), (0, 1));
+    first_contact(&mut a, &mut b);
+}
+
+/// Malformed messages alone (no operation decodes) count as violations
+/// too: the peer that sends only those is fenced after `FENCE_AFTER`.
+#[test]
+fn a_peer_sending_only_malformed_messages_is_fenced() {
+    let mut a = messenger();
+    let rogue = forge(a.addr(), &[]);
+    let rogue_addr = {
+        use unimem_mailbox::Mailbox as _;
+        rogue.addr()
+    };
+    for _ in 0..FENCE_AFTER - 1 {
+        a.dispatch(rogue_addr, &[0; 24]);
+    }
+    assert!(!a.lost(&rogue_addr));
+    a.dispatch(rogue_addr, &[0; 24]);
+    assert!(a.lost(&rogue_addr));
+    assert_eq!(a.dropped_messages(), u64::from(FENCE_AFTER));
+}
+
 // --- ids -------------------------------------------------------------------------
 
 /// More rendezvous receives than there are ids: the transfers beyond wait
@@ -3467,6 +3554,56 @@ fn a_directed_receive_from_a_silent_peer_that_dies_fails() {
     let error = error_of(&got[0]);
     assert_eq!((error.context, error.kind), (2, ErrorKind::PeerUnreachable));
     assert!(posted.elapsed() < Duration::from_secs(5));
+}
+
+/// Once the provider finds nobody left who could send (`left_alone`),
+/// receives from any source fail, posted before or after; a directed one
+/// at a live peer does not exist then. A new peer ends it.
+#[test]
+fn receives_from_anyone_fail_when_every_peer_is_lost() {
+    let mut a = messenger_with(64, quick_peer_check());
+    assert!(!a.every_peer_lost(), "no peer yet is not every peer lost");
+    let mut b = messenger();
+    let b_addr = b.addr();
+    send(&mut b, a.addr(), b"hi", Some(1), 0).unwrap();
+    let mut first = [0u8; 2];
+    post(&mut a, true, recv_spec(&mut first, 1, None, 1, 0));
+    collect(&mut [&mut a, &mut b], 0, 1);
+    assert!(!a.every_peer_lost() && !a.lost(&b_addr));
+
+    let mut waiting = [0u8; 4];
+    post(&mut a, true, recv_spec(&mut waiting, 2, None, 2, 0));
+    drop(b);
+    let deadline = Instant::now() + HANG_GUARD;
+    while a.peers_lost() == 0 {
+        assert!(Instant::now() < deadline, "b not found dead");
+        a.progress();
+    }
+    assert!(a.lost(&b_addr) && a.every_peer_lost());
+    assert_eq!(
+        a.posted_receives(),
+        1,
+        "lost peers alone fail nothing from anyone"
+    );
+    a.left_alone();
+    let error = error_of(&a.next_event().expect("failed")).clone();
+    assert_eq!((error.context, error.kind), (2, ErrorKind::PeerUnreachable));
+    assert_eq!(error.src, None);
+    let mut late = [0u8; 4];
+    post(&mut a, false, recv_spec(&mut late, 3, None, 0, 0));
+    let error = error_of(&a.next_event().expect("fails when posted")).clone();
+    assert_eq!((error.context, error.kind), (3, ErrorKind::PeerUnreachable));
+
+    // Someone new can send again: receives wait for it.
+    let mut c = messenger();
+    send(&mut c, a.addr(), b"new", None, 0).unwrap();
+    c.progress();
+    let mut from_c = [0u8; 3];
+    post(&mut a, false, recv_spec(&mut from_c, 4, None, 0, 0));
+    let got = collect(&mut [&mut a, &mut c], 0, 1);
+    assert_eq!(recv_done(&got[0]).context, 4);
+    assert_eq!(&from_c, b"new");
+    assert!(!a.every_peer_lost());
 }
 
 /// The first contact of a forged peer: our parameters, and a hello that

@@ -123,6 +123,15 @@ where
             let peer = match src {
                 Some((_, Some(peer))) => Some(peer),
                 Some((src, None)) => self.watch_peer(src),
+                None if self.alone => {
+                    // A newcomer's first messages may wait in the mailbox.
+                    self.take_in_mailbox();
+                    if self.alone {
+                        // Nobody is left who could send it anything.
+                        self.fail_receives_from_anyone();
+                    }
+                    return;
+                }
                 None => None,
             };
             if let Some(peer) = peer.filter(|&p| self.peers[p].dead) {
