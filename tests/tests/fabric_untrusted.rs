@@ -141,10 +141,9 @@ fn a_directed_receive_from_a_peer_dead_before_any_traffic_fails() {
 
 /// A receive from any source fails with `FI_EHOSTUNREACH` once every peer
 /// the endpoint could hear from is gone, and not before: p0 talked with p1
-/// and p2 (p3 is in its AV but silent); p1 dies and the receive waits (p2
-/// and p3 could still send); p3 dies and it still waits (p2 could); p2
-/// dies and it fails, and so does one posted after. p0's own address in
-/// its AV does not count.
+/// and p2 (p3 is in its AV but silent); p1 dies and the receive waits; p2
+/// dies and it still waits (p3 could send); p3 dies and it fails, and so
+/// does one posted after. p0's own address in its AV does not count.
 #[test]
 fn a_receive_from_anyone_fails_once_every_peer_is_gone() {
     let mut c = cluster("all-gone");
@@ -154,12 +153,13 @@ fn a_receive_from_anyone_fails_once_every_peer_is_gone() {
         c.transfer(from, 0, &[Msg::new(100, 1)], Order::Posted);
     }
     c.cmd(0, "recv any 100 5");
+    // Many peer checks after each death: nothing completes.
     c.kill(1);
-    c.kill(3);
-    // Many peer checks, p1 found dead in one: nothing completes.
+    c.cmd(0, "quiet 300");
+    c.kill(2);
     c.cmd(0, "quiet 300");
     let started = std::time::Instant::now();
-    c.kill(2);
+    c.kill(3);
     let errors = c.cmd(0, "wait errors=1").completions();
     assert_eq!((errors[0].ctx, errors[0].err), (5, ffi::FI_EHOSTUNREACH));
     assert!(started.elapsed() < std::time::Duration::from_secs(10));
@@ -171,6 +171,27 @@ fn a_receive_from_anyone_fails_once_every_peer_is_gone() {
         stderr.contains("receives from any source failed"),
         "no warning:\n{stderr}"
     );
+}
+
+/// A server's receive from any source whose only client, in its AV but
+/// never heard from (the hostile-writer runs: the client's messages were
+/// lost to a corrupted ring, and it gave up), is gone: the peer check sees
+/// nobody left and the receive fails, instead of waiting for ever. One
+/// whose client lives waits.
+#[test]
+fn a_receive_from_anyone_fails_when_its_silent_peers_are_gone() {
+    let mut c = cluster("silent-gone");
+    c.env("FI_UNIMEM_PEER_CHECK_MS", "20");
+    c.spawn(2).connect_all();
+    c.cmd(0, "recv any 100 5");
+    c.cmd(0, "quiet 200");
+    let started = std::time::Instant::now();
+    let gone = c.peers.remove(1);
+    gone.finish();
+    let errors = c.cmd(0, "wait errors=1").completions();
+    assert_eq!((errors[0].ctx, errors[0].err), (5, ffi::FI_EHOSTUNREACH));
+    assert!(started.elapsed() < std::time::Duration::from_secs(10));
+    c.finish_with_warnings();
 }
 
 /// Issue 12, rows 1-3, with a separate hostile process: while p0 and p1

@@ -436,6 +436,14 @@ impl<A: Copy + Eq, B> Matcher<A, B> {
         removed
     }
 
+    /// Whether a receive from any source is posted (multi-receive buffers
+    /// apart); walks the queues.
+    pub fn posted_from_anyone(&self) -> bool {
+        [&self.untagged, &self.tagged]
+            .iter()
+            .any(|lane| lane.posted.iter().any(|r| !r.multi_recv && r.src.is_none()))
+    }
+
     /// Removes every posted receive from any source (multi-receive
     /// buffers apart): (tagged, receive) each.
     pub fn remove_posted_from_anyone(&mut self) -> Vec<(bool, PostedRecv<A>)> {

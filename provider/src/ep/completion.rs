@@ -21,8 +21,12 @@ impl Progress for EpInner {
         let mut core = self.enter();
         self.advance(&mut core);
         let lost = core.peers_lost();
+        let look = core.audience_check_due();
         drop(core);
         self.reclaim_lost(lost);
+        if look {
+            self.fail_receives_if_alone();
+        }
     }
 
     fn progress_for_agent(&self) -> Pending {
@@ -34,8 +38,12 @@ impl Progress for EpInner {
         core.set_helping(false);
         let pending = pending_of(&core);
         let lost = core.peers_lost();
+        let look = core.audience_check_due();
         drop(core);
         self.reclaim_lost(lost);
+        if look {
+            self.fail_receives_if_alone();
+        }
         pending
     }
 
@@ -61,26 +69,30 @@ fn pending_of(core: &EpCore) -> Pending {
 }
 
 impl EpInner {
-    /// After a peer was lost: if every peer this endpoint could hear from
-    /// (those its AV holds, and those that reached it) is lost, nobody is
-    /// left to match a receive from any source, and those fail. An AV
-    /// address the endpoint never heard from may still send: not alone.
+    /// After a peer was lost, or when the peer check asks: if every peer
+    /// this endpoint could hear from (those its AV holds, and those that
+    /// reached it) is lost, nobody is left to match a receive from any
+    /// source, and those fail. An AV address never heard from counts as
+    /// lost only if its mailbox is gone; an endpoint that knows no peer
+    /// and has none in its AV (a server waiting for its first) is not
+    /// alone.
     fn fail_receives_if_alone(&self) {
-        let addresses = self
-            .bindings
-            .read()
-            .av
-            .as_ref()
-            .map(|av| av.addresses())
-            .unwrap_or_default();
+        let av_addresses = |b: &Bindings| b.av.as_ref().map(|av| av.addresses());
+        let addresses = match self.active.get() {
+            Some(active) => av_addresses(active),
+            None => av_addresses(&self.bindings.read()),
+        }
+        .unwrap_or_default();
         // Not `enter`: the agent's pass comes here too.
         let mut core = self.core.lock();
         let own = core.addr();
-        let alone = core.every_peer_lost()
-            && addresses
-                .iter()
-                .filter(|&&a| a != own)
-                .all(|a| core.lost(a));
+        let known = core.known_peers_lost();
+        let mut others = addresses.iter().filter(|&&a| a != own).peekable();
+        let alone = match known {
+            Some(false) => false,
+            None if others.peek().is_none() => false,
+            _ => others.all(|a| core.lost(a)),
+        };
         if alone {
             core.left_alone();
             self.drain(&mut core);

@@ -137,12 +137,23 @@ where
         }
     }
 
-    /// Whether every peer we know (ourselves apart) is lost, and there is
-    /// at least one.
-    pub fn every_peer_lost(&self) -> bool {
+    /// Whether every peer we know (ourselves apart) is lost: `None` if we
+    /// know none.
+    pub fn known_peers_lost(&self) -> Option<bool> {
         let own = self.mbx.addr();
         let mut others = self.peers.iter().filter(|p| p.addr != own).peekable();
-        others.peek().is_some() && others.all(|p| p.dead)
+        others.peek()?;
+        Some(others.all(|p| p.dead))
+    }
+
+    /// Whether the provider should look, now, whether anyone is left who
+    /// could send to us (see [`Self::left_alone`]): set by the peer check
+    /// while a receive from any source waits and no known peer lives
+    /// (peers that never reached us, in the AV only, are not watched
+    /// otherwise), taken by this call.
+    #[inline]
+    pub fn audience_check_due(&mut self) -> bool {
+        std::mem::take(&mut self.audience_due)
     }
 
     /// No peer is left that could send to this endpoint: the provider
@@ -196,6 +207,9 @@ where
             return;
         }
         self.next_peer_check = now + interval;
+        self.audience_due = !self.alone
+            && self.known_peers_lost() != Some(false)
+            && self.matcher.posted_from_anyone();
         for peer in 0..self.peers.len() {
             let alive = match &self.peers[peer].route {
                 Some(route) => self.mbx.peer_alive(route),

@@ -187,6 +187,8 @@ pub struct Messenger<M: Mailbox, D: DmaEngine> {
     /// No peer is left that could send to us (the provider tells, see
     /// `liveness`): receives from any source fail until a new one comes.
     alone: bool,
+    /// See `Messenger::audience_check_due`.
+    audience_due: bool,
     /// Taking in the mailbox before failing a dead peer (so that failing
     /// another one meanwhile does not start over).
     draining: bool,
@@ -329,6 +331,7 @@ where
             next_peer_check: Instant::now(),
             peers_lost: 0,
             alone: false,
+            audience_due: false,
             draining: false,
             stats: Stats::default(),
             dropped: DroppedMessages::default(),

@@ -3562,14 +3562,14 @@ fn a_directed_receive_from_a_silent_peer_that_dies_fails() {
 #[test]
 fn receives_from_anyone_fail_when_every_peer_is_lost() {
     let mut a = messenger_with(64, quick_peer_check());
-    assert!(!a.every_peer_lost(), "no peer yet is not every peer lost");
+    assert_eq!(a.known_peers_lost(), None, "no peer yet");
     let mut b = messenger();
     let b_addr = b.addr();
     send(&mut b, a.addr(), b"hi", Some(1), 0).unwrap();
     let mut first = [0u8; 2];
     post(&mut a, true, recv_spec(&mut first, 1, None, 1, 0));
     collect(&mut [&mut a, &mut b], 0, 1);
-    assert!(!a.every_peer_lost() && !a.lost(&b_addr));
+    assert!(a.known_peers_lost() == Some(false) && !a.lost(&b_addr));
 
     let mut waiting = [0u8; 4];
     post(&mut a, true, recv_spec(&mut waiting, 2, None, 2, 0));
@@ -3579,7 +3579,7 @@ fn receives_from_anyone_fail_when_every_peer_is_lost() {
         assert!(Instant::now() < deadline, "b not found dead");
         a.progress();
     }
-    assert!(a.lost(&b_addr) && a.every_peer_lost());
+    assert!(a.lost(&b_addr) && a.known_peers_lost() == Some(true));
     assert_eq!(
         a.posted_receives(),
         1,
@@ -3603,7 +3603,39 @@ fn receives_from_anyone_fail_when_every_peer_is_lost() {
     let got = collect(&mut [&mut a, &mut c], 0, 1);
     assert_eq!(recv_done(&got[0]).context, 4);
     assert_eq!(&from_c, b"new");
-    assert!(!a.every_peer_lost());
+    assert_eq!(a.known_peers_lost(), Some(false));
+}
+
+/// The peer check asks the provider to look for an audience only while a
+/// receive from any source waits and no known peer lives.
+#[test]
+fn the_audience_check_is_due_only_for_a_receive_from_anyone_without_live_peers() {
+    let mut a = messenger_with(64, quick_peer_check());
+    let due_within = |a: &mut Shm| {
+        let deadline = Instant::now() + Duration::from_millis(50);
+        let mut due = false;
+        while Instant::now() < deadline {
+            a.progress();
+            due |= a.audience_check_due();
+        }
+        due
+    };
+    assert!(!due_within(&mut a), "nothing posted");
+    let mut buf = [0u8; 4];
+    post(&mut a, false, recv_spec(&mut buf, 1, None, 0, 0));
+    assert!(due_within(&mut a), "a receive from anyone, no peer");
+    let mut b = messenger();
+    send(&mut b, a.addr(), b"hi", Some(3), 0).unwrap();
+    collect(&mut [&mut a, &mut b], 0, 0);
+    for _ in 0..100 {
+        a.progress();
+        b.progress();
+    }
+    assert_eq!(a.known_peers_lost(), Some(false));
+    assert!(!due_within(&mut a), "a live peer");
+    a.left_alone();
+    assert!(matches!(a.next_event(), Some(Event::Error(_))));
+    assert!(!due_within(&mut a), "nothing posted from anyone any more");
 }
 
 /// The first contact of a forged peer: our parameters, and a hello that
