@@ -57,7 +57,7 @@ pub fn warn_unreachable(peer: &MailboxAddr) {
         .lock()
         .unwrap_or_else(|e| e.into_inner())
         .clone()
-        .unwrap_or_else(|| "FI_UNIMEM_NET_PROVIDER is empty: set it to tcp".into());
+        .unwrap_or_else(|| "not opened".into());
     tracing::warn!(
         "{peer} is on another host, and this process has no network interface ({why}); with libfabric 1.x, also set FI_PROVIDER=unimem,tcp"
     );
@@ -90,10 +90,59 @@ pub fn current() -> Option<Arc<Nic>> {
         .filter(|nic| nic.is_own())
 }
 
-fn open(cfg: &Config, region: &Arc<DmaRegion>) -> Option<Arc<Nic>> {
-    if cfg.net_provider.is_empty() {
-        return None;
+/// The transport `net_provider` asks for, or why the backend stays off:
+/// `off` (or empty), `auto` (`tcp`, unless the launcher put every process
+/// of the job on this host), or a provider name (always).
+pub fn chosen_transport(cfg: &Config) -> Result<String, String> {
+    match cfg.net_provider.as_str() {
+        "" | "off" => Err("FI_UNIMEM_NET_PROVIDER=off".into()),
+        "auto" => match one_host_job() {
+            Some(why) => Err(format!(
+                "the launcher put every process of the job on this host ({why}); \
+                 FI_UNIMEM_NET_PROVIDER=tcp opens it anyway"
+            )),
+            None => Ok("tcp".into()),
+        },
+        name => Ok(name.into()),
     }
+}
+
+/// What the launcher says that puts every process of the job on this
+/// host, if it says so: Open MPI's and Hydra's (MPICH, Intel MPI) local
+/// and world sizes, or Slurm's node count. Read once: launchers set them
+/// before the process starts.
+fn one_host_job() -> Option<String> {
+    static ANSWER: OnceLock<Option<String>> = OnceLock::new();
+    ANSWER
+        .get_or_init(|| {
+            let num = |name: &str| std::env::var(name).ok()?.trim().parse::<u64>().ok();
+            for (local, world) in [
+                ("OMPI_COMM_WORLD_LOCAL_SIZE", "OMPI_COMM_WORLD_SIZE"),
+                ("MPI_LOCALNRANKS", "PMI_SIZE"),
+            ] {
+                if let (Some(l), Some(w)) = (num(local), num(world)) {
+                    return (l == w).then(|| format!("{local} = {world} = {w}"));
+                }
+            }
+            ["SLURM_STEP_NUM_NODES", "SLURM_NNODES"]
+                .into_iter()
+                .find_map(|name| num(name).map(|n| (name, n)))
+                .and_then(|(name, n)| (n == 1).then(|| format!("{name} = 1")))
+        })
+        .clone()
+}
+
+fn open(cfg: &Config, region: &Arc<DmaRegion>) -> Option<Arc<Nic>> {
+    let transport = match chosen_transport(cfg) {
+        Ok(transport) => transport,
+        Err(why) => {
+            tracing::info!(
+                "network backend not opened: {why}; peers on other hosts are unreachable"
+            );
+            *OFF_BECAUSE.lock().unwrap_or_else(|e| e.into_inner()) = Some(why);
+            return None;
+        }
+    };
     let Some(ip) = host_ip(cfg) else {
         tracing::warn!(
             "net_iface {:?}: no such IPv4 address or interface; peers on other hosts are unreachable",
@@ -103,7 +152,7 @@ fn open(cfg: &Config, region: &Arc<DmaRegion>) -> Option<Arc<Nic>> {
     };
     let timeout = Duration::from_millis(cfg.net_timeout_ms as u64);
     match Nic::open(
-        &cfg.net_provider,
+        &transport,
         ip,
         Arc::clone(region),
         timeout,
@@ -204,7 +253,7 @@ pub fn canonical(addr: MailboxAddr) -> MailboxAddr {
         return addr;
     };
     let cfg = config::get();
-    if cfg.net_provider.is_empty() || host_ip(&cfg) == Some(nic.ip) {
+    if chosen_transport(&cfg).is_err() || host_ip(&cfg) == Some(nic.ip) {
         return MailboxAddr {
             node: addr.node.local(),
             ..addr

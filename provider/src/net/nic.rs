@@ -38,6 +38,9 @@ use crate::base::ffi;
 const RECV_BUFFERS: usize = 64;
 /// How often the interface's thread looks whether it must poll.
 const TICK: Duration = Duration::from_millis(1);
+/// The thread's tick while no process of another host is known: a job of
+/// one host leaves it asleep (a first contact waits that long at most).
+const IDLE_TICK: Duration = Duration::from_millis(20);
 /// How often a process tells the processes it talks to that it is alive.
 const ALIVE_EVERY: Duration = Duration::from_millis(500);
 /// The network is quiet for us once no mailbox message came or left for a
@@ -299,6 +302,11 @@ impl Nic {
     /// Our mailbox `index` closed: messages for it are answered "gone".
     pub fn close_inbox(&self, index: u32) {
         self.state.lock().inboxes.remove(&index);
+    }
+
+    /// Whether a process of another host is known.
+    pub fn talks_to_other_hosts(&self) -> bool {
+        self.remote_processes.load(Ordering::Relaxed) > 0
     }
 
     /// Polls the transport, as the data path does: when the process talks
@@ -1116,10 +1124,16 @@ fn credit_absence(last_heard: Instant, absent: Duration, now: Instant) -> Instan
 /// application computes, or waits elsewhere), and keeps peers informed.
 fn run(nic: Weak<Nic>) {
     let mut last_alive = Instant::now();
+    let mut tick = TICK;
     loop {
-        std::thread::sleep(TICK);
+        std::thread::sleep(tick);
         let Some(nic) = nic.upgrade() else {
             return;
+        };
+        tick = if nic.talks_to_other_hosts() {
+            TICK
+        } else {
+            IDLE_TICK
         };
         if nic.stop.load(Ordering::Acquire) || !nic.is_own() {
             return;

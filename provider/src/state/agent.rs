@@ -61,6 +61,9 @@ pub const LOCAL_WORK: Duration = Duration::from_micros(100);
 /// How often the agent looks at endpoints that peers of other hosts reach
 /// (their messages ring no bell).
 pub const NETWORK: Duration = Duration::from_millis(1);
+/// The same while no process of another host is known (the network
+/// thread's idle tick).
+pub const NETWORK_IDLE: Duration = Duration::from_millis(20);
 /// How soon the agent looks again at operations in flight whose peer may
 /// have died (the liveness checks of `peer_check_ms`).
 pub const LIVENESS: Duration = Duration::from_millis(50);
@@ -260,9 +263,17 @@ fn run(shared: &Shared) {
         }
         let timeout = if left.message || left.local_work {
             Some(LOCAL_WORK)
-        } else if crate::net::current().is_some() || !doorbell::rings_reliable() {
+        } else if let Some(nic) = crate::net::current() {
             // Messages from other hosts come through the network thread,
-            // which rings no bell; without membarrier a ring may be missed.
+            // which rings no bell; while none is known, a first contact
+            // may wait the network thread's own idle tick.
+            Some(if nic.talks_to_other_hosts() {
+                NETWORK
+            } else {
+                NETWORK_IDLE
+            })
+        } else if !doorbell::rings_reliable() {
+            // Without membarrier a ring may be missed.
             Some(NETWORK)
         } else if left.busy || bells.len() < members.len() {
             Some(LIVENESS)
