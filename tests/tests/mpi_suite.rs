@@ -519,13 +519,17 @@ fn openmpi_threads_again_and_again() {
     openmpi_threads(20, &[("MPI_SUITE_AM_FULL", "1")]);
 }
 
-/// The same with the network backend on (`FI_UNIMEM_NET_PROVIDER=tcp`), as
-/// a job across hosts has it: about 1 run in 25 hangs (every rank but one
-/// has nothing in flight, and that one does not read its CQ: one of its
-/// threads waits in `mmap` in the kernel). Not with `sockets` as the
-/// transport. Issue 26; run it to see whether it still does.
+/// The same with the network backend on (`FI_UNIMEM_NET_PROVIDER=tcp`).
+/// While the interface thread ticked every millisecond, about 1 run in 25
+/// hung: one rank's thread waits for ever in `mmap` of a peer's object, in
+/// `down_write` of the file's `i_mmap_rwsem` (lock tracepoints), which no
+/// task visibly holds; the other ranks' maps of that file queue behind it.
+/// With the 20 ms tick of a process that knows no other host, none in 160
+/// runs; with a 1 ms tick again 3 in 31. The cause is not found (issue
+/// 26), and a job across hosts ticks every millisecond: kept out of the
+/// suite until it is; run it to see.
 #[test]
-#[ignore = "hangs about 1 run in 25 with the network backend on (issue 26)"]
+#[ignore = "the mmap hang of issue 26 is not found; rare with this test's 20 ms tick"]
 fn openmpi_threads_again_and_again_with_the_network_backend() {
     openmpi_threads(
         100,

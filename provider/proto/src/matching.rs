@@ -420,16 +420,16 @@ impl<A: Copy + Eq, B> Matcher<A, B> {
     }
 
     /// Removes the receives posted for messages from `src` only (a dead
-    /// peer's): `(tagged, receive)` in post order. Receives from any source
-    /// and multi-receive buffers stay.
-    pub fn remove_posted_from(&mut self, src: &A) -> Vec<(bool, PostedRecv<A>)> {
+    /// peer's), or with `None` those from any source: `(tagged, receive)`
+    /// in post order. Multi-receive buffers stay.
+    pub fn remove_posted_from(&mut self, src: Option<&A>) -> Vec<(bool, PostedRecv<A>)> {
         let mut removed = Vec::new();
         for tagged in [false, true] {
             let lane = self.lane(tagged);
             let (from_src, rest): (VecDeque<_>, VecDeque<_>) = lane
                 .posted
                 .drain(..)
-                .partition(|r| !r.multi_recv && r.src == Some(*src));
+                .partition(|r| !r.multi_recv && r.src.as_ref() == src);
             lane.posted = rest;
             removed.extend(from_src.into_iter().map(|r| (tagged, r)));
         }
@@ -442,22 +442,6 @@ impl<A: Copy + Eq, B> Matcher<A, B> {
         [&self.untagged, &self.tagged]
             .iter()
             .any(|lane| lane.posted.iter().any(|r| !r.multi_recv && r.src.is_none()))
-    }
-
-    /// Removes every posted receive from any source (multi-receive
-    /// buffers apart): (tagged, receive) each.
-    pub fn remove_posted_from_anyone(&mut self) -> Vec<(bool, PostedRecv<A>)> {
-        let mut removed = Vec::new();
-        for tagged in [false, true] {
-            let lane = self.lane(tagged);
-            let (anyone, rest): (VecDeque<_>, VecDeque<_>) = lane
-                .posted
-                .drain(..)
-                .partition(|r| !r.multi_recv && r.src.is_none());
-            lane.posted = rest;
-            removed.extend(anyone.into_iter().map(|r| (tagged, r)));
-        }
-        removed
     }
 
     /// Whether a multi-receive buffer's completions are wanted.

@@ -117,7 +117,7 @@ where
     /// Fails the posted receives that only a dead `peer` could satisfy.
     pub(crate) fn fail_receives_from(&mut self, peer: PeerIdx) {
         let addr = self.peers[peer].addr;
-        for (tagged, recv) in self.matcher.remove_posted_from(&addr) {
+        for (tagged, recv) in self.matcher.remove_posted_from(Some(&addr)) {
             self.fail_posted(tagged, &recv, ErrorKind::PeerUnreachable, Some(addr), false);
         }
     }
@@ -167,7 +167,7 @@ where
     }
 
     pub(crate) fn fail_receives_from_anyone(&mut self) {
-        let removed = self.matcher.remove_posted_from_anyone();
+        let removed = self.matcher.remove_posted_from(None);
         if !removed.is_empty() {
             static LAST: AtomicU64 = AtomicU64::new(0);
             let receives = removed.len();
