@@ -93,7 +93,7 @@ pub fn current() -> Option<Arc<Nic>> {
 /// The transport `net_provider` asks for, or why the backend stays off:
 /// `off` (or empty), `auto` (`tcp`, unless the launcher put every process
 /// of the job on this host), or a provider name (always).
-pub fn chosen_transport(cfg: &Config) -> Result<String, String> {
+fn chosen_transport(cfg: &Config) -> Result<String, String> {
     match cfg.net_provider.as_str() {
         "" | "off" => Err("FI_UNIMEM_NET_PROVIDER=off".into()),
         "auto" => match one_host_job() {
