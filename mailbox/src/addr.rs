@@ -44,8 +44,8 @@ impl MailboxAddr {
     }
 
     /// Name of the shared object behind this mailbox (without the user/job
-    /// prefix).
-    pub(crate) fn object_tail(&self) -> String {
+    /// prefix; [`crate::shm::object_name`] adds it).
+    pub fn object_tail(&self) -> String {
         if self.is_service() {
             format!("svc{}", self.index)
         } else {

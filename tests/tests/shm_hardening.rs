@@ -515,10 +515,7 @@ fn a_fenced_innocent_peer_is_told_and_neither_side_waits() {
     c.cmd(1, "quiet 100");
 
     let (p0, p1) = (addr_of(&c, 0), addr_of(&c, 1));
-    let name = object_name(
-        JobId::from_name(&job),
-        &format!("{}-mbx{}", p0.node.pid, p0.index),
-    );
+    let name = object_name(JobId::from_name(&job), &p0.object_tail());
     // Operation 0 does not exist: malformed, one violation each.
     forge_into_ring(&name, &p1, [0; 24], 16);
 
@@ -546,10 +543,7 @@ fn corrupted_ring_slots_and_tail() {
     c.spawn(2).connect_all();
     still_works(&mut c, 0, 1);
     let victim = addr_of(&c, 1);
-    let name = object_name(
-        JobId::from_name(&job),
-        &format!("{}-mbx{}", victim.node.pid, victim.index),
-    );
+    let name = object_name(JobId::from_name(&job), &victim.object_tail());
     let ring = shm_file(&name);
     let depth = u64::from(u32::from_le_bytes(
         read_u64(&ring, RING_DEPTH).to_le_bytes()[..4]
@@ -590,10 +584,7 @@ fn corrupted_ring_header_is_refused() {
     let job = own_job(&mut c, "ring-header");
     c.spawn(2).connect_all();
     let victim = addr_of(&c, 1);
-    let name = object_name(
-        JobId::from_name(&job),
-        &format!("{}-mbx{}", victim.node.pid, victim.index),
-    );
+    let name = object_name(JobId::from_name(&job), &victim.object_tail());
     let ring = shm_file(&name);
     let config = ShmMailboxConfig {
         job: JobId::from_name(&job),
@@ -776,10 +767,7 @@ fn truncated_mailbox_is_contained() {
     c.spawn(3).connect_all();
     still_works(&mut c, 0, 1);
     let victim = addr_of(&c, 1);
-    let name = object_name(
-        JobId::from_name(&job),
-        &format!("{}-mbx{}", victim.node.pid, victim.index),
-    );
+    let name = object_name(JobId::from_name(&job), &victim.object_tail());
     shm_file(&name).set_len(0).unwrap();
     let unreachable = -i64::from(unimem_fi::base::ffi::FI_EHOSTUNREACH);
     assert_eq!(c.cmd(0, "try-send 1 10").num(), unreachable);

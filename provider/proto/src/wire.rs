@@ -376,8 +376,8 @@ pub enum Wire {
     /// with us until a receive matches.
     Throttle { on: bool },
     /// The sender has cut the receiver off (fenced it for invalid
-    /// messages, or refused it): it drops the receiver's messages, so the
-    /// receiver's operations with it can only fail.
+    /// messages): it drops the receiver's messages, so the receiver's
+    /// operations with it can only fail.
     Cut,
     /// Initiator to target: write `len` bytes at `addr` of `key` (a range
     /// that is not dmable); the target grants them to `send_id`.

@@ -10,6 +10,7 @@ use unimem_mailbox::MailboxAddr;
 use super::inner::{Bindings, EpCore, EpInner, SourceHit};
 use crate::base::ffi;
 use crate::base::fid::ParentRef;
+use crate::base::lock::DomainMutexGuard;
 use crate::cntr::CntrInner;
 use crate::cq::{Completion, CompletionError};
 use crate::state::progress::{Pending, Progress};
@@ -20,13 +21,7 @@ impl Progress for EpInner {
     fn progress(&self) {
         let mut core = self.enter();
         self.advance(&mut core);
-        let lost = core.peers_lost();
-        let look = core.audience_check_due();
-        drop(core);
-        self.reclaim_lost(lost);
-        if look {
-            self.fail_receives_if_alone();
-        }
+        self.after_pass(core);
     }
 
     fn progress_for_agent(&self) -> Pending {
@@ -37,13 +32,7 @@ impl Progress for EpInner {
         self.advance(&mut core);
         core.set_helping(false);
         let pending = pending_of(&core);
-        let lost = core.peers_lost();
-        let look = core.audience_check_due();
-        drop(core);
-        self.reclaim_lost(lost);
-        if look {
-            self.fail_receives_if_alone();
-        }
+        self.after_pass(core);
         pending
     }
 
@@ -104,17 +93,25 @@ impl EpInner {
         self.drain(core);
     }
 
-    /// Peers found dead since the last look: their shared objects go.
-    fn reclaim_lost(&self, lost: usize) {
+    /// After a progress pass, with the messenger released: the shared
+    /// objects of peers found dead since the last look go, and after such
+    /// a loss, or when the peer check asks, receives from any source fail
+    /// if nobody is left.
+    fn after_pass(&self, mut core: DomainMutexGuard<'_, EpCore>) {
+        let lost = core.peers_lost();
+        let look = core.audience_check_due();
+        drop(core);
         // A load first: a swap on every progress call would be a locked
         // instruction on the polling path.
-        if self.peers_reclaimed.load(Ordering::Relaxed) != lost
-            && self.peers_reclaimed.swap(lost, Ordering::Relaxed) != lost
-        {
+        let new_loss = self.peers_reclaimed.load(Ordering::Relaxed) != lost
+            && self.peers_reclaimed.swap(lost, Ordering::Relaxed) != lost;
+        if new_loss {
             // A killed process cannot remove its mailbox and memory: the
             // peers that find it dead do.
             let removed = unimem_mailbox::shm::reclaim_dead_objects();
             tracing::info!(removed, "reclaimed the shared objects of dead peers");
+        }
+        if new_loss || look {
             self.fail_receives_if_alone();
         }
     }

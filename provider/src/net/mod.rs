@@ -29,7 +29,7 @@ mod transport;
 
 pub use dma::NodeDma;
 pub use mailbox::NodeMailbox;
-pub use nic::Nic;
+pub use nic::{Nic, IDLE_TICK};
 
 use std::net::Ipv4Addr;
 use std::sync::{Arc, Mutex, OnceLock};

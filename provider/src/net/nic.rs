@@ -40,7 +40,7 @@ const RECV_BUFFERS: usize = 64;
 const TICK: Duration = Duration::from_millis(1);
 /// The thread's tick while no process of another host is known: a job of
 /// one host leaves it asleep (a first contact waits that long at most).
-const IDLE_TICK: Duration = Duration::from_millis(20);
+pub const IDLE_TICK: Duration = Duration::from_millis(20);
 /// How often a process tells the processes it talks to that it is alive.
 const ALIVE_EVERY: Duration = Duration::from_millis(500);
 /// The network is quiet for us once no mailbox message came or left for a

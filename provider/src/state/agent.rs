@@ -61,9 +61,6 @@ pub const LOCAL_WORK: Duration = Duration::from_micros(100);
 /// How often the agent looks at endpoints that peers of other hosts reach
 /// (their messages ring no bell).
 pub const NETWORK: Duration = Duration::from_millis(1);
-/// The same while no process of another host is known (the network
-/// thread's idle tick).
-pub const NETWORK_IDLE: Duration = Duration::from_millis(20);
 /// How soon the agent looks again at operations in flight whose peer may
 /// have died (the liveness checks of `peer_check_ms`).
 pub const LIVENESS: Duration = Duration::from_millis(50);
@@ -270,7 +267,7 @@ fn run(shared: &Shared) {
             Some(if nic.talks_to_other_hosts() {
                 NETWORK
             } else {
-                NETWORK_IDLE
+                crate::net::IDLE_TICK
             })
         } else if !doorbell::rings_reliable() {
             // Without membarrier a ring may be missed.
