@@ -85,6 +85,11 @@ pub struct ProtoConfig {
     /// may take that does not fit one: one that fits that many goes in
     /// parts, back to back, rather than by DMA and announcement.
     pub inline_parts: usize,
+    /// A message that fits in parts is stored into its eager slot instead
+    /// where our stores reach the peer's ring (one host) and a slot is
+    /// free. Off where a store is modeled as a mailbox trip of its own
+    /// (the `paper` profile), which would make it dearer than the parts.
+    pub store_before_parts: bool,
 }
 
 /// What an unexpected message costs its receiver besides its data (queue
@@ -106,6 +111,7 @@ impl Default for ProtoConfig {
             peer_check: Some(Duration::from_millis(100)),
             unexpected_limit: 1 << 20,
             inline_parts: wire::MAX_INLINE_PARTS,
+            store_before_parts: true,
         }
     }
 }

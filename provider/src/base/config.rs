@@ -170,7 +170,7 @@ tunables! {
     max_msg_size: usize = Kind::Size { min: 0, max: u64::MAX }, "0", "largest message and RMA operation (ep_attr->max_msg_size); 0: every length (the wire carries 64-bit lengths)";
     segment_size: usize = Kind::Size { min: 4 * KIB, max: 8 * MIB }, "256k", "rendezvous fragment: what one DMA of a rendezvous transfer moves";
     rendezvous_window: usize = Kind::Int { min: 1, max: 1024 }, "4", "rendezvous fragments a receiver grants ahead per transfer";
-    inline_parts: usize = Kind::Int { min: 1, max: 4 }, "4", "most mailbox messages a message may take that does not fit one (192 bits): one that fits sends them back to back instead of a DMA and its announcement (MPICH's active messages carry a 72-byte header); 1: never";
+    inline_parts: usize = Kind::Int { min: 1, max: 4 }, "4", "most mailbox messages a message may take that does not fit one (192 bits): one that fits sends them back to back instead of a DMA and its announcement (MPICH's active messages carry a 72-byte header), unless a free eager slot of a process of this host takes its data (native profile); 1: never";
     staging_segments: usize = Kind::Int { min: 1, max: 1024 }, "8", "staging buffers (of segment_size bytes) per endpoint on each side, for rendezvous with ordinary memory";
     regcache_enable: bool = Kind::Bool, "true", "cache remote DMA registrations (one costs > 10 us on the hardware)";
     regcache_max_entries: usize = Kind::Int { min: 1, max: 1 << 20 }, "1024", "most registrations the cache keeps";

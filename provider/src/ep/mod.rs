@@ -56,6 +56,8 @@ fn proto_config(cfg: &Config) -> ProtoConfig {
         max_msg_size: cfg.message_limit(),
         unexpected_limit: cfg.unexpected_per_peer,
         inline_parts: cfg.inline_parts,
+        // The paper profile charges a store a mailbox trip of its own.
+        store_before_parts: cfg.timing_profile().timing().load_store_ns(1, true) == 0,
         peer_check: (cfg.peer_check_ms > 0)
             .then(|| std::time::Duration::from_millis(cfg.peer_check_ms as u64)),
         ..ProtoConfig::default()

@@ -3887,6 +3887,60 @@ fn eager_data_is_stored_into_the_slot_within_the_call() {
     assert_eq!(a.stats.stored - stored, 4, "every message's data stored");
 }
 
+/// A message that fits a few mailbox messages is stored into its eager
+/// slot once the peers know each other and a slot is free (one message,
+/// not the parts), and goes in parts otherwise: before first contact,
+/// with every credit spent, or where stores are not preferred (the paper
+/// profile). Each arrives whole.
+#[test]
+fn a_message_that_fits_in_parts_is_stored_where_a_slot_is_free() {
+    let check = |store_before_parts: bool| {
+        let cfg = ProtoConfig {
+            store_before_parts,
+            ..config()
+        };
+        let mut a = messenger_with(64, cfg.clone());
+        let mut b = messenger_with(64, cfg);
+        let len = a.parted_capacity(&MatchInfo::default());
+        assert!(len > inline_capacity(&MatchInfo::default()) + MORE_LEN);
+        // Before first contact: in parts (no ring to store into).
+        let stored = a.stats.stored;
+        let data = pattern(len, 1);
+        let mut buf = vec![0u8; len];
+        post(&mut b, false, recv_spec(&mut buf, 1, None, 0, 0));
+        send(&mut a, b.addr(), &data, None, 1).unwrap();
+        collect(&mut [&mut a, &mut b], 1, 1);
+        assert_eq!(buf, data);
+        assert_eq!(a.stats.stored, stored, "stored before first contact");
+        first_contact(&mut b, &mut a);
+        // Contact made: stored while credits last (4), then in parts; the
+        // receiver takes nothing meanwhile.
+        let stored = a.stats.stored;
+        let data: Vec<Vec<u8>> = (0..6).map(|i| pattern(len, 10 + i)).collect();
+        let mut bufs: Vec<Vec<u8>> = data.iter().map(|_| vec![0u8; len]).collect();
+        for (i, d) in data.iter().enumerate() {
+            let req = SendReq {
+                inject: true,
+                context: 20 + i,
+                ..send_req(b.addr(), d.as_ptr(), len)
+            };
+            // SAFETY: an inject's data is copied within the call.
+            unsafe { a.send(req) }.unwrap();
+        }
+        for (i, buf) in bufs.iter_mut().enumerate() {
+            post(&mut b, false, recv_spec(buf, 30 + i, None, 0, 0));
+        }
+        let got = collect(&mut [&mut a, &mut b], 1, data.len());
+        let mut order: Vec<usize> = got.iter().map(|e| recv_done(e).context).collect();
+        order.sort_unstable();
+        assert_eq!(order, (30..36).collect::<Vec<_>>());
+        assert_eq!(bufs, data);
+        a.stats.stored - stored
+    };
+    assert_eq!(check(true), 4, "stored while a slot was free");
+    assert_eq!(check(false), 0, "stored where parts are preferred");
+}
+
 #[test]
 fn small_and_eager_messages_allocate_nothing() {
     use crate::counting_alloc::allocations;

@@ -185,6 +185,21 @@ where
         true
     }
 
+    /// Whether a message of `len` bytes to `peer` would be stored into its
+    /// slot within the call (see [`Self::store_now`]) and the profile
+    /// charges a store nothing more than the mailbox message it saves:
+    /// then a message that fits a few mailbox messages is stored instead
+    /// (measured on one host: 64 B by `osu_bw`, 200 MB/s in parts, 264
+    /// stored; latency the same).
+    pub(crate) fn stores_first(&self, peer: PeerIdx, len: usize) -> bool {
+        let state = &self.peers[peer];
+        self.cfg.store_before_parts
+            && state.data.is_empty()
+            && !state.throttled
+            && len <= state.eager_limit
+            && state.tx.as_ref().is_some_and(|r| r.stores && r.credits > 0)
+    }
+
     /// An inject (or a `copy` send) that can leave at once, nothing queued
     /// ahead of it and a credit to spend, to a ring our stores reach: its
     /// data goes from the caller's buffers straight into its slot within

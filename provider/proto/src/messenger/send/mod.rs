@@ -163,8 +163,9 @@ where
             return self.send_inline(peer, &req, len);
         }
         // A little longer: in a few mailbox messages, rather than a DMA and
-        // its announcement.
-        if len <= self.parted_capacity(&req.info) && !ack {
+        // its announcement; but a slot our stores reach now takes the data
+        // for less than the parts (one message, not up to four).
+        if len <= self.parted_capacity(&req.info) && !ack && !self.stores_first(peer, len) {
             return self.send_parted(peer, &req, len);
         }
         // The receiver holds too much of our unexpected data: messages
