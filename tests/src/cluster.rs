@@ -742,7 +742,9 @@ impl Cluster {
     /// Default environment of the children: the provider only
     /// (`FI_PROVIDER=unimem`), warnings on (`FI_LOG_LEVEL=warn`, or
     /// `$UNIMEM_FABRIC_LOG_LEVEL` to see more), eager size 16 KiB and
-    /// segment 64 KiB.
+    /// segment 64 KiB; with `$UNIMEM_FABRIC_AGENT=1`, the progress agent
+    /// on (`FI_UNIMEM_ASYNC_PROGRESS=1`; for suites that do not test its
+    /// absence).
     pub fn new(exe: &str, test: &str) -> Cluster {
         // No silent skip: the test command installs libfabric first.
         if let Err(e) = fabric::api() {
@@ -766,6 +768,11 @@ impl Cluster {
         ]
         .map(|(k, v)| (k.to_string(), v.to_string()))
         .to_vec();
+        let mut env = env;
+        // The hostile-peer suites run both ways (`scripts/test`).
+        if std::env::var("UNIMEM_FABRIC_AGENT").is_ok_and(|v| v == "1") {
+            env.push(("FI_UNIMEM_ASYNC_PROGRESS".into(), "1".into()));
+        }
         Cluster {
             exe: exe.to_string(),
             job,

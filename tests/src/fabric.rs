@@ -123,6 +123,8 @@ pub struct Hints {
     pub tx_op_flags: u64,
     /// `domain_attr.data_progress` and `control_progress` (UNSPEC: none).
     pub progress: ffi::fi_progress,
+    /// `domain_attr.threading` (UNSPEC: none).
+    pub threading: ffi::fi_threading,
 }
 
 impl Default for Hints {
@@ -140,6 +142,7 @@ impl Default for Hints {
             prov_name: Some("unimem".into()),
             tx_op_flags: 0,
             progress: ffi::FI_PROGRESS_UNSPEC,
+            threading: ffi::FI_THREAD_UNSPEC,
         }
     }
 }
@@ -164,6 +167,7 @@ impl Info {
             (*(*h).tx_attr).op_flags = hints.tx_op_flags;
             (*(*h).domain_attr).data_progress = hints.progress;
             (*(*h).domain_attr).control_progress = hints.progress;
+            (*(*h).domain_attr).threading = hints.threading;
             if let Some(name) = &hints.prov_name {
                 let c = CString::new(name.as_str()).expect("no NUL in provider names");
                 (*(*h).fabric_attr).prov_name = libc::strdup(c.as_ptr());

@@ -9,7 +9,7 @@
 use std::time::{Duration, Instant};
 
 use unimem_fi::base::ffi;
-use unimem_tests::cluster::{Cluster, Kind, Msg, Order, Region, Reply, EAGER, SEGMENT};
+use unimem_tests::cluster::{carried, Cluster, Kind, Msg, Order, Region, Reply, EAGER, SEGMENT};
 use unimem_tests::payload;
 
 /// Every process with the agent (the tunable), or without (`None`).
@@ -317,4 +317,167 @@ fn a_process_exiting_on_the_agents_thread_ends_cleanly() {
     assert!(!stderr.contains("panicked"), "{stderr}");
     c.cmd(0, "quiet 10");
     c.finish_with_warnings();
+}
+
+/// The agent and the application's own calls take turns on one endpoint
+/// (the hand-over), over and over, on every path: in each round one
+/// process computes (no libfabric call) while the other sends it messages
+/// of every protocol size, tagged with CQ data (half to receives it posted
+/// before, half arriving unexpected), writes (some injected) and reads its
+/// regions in dmable memory (one-sided, the heap's threshold at 64 KiB)
+/// and in ordinary memory (served by the target: by its agent), and adds
+/// to a word of each with a fetching atomic; that side's operations must
+/// complete while it computes. Then it calls again, taking the endpoint
+/// back from its agent, and takes the unexpected messages; the roles swap
+/// every round. With `FI_THREAD_DOMAIN` the endpoint's locks are elided
+/// and only the hand-over keeps the agent and the application apart (an
+/// overlap panics on the lock's busy flag); with `FI_THREAD_SAFE` they
+/// lock. Every byte, every atomic's old value and every region is checked
+/// against a model.
+#[test]
+fn the_agent_and_the_application_take_turns_on_every_path() {
+    const SMALL: usize = 16 << 10; // below the heap's threshold: ordinary memory
+    const LARGE: usize = 4 * SEGMENT; // dmable
+    const BURST: usize = 40;
+    for threading in ["domain", "safe"] {
+        let mut c = cluster(&format!("agent-turns-{threading}"), Some("tunable"));
+        c.env("FABRIC_PEER_THREADING", threading);
+        c.env(
+            "LD_PRELOAD",
+            unimem_tests::heap::library()
+                .to_str()
+                .expect("UTF-8 heap path"),
+        );
+        c.env("FI_UNIMEM_HEAP_THRESHOLD", "64k");
+        c.spawn(2).connect_all();
+        let mut regions = [
+            [
+                Region::new(&mut c, 0, 0x41, SMALL, 11, "rw"),
+                Region::new(&mut c, 0, 0x42, LARGE, 12, "rw"),
+            ],
+            [
+                Region::new(&mut c, 1, 0x43, SMALL, 13, "rw"),
+                Region::new(&mut c, 1, 0x44, LARGE, 14, "rw"),
+            ],
+        ];
+        let mut seed = 100;
+        for round in 0..10u64 {
+            let (rx, tx) = ((round % 2) as usize, 1 - (round % 2) as usize);
+            let what = |w: &str| format!("round {round}, p{rx} computing, {threading}: {w}");
+            let sends: Vec<(usize, u64, u64)> = SIZES
+                .iter()
+                .chain(SIZES.iter())
+                .enumerate()
+                .map(|(i, &len)| (len, seed + i as u64, round << 8 | i as u64))
+                .collect();
+            seed += sends.len() as u64;
+            // Even ones posted before, odd ones unexpected.
+            for (i, &(len, _, tag)) in sends.iter().enumerate().step_by(2) {
+                c.cmd(rx, format!("recv {tx} {len} {i} tag={tag}"));
+            }
+            let sleep = c.begin(rx, "sleep-no-progress wake");
+            assert_eq!(c.next_line(rx), "sleeping");
+            for (i, &(len, s, tag)) in sends.iter().enumerate() {
+                c.cmd(
+                    tx,
+                    format!("send {rx} {len} {s} {i} tag={tag} data={round}"),
+                );
+            }
+            let mut writes = 0;
+            for r in regions[rx].iter_mut() {
+                let len = r.bytes.len();
+                for (n, size) in [8, 100, 1000, len / 3].into_iter().enumerate() {
+                    seed += 1;
+                    let off = (size * (n + 1) + round as usize * 64) % (len - size);
+                    let inject = if size <= 1000 && n % 2 == 0 {
+                        " inject"
+                    } else {
+                        ""
+                    };
+                    c.cmd(
+                        tx,
+                        format!("write {rx} {} {off} {size} {seed} {seed}{inject}", r.key),
+                    );
+                    r.written(off, size, seed);
+                    writes += usize::from(inject.is_empty());
+                }
+            }
+            // All but the unexpected rendezvous, which wait for a receive.
+            let early = sends
+                .iter()
+                .enumerate()
+                .filter(|&(i, &(len, _, _))| i % 2 == 0 || len <= EAGER)
+                .count();
+            c.cmd(
+                tx,
+                format!("wait sends={early} writes={writes} within=10000"),
+            );
+            for r in regions[rx].iter_mut() {
+                let ctx = 1000 + seed;
+                seed += 1;
+                let reply = c.cmd(
+                    tx,
+                    format!("atomic {rx} {} 0 fetch u64 sum 1 ops=3 ctx={ctx}", r.key),
+                );
+                assert_eq!(reply.field("err"), 0, "{reply:?}");
+                let old = r.u64_at(0);
+                assert_eq!(reply.field("old") as u64, old, "{}", what("atomic"));
+                r.bytes[0..8].copy_from_slice(&old.wrapping_add(3).to_le_bytes());
+                let (off, size) = (r.bytes.len() / 4, r.bytes.len() / 2);
+                c.cmd(tx, format!("read {rx} {} {off} {size} {ctx}", r.key));
+                let done = c.cmd(tx, "wait reads=1 within=10000").completions();
+                assert_eq!(done[0].sum, r.sum(off, size), "{}", what("read"));
+                r.check_asleep(&mut c, &what("region"));
+            }
+            // Back in while the agent serves a burst of writes into
+            // ordinary memory: the endpoint comes back from the agent,
+            // mid-pass as often as not.
+            let r = &mut regions[rx][0];
+            for n in 0..BURST {
+                seed += 1;
+                let off = (n * 1000 + round as usize * 8) % (SMALL - 1000);
+                c.cmd(tx, format!("write {rx} {} {off} 1000 {seed} {seed}", r.key));
+                r.written(off, 1000, seed);
+            }
+            c.begin(rx, "wake");
+            c.answers(&[(rx, sleep)]);
+            c.cmd(tx, format!("wait writes={BURST} within=10000"));
+            r.check(&mut c, &what("region after the burst"));
+            for (i, &(len, _, tag)) in sends.iter().enumerate().skip(1).step_by(2) {
+                c.cmd(rx, format!("recv {tx} {len} {i} tag={tag}"));
+            }
+            let got = c
+                .cmd(rx, format!("wait recvs={}", sends.len()))
+                .completions();
+            c.cmd(tx, format!("wait sends={}", sends.len() - early));
+            for done in &got {
+                let (len, s, tag) = sends[done.ctx as usize];
+                assert_eq!(
+                    (done.len, done.tag, done.data),
+                    (len, tag, round),
+                    "{}",
+                    what("receive")
+                );
+                let want = payload::checksum(&payload::pattern(s, len));
+                assert_eq!(done.sum, want, "{}", what("receive's data"));
+            }
+        }
+        let stderr = c.finish();
+        assert!(
+            stderr.iter().all(|e| e.contains("progress agent started")),
+            "{stderr:?}"
+        );
+        // An agent's pass that met the application's call inside the
+        // endpoint panics on the elided lock (and logs it).
+        assert!(stderr.iter().all(|e| !e.contains("panicked")), "{stderr:?}");
+        // Both ways of RMA ran: one-sided into dmable memory, through the
+        // target into ordinary memory.
+        for (p, e) in stderr.iter().enumerate() {
+            let (one_sided, assisted, atomics) = carried(e);
+            assert!(
+                one_sided > 0 && assisted > 0 && atomics > 0,
+                "p{p}, {threading}: {one_sided} one-sided, {assisted} assisted, {atomics} atomics"
+            );
+        }
+    }
 }

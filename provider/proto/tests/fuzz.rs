@@ -31,7 +31,8 @@
 //!   (granted to it), and the range A exposes to it under its key.
 //!
 //! H and B do not progress in every execution, so that forgeries race the
-//! real answers. In one round of five H is *polite*: only valid requests
+//! real answers. One pass of A's or B's in four is run as their progress
+//! agent runs it (`set_helping`), so the agent's paths meet the same input. In one round of five H is *polite*: only valid requests
 //! and writes into its memory, so that it is never fenced and can hold
 //! whatever A lends a peer (ids, places in the transmit queue) for
 //! thousands of executions; the queues and id spaces of A and B are
@@ -1956,9 +1957,9 @@ impl World {
             }
             self.stats.intercepted += 1;
         }
-        self.eps[0].m.progress();
+        self.progress(0);
         if b_runs {
-            self.eps[1].m.progress();
+            self.progress(1);
         }
         self.drain_events();
         self.traffic(false);
@@ -1971,13 +1972,24 @@ impl World {
         }
     }
 
+    /// One progress pass of A or B: in one pass of four the progress
+    /// agent's (`set_helping`: what it matches, the sender copies), as
+    /// when the application computes while its agent serves peers.
+    fn progress(&mut self, at: usize) {
+        let agent = self.rng.percent(25);
+        let m = &mut self.eps[at].m;
+        m.set_helping(agent);
+        m.progress();
+        m.set_helping(false);
+    }
+
     /// One progress of everyone, events handled, traffic kept going.
     fn step_all(&mut self) {
         if let Some(h) = self.h.as_mut() {
             h.m.progress();
         }
-        self.eps[0].m.progress();
-        self.eps[1].m.progress();
+        self.progress(0);
+        self.progress(1);
         self.drain_events();
         self.traffic(false);
         self.step += 1;
@@ -2053,8 +2065,8 @@ impl World {
                 let open: Vec<usize> = self.eps.iter().map(|e| e.ops.len()).collect();
                 self.fail(&format!("operations never completed at the end: {open:?}"));
             }
-            self.eps[0].m.progress();
-            self.eps[1].m.progress();
+            self.progress(0);
+            self.progress(1);
             self.drain_events();
             self.traffic(true);
             self.step += 1;

@@ -9,7 +9,8 @@
 //! provider `unimem`), a fabric, a domain, an `FI_AV_TABLE` AV, a CQ of the
 //! tagged format and an endpoint bound to both, enables it and prints
 //! `addr <fi_getname>`. `$FABRIC_PEER_PROGRESS=auto` asks for
-//! `FI_PROGRESS_AUTO` (data and control). `$FABRIC_PEER_TX_OP_FLAGS` (named as for `send`'s
+//! `FI_PROGRESS_AUTO` (data and control), `$FABRIC_PEER_THREADING=domain|safe`
+//! `FI_THREAD_DOMAIN` or `FI_THREAD_SAFE`. `$FABRIC_PEER_TX_OP_FLAGS` (named as for `send`'s
 //! `flags`) asks for those `tx_attr.op_flags`, the endpoint's default send
 //! flags. With `$FABRIC_PEER_CNTR=1` it also opens two counters, bound to
 //! the endpoint with `FI_WRITE` and `FI_READ` (see `cntr`; with
@@ -206,6 +207,11 @@ impl Objects {
         if std::env::var("FABRIC_PEER_PROGRESS").as_deref() == Ok("auto") {
             hints.progress = ffi::FI_PROGRESS_AUTO;
         }
+        hints.threading = match std::env::var("FABRIC_PEER_THREADING").as_deref() {
+            Ok("domain") => ffi::FI_THREAD_DOMAIN,
+            Ok("safe") => ffi::FI_THREAD_SAFE,
+            _ => ffi::FI_THREAD_UNSPEC,
+        };
         let info = Info::get(api, &hints).map_err(|c| step("fi_getinfo", c))?;
         if info.prov_name() != "unimem" {
             return Err(format!("fi_getinfo gave provider {}", info.prov_name()));
