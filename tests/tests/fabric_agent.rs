@@ -481,3 +481,39 @@ fn the_agent_and_the_application_take_turns_on_every_path() {
         }
     }
 }
+
+/// 2, 4 and 16 processes with their agents on this host's cores (2 in
+/// CI): pairs exchange messages of each protocol both ways, all pairs at
+/// once, and every message arrives in order and intact. A process's agent
+/// must not take the CPU its application (or another process) needs: a
+/// starved application shows as a pair that does not finish within the
+/// children's wait limit. The latency itself is measured by
+/// `scripts/bench-pingpong --pairs N --agent`.
+#[test]
+fn many_processes_with_their_agents_share_the_cores() {
+    for n in [2, 4, 16] {
+        let mut c = cluster(&format!("agent-many-{n}"), Some("tunable"));
+        c.spawn(n);
+        c.connect_all();
+        let commands: Vec<(usize, String)> = (0..n)
+            .map(|me| {
+                let peer = me ^ 1;
+                (
+                    me,
+                    format!(
+                        "traffic rank={me} to={peer} from=1 count=300 lens=16,5000,70000 window=4"
+                    ),
+                )
+            })
+            .collect();
+        for (me, reply) in c.all(&commands).iter().enumerate() {
+            assert_eq!(reply.field("sent"), 300, "p{me} of {n}");
+            assert_eq!(reply.field("received"), 300, "p{me} of {n}");
+        }
+        let stderr = c.finish();
+        assert!(
+            stderr.iter().all(|e| e.contains("progress agent started")),
+            "{n} processes"
+        );
+    }
+}
