@@ -194,10 +194,15 @@ where
     pub(crate) fn stores_first(&self, peer: PeerIdx, len: usize) -> bool {
         let state = &self.peers[peer];
         self.cfg.store_before_parts
-            && state.data.is_empty()
             && !state.throttled
             && len <= state.eager_limit
-            && state.tx.as_ref().is_some_and(|r| r.stores && r.credits > 0)
+            && self.leaves_stored(peer)
+    }
+
+    /// Nothing queued ahead, and a credit for a ring our stores reach.
+    fn leaves_stored(&self, peer: PeerIdx) -> bool {
+        let state = &self.peers[peer];
+        state.data.is_empty() && state.tx.as_ref().is_some_and(|r| r.stores && r.credits > 0)
     }
 
     /// An inject (or a `copy` send) that can leave at once, nothing queued
@@ -209,13 +214,10 @@ where
     /// # Safety
     /// `iov` must hold `len` readable bytes, `len` <= the peer's slot size.
     pub(crate) unsafe fn store_now(&mut self, peer: PeerIdx, iov: &IovList, len: usize) -> bool {
-        let state = &mut self.peers[peer];
-        if !state.data.is_empty() {
+        if !self.leaves_stored(peer) {
             return false;
         }
-        let Some(ring) = state.tx.as_mut().filter(|r| r.stores && r.credits > 0) else {
-            return false;
-        };
+        let ring = self.peers[peer].tx.as_mut().expect("checked above");
         let remote = ring.next_slot();
         let mut dma = self.dma.lock();
         // SAFETY: `at` reaches the slot, slot_size >= len bytes (the engine
