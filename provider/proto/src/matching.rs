@@ -200,7 +200,12 @@ impl<A: Copy + Eq, B> Matcher<A, B> {
     pub fn match_arrival(&mut self, src: &A, info: &MatchInfo, len: usize) -> Option<Placement> {
         let min_multi = self.min_multi_recv;
         let lane = self.lane(info.tag.is_some());
-        let index = lane.posted.iter().position(|r| r.accepts(src, info.tag))?;
+        // Mostly the oldest receive takes it: looked at before a search.
+        let index = if lane.posted.front()?.accepts(src, info.tag) {
+            0
+        } else {
+            lane.posted.iter().position(|r| r.accepts(src, info.tag))?
+        };
         if !lane.posted[index].multi_recv {
             // Mostly the oldest: pop it rather than shift the queue.
             let recv = if index == 0 {
@@ -298,10 +303,14 @@ impl<A: Copy + Eq, B> Matcher<A, B> {
         recv: &PostedRecv<A>,
         claimed_by: Option<usize>,
     ) -> Option<usize> {
-        self.lane(tagged)
-            .unexpected
-            .iter()
-            .position(|u| u.claimed_by == claimed_by && recv.accepts(&u.src, u.info.tag))
+        let takes =
+            |u: &Unexpected<A, B>| u.claimed_by == claimed_by && recv.accepts(&u.src, u.info.tag);
+        let unexpected = &self.lane(tagged).unexpected;
+        // Mostly none, or the oldest: looked at before a search.
+        if takes(unexpected.front()?) {
+            return Some(0);
+        }
+        unexpected.iter().position(takes)
     }
 
     /// A new receive: takes the first unexpected message it accepts, or is
