@@ -3941,6 +3941,46 @@ fn a_message_that_fits_in_parts_is_stored_where_a_slot_is_free() {
     assert_eq!(check(false), 0, "stored where parts are preferred");
 }
 
+/// An inject stored into its slot sends its announcement at once; when
+/// the receiver's mailbox is full, the announcement waits in order behind
+/// nothing else and leaves with the next progress, carrying the slot's
+/// sequence number it was given: every message arrives whole and in order.
+#[test]
+fn stored_injects_wait_for_a_full_mailbox_in_order() {
+    let mut a = messenger();
+    let mut b = messenger_with(2, config());
+    first_contact(&mut a, &mut b);
+    first_contact(&mut b, &mut a);
+    let len = 100;
+    let stored = a.stats.stored;
+    let data: Vec<Vec<u8>> = (0..4).map(|i| pattern(len, 40 + i)).collect();
+    for (i, d) in data.iter().enumerate() {
+        let req = SendReq {
+            inject: true,
+            context: 50 + i,
+            info: MatchInfo {
+                tag: Some(7),
+                ..MatchInfo::default()
+            },
+            ..send_req(b.addr(), d.as_ptr(), len)
+        };
+        // SAFETY: an inject's data is copied within the call.
+        unsafe { a.send(req) }.unwrap();
+    }
+    assert_eq!(a.stats.stored - stored, 4, "every inject stored at once");
+    // Two announcements fit b's mailbox; two wait at a.
+    let peer = a.known_peer(&b.addr()).expect("b is a's peer");
+    assert_eq!(a.peers[peer].data.len(), 2, "announcements waiting");
+    let mut bufs: Vec<Vec<u8>> = data.iter().map(|_| vec![0u8; len]).collect();
+    for (i, buf) in bufs.iter_mut().enumerate() {
+        post(&mut b, true, recv_spec(buf, 60 + i, Some(a.addr()), 7, 0));
+    }
+    let got = collect(&mut [&mut a, &mut b], 1, data.len());
+    let order: Vec<usize> = got.iter().map(|e| recv_done(e).context).collect();
+    assert_eq!(order, vec![60, 61, 62, 63]);
+    assert_eq!(bufs, data);
+}
+
 #[test]
 fn small_and_eager_messages_allocate_nothing() {
     use crate::counting_alloc::allocations;

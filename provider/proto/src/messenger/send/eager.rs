@@ -20,7 +20,7 @@
 use std::hash::Hash;
 
 use unimem_dma::DmaEngine;
-use unimem_mailbox::Mailbox;
+use unimem_mailbox::{Mailbox, Message};
 
 use super::super::peers::DataItem;
 
@@ -28,6 +28,7 @@ use super::super::{Messenger, PeerIdx};
 use super::{EagerState, Payload, TxKind, TxOp, Waiter};
 use crate::iov::gather;
 use crate::matching::IovList;
+use crate::wire::{MatchInfo, Wire, EAGER_SEQ_MOD};
 use crate::WireNode;
 
 impl<M, D> Messenger<M, D>
@@ -183,6 +184,32 @@ where
         drop(dma);
         self.on_dma_done(done);
         true
+    }
+
+    /// The announcement of an eager message whose data was just stored
+    /// into the next slot of `peer`'s ring (its sequence number taken, the
+    /// credits we owe the peer carried back).
+    pub(crate) fn eager_announcement(
+        &mut self,
+        peer: PeerIdx,
+        info: &MatchInfo,
+        len: usize,
+    ) -> Message {
+        let credits = self.take_owed(peer);
+        let ring = self.peers[peer]
+            .tx
+            .as_mut()
+            .expect("the data went into its ring");
+        let seq = ring.seq;
+        ring.seq = (ring.seq + 1) % EAGER_SEQ_MOD;
+        Wire::Eager {
+            info: *info,
+            len: len as u32,
+            seq,
+            credits,
+            ack: None,
+        }
+        .encode()
     }
 
     /// Whether a message of `len` bytes to `peer` would be stored into its

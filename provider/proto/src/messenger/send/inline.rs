@@ -83,7 +83,7 @@ where
     /// Sends `messages` (one send's, in order) at once as far as the
     /// mailbox takes them when nothing is queued ahead; the rest wait in
     /// the peer's data queue, the send completing when its last leaves.
-    fn send_messages(
+    pub(super) fn send_messages(
         &mut self,
         peer: PeerIdx,
         req: &SendReq<M::Addr>,

@@ -188,6 +188,13 @@ where
         } else if copy {
             // SAFETY: the iov is valid during this call (caller).
             if unsafe { self.store_now(peer, &req.iov, len) } {
+                if !ack && self.peers[peer].control.is_empty() {
+                    // Its data in its slot and nothing ahead of it: the
+                    // announcement goes at once, as an inline message does,
+                    // with no operation to track.
+                    let message = self.eager_announcement(peer, &req.info, len);
+                    return self.send_messages(peer, &req, len, &[message]);
+                }
                 TxKind::Eager(EagerState::Done)
             } else {
                 // SAFETY: as above.
