@@ -16,9 +16,7 @@ use super::super::peers::DataItem;
 use super::super::{post_error, Messenger, PeerIdx, SendReq};
 use super::{TxClass, TxKind, TxOp};
 use crate::iov::gather;
-use crate::wire::{
-    inline_capacity, InlineBytes, MatchInfo, Wire, MAX_INLINE_PARTS, MAX_PARTED_LEN, MORE_LEN,
-};
+use crate::wire::{InlineBytes, Wire, MAX_INLINE_PARTS, MAX_PARTED_LEN, MORE_LEN};
 use crate::{PostError, WireNode};
 
 impl<M, D> Messenger<M, D>
@@ -46,23 +44,31 @@ where
     }
 
     /// Longest message that goes in parts with match information `info`.
-    pub(crate) fn parted_capacity(&self, info: &MatchInfo) -> usize {
-        inline_capacity(info) + self.cfg.inline_parts.saturating_sub(1) * MORE_LEN
+    #[cfg(test)]
+    pub(crate) fn parted_capacity(&self, info: &crate::wire::MatchInfo) -> usize {
+        self.parted_after(crate::wire::inline_capacity(info))
+    }
+
+    /// [`Self::parted_capacity`] for a first message that carries `first`
+    /// bytes (the match information's `inline_capacity`).
+    pub(crate) fn parted_after(&self, first: usize) -> usize {
+        first + self.cfg.inline_parts.saturating_sub(1) * MORE_LEN
     }
 
     /// Sends a message longer than one mailbox message and no longer than
-    /// [`Self::parted_capacity`] in parts.
+    /// [`Self::parted_capacity`] in parts, the first carrying `first` bytes
+    /// (`inline_capacity` of its match information).
     pub(crate) fn send_parted(
         &mut self,
         peer: PeerIdx,
         req: &SendReq<M::Addr>,
         len: usize,
+        first: usize,
     ) -> Result<(), PostError> {
         let mut bytes = [0u8; MAX_PARTED_LEN];
         // SAFETY: the iov is valid (caller of send); len fits the buffer
         // (parted_capacity).
         unsafe { gather(&req.iov, 0, bytes.as_mut_ptr(), len) };
-        let first = inline_capacity(&req.info);
         let mut parts: [Message; MAX_INLINE_PARTS] = Default::default();
         parts[0] = Wire::InlineFirst {
             info: req.info,

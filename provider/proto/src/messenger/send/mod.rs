@@ -159,14 +159,15 @@ where
         // An inline message goes as it is even to a receiver that throttles
         // us: its data costs the receiver no more than the rendezvous
         // announcement that would replace it, and it completes in send order.
-        if len <= inline_capacity(&req.info) && !ack {
+        let inline = inline_capacity(&req.info);
+        if len <= inline && !ack {
             return self.send_inline(peer, &req, len);
         }
         // A little longer: in a few mailbox messages, rather than a DMA and
         // its announcement; but a slot our stores reach now takes the data
         // for less than the parts (one message, not up to four).
-        if len <= self.parted_capacity(&req.info) && !ack && !self.stores_first(peer, len) {
-            return self.send_parted(peer, &req, len);
+        if len <= self.parted_after(inline) && !ack && !self.stores_first(peer, len) {
+            return self.send_parted(peer, &req, len, inline);
         }
         // The receiver holds too much of our unexpected data: messages
         // with data wait here, announced by rendezvous, until it matches
