@@ -90,20 +90,39 @@ pub fn current() -> Option<Arc<Nic>> {
         .filter(|nic| nic.is_own())
 }
 
-/// The transport `net_provider` asks for, or why the backend stays off:
-/// `off` (or empty), `auto` (`tcp`, unless the launcher put every process
-/// of the job on this host), or a provider name (always).
-fn chosen_transport(cfg: &Config) -> Result<String, String> {
-    match cfg.net_provider.as_str() {
-        "" | "off" => Err("FI_UNIMEM_NET_PROVIDER=off".into()),
-        "auto" => match one_host_job() {
-            Some(why) => Err(format!(
+/// Why the network backend stays off (see [`chosen_transport`]).
+enum Off {
+    /// `FI_UNIMEM_NET_PROVIDER=off` (or empty).
+    Setting,
+    /// `auto`, and the launcher says every process is on this host.
+    OneHost(&'static str),
+}
+
+impl std::fmt::Display for Off {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Off::Setting => write!(f, "FI_UNIMEM_NET_PROVIDER=off"),
+            Off::OneHost(why) => write!(
+                f,
                 "the launcher put every process of the job on this host ({why}); \
                  FI_UNIMEM_NET_PROVIDER=tcp opens it anyway"
-            )),
-            None => Ok("tcp".into()),
+            ),
+        }
+    }
+}
+
+/// The transport `net_provider` asks for, or why the backend stays off:
+/// `off` (or empty), `auto` (`tcp`, unless the launcher put every process
+/// of the job on this host), or a provider name (always). Allocates
+/// nothing: every AV insert asks (`canonical`).
+fn chosen_transport(cfg: &Config) -> Result<&str, Off> {
+    match cfg.net_provider.as_str() {
+        "" | "off" => Err(Off::Setting),
+        "auto" => match one_host_job() {
+            Some(why) => Err(Off::OneHost(why)),
+            None => Ok("tcp"),
         },
-        name => Ok(name.into()),
+        name => Ok(name),
     }
 }
 
@@ -111,7 +130,7 @@ fn chosen_transport(cfg: &Config) -> Result<String, String> {
 /// host, if it says so: Open MPI's and Hydra's (MPICH, Intel MPI) local
 /// and world sizes, or Slurm's node count. Read once: launchers set them
 /// before the process starts.
-fn one_host_job() -> Option<String> {
+fn one_host_job() -> Option<&'static str> {
     static ANSWER: OnceLock<Option<String>> = OnceLock::new();
     ANSWER
         .get_or_init(|| {
@@ -129,7 +148,7 @@ fn one_host_job() -> Option<String> {
                 .find_map(|name| num(name).map(|n| (name, n)))
                 .and_then(|(name, n)| (n == 1).then(|| format!("{name} = 1")))
         })
-        .clone()
+        .as_deref()
 }
 
 fn open(cfg: &Config, region: &Arc<DmaRegion>) -> Option<Arc<Nic>> {
@@ -139,7 +158,7 @@ fn open(cfg: &Config, region: &Arc<DmaRegion>) -> Option<Arc<Nic>> {
             tracing::info!(
                 "network backend not opened: {why}; peers on other hosts are unreachable"
             );
-            *OFF_BECAUSE.lock().unwrap_or_else(|e| e.into_inner()) = Some(why);
+            *OFF_BECAUSE.lock().unwrap_or_else(|e| e.into_inner()) = Some(why.to_string());
             return None;
         }
     };
@@ -152,7 +171,7 @@ fn open(cfg: &Config, region: &Arc<DmaRegion>) -> Option<Arc<Nic>> {
     };
     let timeout = Duration::from_millis(cfg.net_timeout_ms as u64);
     match Nic::open(
-        &transport,
+        transport,
         ip,
         Arc::clone(region),
         timeout,
