@@ -796,6 +796,14 @@ impl Cluster {
         self
     }
 
+    /// Children spawned from now on have the dmable heap preloaded
+    /// (`LD_PRELOAD`): their allocations, from `FI_UNIMEM_HEAP_THRESHOLD`
+    /// bytes up (every one by default), are dmable.
+    pub fn preload_heap(&mut self) -> &mut Self {
+        let heap = crate::heap::library();
+        self.env("LD_PRELOAD", heap.to_str().expect("UTF-8 heap path"))
+    }
+
     /// Children spawned from now on run in these test hosts (see
     /// [`crate::hosts`]), child `i` in `hosts[i % hosts.len()]`, and reach
     /// each other through the network backend between hosts.

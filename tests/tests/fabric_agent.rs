@@ -33,6 +33,14 @@ fn cluster(test: &str, agent: Option<&str>) -> Cluster {
 /// fragments.
 const SIZES: [usize; 6] = [8, 1000, EAGER, EAGER + 1, SEGMENT + 3, 3 * SEGMENT + 5];
 
+/// Every process's log (`FI_LOG_LEVEL=info`) says its agent started.
+fn every_agent_started(stderr: &[String]) {
+    assert!(
+        stderr.iter().all(|e| e.contains("progress agent started")),
+        "{stderr:?}"
+    );
+}
+
 /// Asks the sleeping process `i` for `command` (one that makes no libfabric
 /// call) until `done` holds for its answer, for at most 10 s.
 fn poll_asleep(c: &mut Cluster, i: usize, command: &str, done: impl Fn(&Reply) -> bool) -> Reply {
@@ -86,10 +94,7 @@ fn a_receiver_that_computes_has_its_data_in_place_and_its_sender_completes() {
             assert_eq!(got[0].sum, want, "{what}");
         }
         let stderr = c.finish();
-        assert!(
-            stderr.iter().all(|e| e.contains("progress agent started")),
-            "{stderr:?}"
-        );
+        every_agent_started(&stderr);
     }
 }
 
@@ -253,12 +258,7 @@ fn large_transfers_move_on_the_engines_thread_with_the_agent() {
     const LEN: usize = 4 * SEGMENT + 3;
     for agent in [Some("tunable"), None] {
         let mut c = cluster(&format!("agent-copies-{agent:?}"), agent);
-        c.env(
-            "LD_PRELOAD",
-            unimem_tests::heap::library()
-                .to_str()
-                .expect("UTF-8 heap path"),
-        );
+        c.preload_heap();
         c.spawn(2).connect_all();
         let mut r = Region::new(&mut c, 1, 0x31, 2 * LEN, 5, "rw");
         c.cmd(0, format!("write 1 {} 0 {LEN} 61 1", r.key));
@@ -342,12 +342,7 @@ fn the_agent_and_the_application_take_turns_on_every_path() {
     for threading in ["domain", "safe"] {
         let mut c = cluster(&format!("agent-turns-{threading}"), Some("tunable"));
         c.env("FABRIC_PEER_THREADING", threading);
-        c.env(
-            "LD_PRELOAD",
-            unimem_tests::heap::library()
-                .to_str()
-                .expect("UTF-8 heap path"),
-        );
+        c.preload_heap();
         c.env("FI_UNIMEM_HEAP_THRESHOLD", "64k");
         c.spawn(2).connect_all();
         let mut regions = [
@@ -463,10 +458,7 @@ fn the_agent_and_the_application_take_turns_on_every_path() {
             }
         }
         let stderr = c.finish();
-        assert!(
-            stderr.iter().all(|e| e.contains("progress agent started")),
-            "{stderr:?}"
-        );
+        every_agent_started(&stderr);
         // An agent's pass that met the application's call inside the
         // endpoint panics on the elided lock (and logs it).
         assert!(stderr.iter().all(|e| !e.contains("panicked")), "{stderr:?}");
@@ -511,9 +503,6 @@ fn many_processes_with_their_agents_share_the_cores() {
             assert_eq!(reply.field("received"), 300, "p{me} of {n}");
         }
         let stderr = c.finish();
-        assert!(
-            stderr.iter().all(|e| e.contains("progress agent started")),
-            "{n} processes"
-        );
+        every_agent_started(&stderr);
     }
 }

@@ -18,7 +18,7 @@
 
 use unimem_fi::base::ffi;
 use unimem_tests::cluster::{carried, Cluster, Reply};
-use unimem_tests::{heap, payload};
+use unimem_tests::payload;
 
 /// Largest operand of one atomic, in bytes (`fi_atomicvalid`'s count is
 /// this over the element size).
@@ -42,10 +42,7 @@ fn cluster(test: &str, memory: Memory) -> Cluster {
     c.env("FABRIC_PEER_CNTR", "1");
     c.env("FI_LOG_LEVEL", "info");
     if memory == Memory::Dmable {
-        c.env(
-            "LD_PRELOAD",
-            heap::library().to_str().expect("UTF-8 heap path"),
-        );
+        c.preload_heap();
     }
     c
 }

@@ -9,7 +9,7 @@
 
 use unimem_fi::base::ffi;
 use unimem_tests::cluster::{carried, carried_direct, Cluster, Kind, Msg, Order, Region, EAGER};
-use unimem_tests::{heap, payload};
+use unimem_tests::payload;
 
 /// Every process preloads the dmable heap with a threshold of 64 KiB
 /// (the default makes every block dmable): a region of at least that is
@@ -17,10 +17,7 @@ use unimem_tests::{heap, payload};
 fn cluster(test: &str) -> Cluster {
     let mut c = Cluster::new(env!("CARGO_BIN_EXE_fabric-peer"), test);
     c.env("FABRIC_PEER_CNTR", "1");
-    c.env(
-        "LD_PRELOAD",
-        heap::library().to_str().expect("UTF-8 heap path"),
-    );
+    c.preload_heap();
     c.env("FI_UNIMEM_HEAP_THRESHOLD", "64k");
     c.env("FI_LOG_LEVEL", "info");
     c
@@ -362,10 +359,7 @@ fn stale_revoked_and_forged_accesses_move_no_byte() {
 fn a_small_region_stays_direct_while_its_neighbours_come_and_go() {
     let mut c = Cluster::new(env!("CARGO_BIN_EXE_fabric-peer"), "direct-churn");
     c.env("FABRIC_PEER_CNTR", "1");
-    c.env(
-        "LD_PRELOAD",
-        heap::library().to_str().expect("UTF-8 heap path"),
-    );
+    c.preload_heap();
     c.env("FI_LOG_LEVEL", "info");
     c.spawn(2).connect_all();
     // 64 bytes with its guards: a block of 192, as the churn's are.

@@ -12,7 +12,6 @@
 //! (`unimem-dma`'s `tests/invalidation.rs`).
 
 use unimem_tests::cluster::{Cluster, Msg, Order};
-use unimem_tests::heap;
 
 /// Sizes above the heap's threshold (64 KiB), in and out of page
 /// multiples and fragment multiples (256 KiB), so that buffers move by
@@ -28,10 +27,7 @@ const LENS: [usize; 6] = [
 
 fn churn(test: &str, profile: &str, rounds: usize) {
     let mut c = Cluster::new(env!("CARGO_BIN_EXE_fabric-peer"), test);
-    c.env(
-        "LD_PRELOAD",
-        heap::library().to_str().expect("UTF-8 heap path"),
-    );
+    c.preload_heap();
     c.env("FI_UNIMEM_PROFILE", profile);
     c.env("FI_LOG_LEVEL", "info");
     c.spawn(2).connect_all();

@@ -8,7 +8,6 @@
 //! source, and the guard bytes past each receive buffer.
 
 use unimem_tests::cluster::{carried_pulls, Cluster, Msg, Order, EAGER, SEGMENT};
-use unimem_tests::heap;
 
 fn cluster(test: &str) -> Cluster {
     Cluster::new(env!("CARGO_BIN_EXE_fabric-peer"), test)
@@ -243,13 +242,10 @@ fn concurrent_rendezvous_transfers() {
 #[test]
 fn a_polling_receiver_reads_rendezvous_messages_from_the_sender() {
     let mut c = cluster("pull");
-    c.env(
-        "LD_PRELOAD",
-        heap::library().to_str().expect("UTF-8 heap path"),
-    )
-    .env("FI_LOG_LEVEL", "info")
-    .spawn(2)
-    .connect_all();
+    c.preload_heap()
+        .env("FI_LOG_LEVEL", "info")
+        .spawn(2)
+        .connect_all();
     let sizes = |_: Way| vec![EAGER + 1, SEGMENT, 3 * SEGMENT + 7, 9 * SEGMENT];
     let posted = all_ways(sizes);
     c.transfer(0, 1, &posted, Order::Posted);

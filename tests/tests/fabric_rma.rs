@@ -19,7 +19,6 @@ use unimem_tests::cluster::{
     carried, carried_notices, Cluster, Completion, Kind, Msg, Order, Region, EAGER, SEGMENT,
 };
 use unimem_tests::fabric::rc;
-use unimem_tests::heap;
 
 fn cluster(test: &str) -> Cluster {
     let mut c = Cluster::new(env!("CARGO_BIN_EXE_fabric-peer"), test);
@@ -758,10 +757,7 @@ fn write_to_a_target_that_does_not_progress_waits_for_it() {
 /// `REGION` bytes (far above the heap's threshold) is dmable.
 fn dmable_cluster(test: &str) -> Cluster {
     let mut c = cluster(test);
-    c.env(
-        "LD_PRELOAD",
-        heap::library().to_str().expect("UTF-8 heap path"),
-    );
+    c.preload_heap();
     // The endpoints' close lines: which path each operation took.
     c.env("FI_LOG_LEVEL", "info");
     c

@@ -147,7 +147,7 @@ fn one_large_message(test: &str, with_heap: bool) -> Vec<String> {
     let mut c = Cluster::new(env!("CARGO_BIN_EXE_fabric-peer"), test);
     c.env("FI_LOG_LEVEL", "debug");
     if with_heap {
-        c.env("LD_PRELOAD", heap::library().to_str().expect("UTF-8 path"));
+        c.preload_heap();
     }
     c.spawn(2).connect_all();
     c.transfer(
