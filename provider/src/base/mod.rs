@@ -1,6 +1,7 @@
 //! The bottom layer: what every libfabric object of ours stands on, and
 //! nothing of the provider above it. libfabric's types and error codes
-//! (`ffi`), the core functions found at load time (`core`), who we are to
+//! (`ffi`) and the core functions found at load time (`core`), both from
+//! the `unimem-fi-sys` crate, who we are to
 //! the core (`provider`), fid plumbing (`fid`), the panic guard around
 //! every entry point (`guard`), logging into `fi_log` (`log`), tunables
 //! (`config`), the locks a domain's threading level may elide (`lock`),
@@ -9,10 +10,11 @@
 //! the exit-time cleanup of our shared objects (`shutdown`)
 //! and the stubs of every entry point we do not implement (`unsupported`).
 
+pub use unimem_fi_sys as ffi;
+pub use unimem_fi_sys::core;
+
 pub mod config;
-pub mod core;
 pub mod errdata;
-pub mod ffi;
 pub mod fid;
 pub mod guard;
 pub mod handover;

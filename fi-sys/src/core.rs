@@ -28,7 +28,7 @@ use std::path::PathBuf;
 use std::ptr;
 use std::sync::atomic::{AtomicPtr, Ordering};
 
-use crate::base::ffi;
+use crate as ffi;
 
 pub type FiVersionFn = unsafe extern "C" fn() -> u32;
 pub type FiLogEnabledFn =
