@@ -3,8 +3,8 @@
 //! `fi_prov_ini`, `FI_PROVIDER=unimem`).
 //!
 //! No link-time dependency on libfabric: types come from the headers at
-//! build time (`base::ffi`), the few core functions we call are found at
-//! load time (`base::core`). The modules form layers, and every import
+//! build time (`base::ffi`, the crate `unimem-fi-sys`), the few core
+//! functions we call are found at load time (`base::core`). The modules form layers, and every import
 //! points down (`tests/tests/layers.rs` keeps it so):
 //!
 //! | layer | modules | role |
@@ -13,12 +13,15 @@
 //! | objects | `fabric`, `domain`, `ep`, `poll`, `av`, `cq`, `cntr`, `mr`, `eq`, `wait` | one module per libfabric object; a parent opens its children |
 //! | state | `state` | what a fabric or domain shares with its children |
 //! | info | `info` | `fi_info` templates, hint matching, `fi_getinfo`, addresses |
-//! | net | `net` | the network backend: peers on other hosts through another libfabric provider (`tcp`), a second implementation of the hardware traits |
 //! | base | `base` | bindings, fid plumbing (`FidObject`), guard, logging, tunables, the stubs of unsupported calls |
 //!
-//! The messaging protocol itself is the crate `unimem-proto`
-//! (`provider/proto`), plain Rust over the hardware traits, which the
-//! endpoint drives.
+//! Below them, in crates of their own: the messaging protocol,
+//! `unimem-proto` (`provider/proto`), plain Rust over the hardware traits,
+//! which the endpoint drives; the network backend, `unimem-net` (`net/`),
+//! a second implementation of those traits that reaches peers on other
+//! hosts through another libfabric provider (`tcp`); and the libfabric
+//! seam, `unimem-fi-sys` (`fi-sys/`): bindings, the core's functions,
+//! the error type.
 
 pub mod base;
 pub mod info;
@@ -32,7 +35,6 @@ pub mod ep;
 pub mod eq;
 pub mod fabric;
 pub mod mr;
-pub mod net;
 pub mod poll;
 pub mod prov;
 pub mod wait;

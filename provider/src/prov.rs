@@ -125,7 +125,7 @@ unsafe extern "C" fn cleanup_entry() {
         // re-load starts fresh.
         tracing::debug!("cleanup");
         crate::state::agent::shutdown();
-        crate::net::shutdown();
+        unimem_net::shutdown();
         memory::release_process_region();
         log::shutdown();
         config::reset();

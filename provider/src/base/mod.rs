@@ -23,3 +23,13 @@ pub mod log;
 pub mod provider;
 pub(crate) mod shutdown;
 pub mod unsupported;
+
+/// The network backend's tunables out of the provider's configuration.
+pub fn net_settings(cfg: &config::Config) -> unimem_net::Settings<'_> {
+    unimem_net::Settings {
+        provider: &cfg.net_provider,
+        iface: &cfg.net_iface,
+        timeout_ms: cfg.net_timeout_ms,
+        write_max: cfg.net_write_max,
+    }
+}

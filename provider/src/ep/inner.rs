@@ -19,10 +19,10 @@ use crate::base::lock::{DomainMutex, DomainMutexGuard};
 use crate::cntr::CntrInner;
 use crate::cq::CqInner;
 use crate::eq::EqInner;
-use crate::net::{NodeDma, NodeMailbox};
 use crate::state::agent;
 use crate::state::progress::Progress;
 use crate::state::DomainState;
+use unimem_net::{NodeDma, NodeMailbox};
 use unimem_proto as proto;
 
 /// The protocol over the node's hardware: the shared-memory emulation for
@@ -291,7 +291,7 @@ unsafe impl FiObject for EpInner {
             carried.buffer_bytes,
             carried.ring_bytes
         );
-        if let Some(nic) = crate::net::current() {
+        if let Some(nic) = unimem_net::current() {
             let net = nic.counters();
             tracing::info!(
                 "endpoint {:p}: network backend of its process ({} at {}): {} packets out, {} in; {} transfers, {} bytes",

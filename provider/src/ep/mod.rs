@@ -31,7 +31,7 @@ use std::sync::{Arc, OnceLock};
 use parking_lot::RwLock;
 use unimem_mailbox::{JobId, MailboxAddr, ShmMailbox, ShmMailboxConfig};
 
-use crate::net::NodeMailbox;
+use unimem_net::NodeMailbox;
 
 use crate::base::config::Config;
 use crate::base::ffi::{self, ret};
@@ -157,7 +157,7 @@ pub unsafe fn open(
         bell.make_wakeable();
     }
     // The domain's DMA opened the process's network interface, if any.
-    let mailbox = NodeMailbox::new(mailbox, crate::net::current());
+    let mailbox = NodeMailbox::new(mailbox, unimem_net::current());
     let core = match Core::new(mailbox, &dma, proto_config(cfg)) {
         Ok(core) => core,
         Err(e) => {

@@ -5,7 +5,7 @@
 //! mailbox, `unimem://<job hex>/svc/<service>` for a well-known one. An
 //! endpoint whose process has a network interface (the network backend)
 //! adds it, `@<ipv4>:<port>`, for peers of other hosts; an address of this
-//! host's interface is taken without it (see [`crate::net::canonical`]).
+//! host's interface is taken without it (see `unimem_net::canonical`).
 
 use unimem_mailbox::{JobId, MailboxAddr};
 
@@ -28,7 +28,10 @@ pub fn parse(text: &[u8]) -> Option<MailboxAddr> {
         return None;
     }
     let addr = std::str::from_utf8(text).ok()?.parse().ok()?;
-    Some(crate::net::canonical(addr))
+    Some(unimem_net::canonical(
+        addr,
+        &crate::base::net_settings(&crate::base::config::get()),
+    ))
 }
 
 #[cfg(test)]

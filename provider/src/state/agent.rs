@@ -260,14 +260,14 @@ fn run(shared: &Shared) {
         }
         let timeout = if left.message || left.local_work {
             Some(LOCAL_WORK)
-        } else if let Some(nic) = crate::net::current() {
+        } else if let Some(nic) = unimem_net::current() {
             // Messages from other hosts come through the network thread,
             // which rings no bell; while none is known, a first contact
             // may wait the network thread's own idle tick.
             Some(if nic.talks_to_other_hosts() {
                 NETWORK
             } else {
-                crate::net::IDLE_TICK
+                unimem_net::IDLE_TICK
             })
         } else if !doorbell::rings_reliable() {
             // Without membarrier a ring may be missed.

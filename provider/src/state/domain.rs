@@ -17,10 +17,10 @@ use crate::base::ffi;
 use crate::base::fid::{Children, Parent, ParentRef};
 use crate::base::lock::Locking;
 use crate::info::attr::Info;
-use crate::net::{self, NodeDma};
 use crate::state::fabric::FabricState;
 use crate::state::memory;
 use crate::state::progress::ProgressList;
+use unimem_net::NodeDma;
 
 /// The DMA engine and registration cache a domain's endpoints share.
 pub type SharedDma = DomainDma<NodeDma>;
@@ -119,7 +119,7 @@ impl DomainState {
         }
         let cfg = self.config();
         let region = memory::process_region(cfg)?;
-        let nic = net::interface(cfg, &region);
+        let nic = unimem_net::interface(&crate::base::net_settings(cfg), &region);
         let mut engine = ShmDmaEngine::new(region, cfg.timing_profile());
         // With the progress agent, large copies move while the application
         // computes (the agent's domain asked for a core's help already).

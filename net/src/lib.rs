@@ -38,7 +38,17 @@ use std::time::Duration;
 use unimem_dma::DmaRegion;
 use unimem_mailbox::MailboxAddr;
 
-use crate::base::config::{self, Config};
+/// The provider's tunables this backend reads (`net_provider`, `net_iface`,
+/// `net_timeout_ms`, `net_write_max`: fi_unimem(7) says what each means),
+/// borrowed from the provider's configuration: building one allocates
+/// nothing, and every AV insert asks ([`canonical`]).
+#[derive(Clone, Copy, Debug)]
+pub struct Settings<'a> {
+    pub provider: &'a str,
+    pub iface: &'a str,
+    pub timeout_ms: usize,
+    pub write_max: usize,
+}
 
 /// The process's interface, once opened (`None` inside: opening failed or
 /// the backend is off; not tried again).
@@ -66,7 +76,7 @@ pub fn warn_unreachable(peer: &MailboxAddr) {
 /// The process's network interface, opened on first call if the backend is
 /// on (`net_provider`). A failure to open it is a warning, once: the
 /// process then reaches this host only.
-pub fn interface(cfg: &Config, region: &Arc<DmaRegion>) -> Option<Arc<Nic>> {
+pub fn interface(cfg: &Settings, region: &Arc<DmaRegion>) -> Option<Arc<Nic>> {
     let mut slot = NIC.lock().unwrap_or_else(|e| e.into_inner());
     if let Some(Some(nic)) = slot.as_ref() {
         if !nic.is_own() {
@@ -115,8 +125,8 @@ impl std::fmt::Display for Off {
 /// `off` (or empty), `auto` (`tcp`, unless the launcher put every process
 /// of the job on this host), or a provider name (always). Allocates
 /// nothing: every AV insert asks (`canonical`).
-fn chosen_transport(cfg: &Config) -> Result<&str, Off> {
-    match cfg.net_provider.as_str() {
+fn chosen_transport<'a>(cfg: &Settings<'a>) -> Result<&'a str, Off> {
+    match cfg.provider {
         "" | "off" => Err(Off::Setting),
         "auto" => match one_host_job() {
             Some(why) => Err(Off::OneHost(why)),
@@ -151,7 +161,7 @@ fn one_host_job() -> Option<&'static str> {
         .as_deref()
 }
 
-fn open(cfg: &Config, region: &Arc<DmaRegion>) -> Option<Arc<Nic>> {
+fn open(cfg: &Settings, region: &Arc<DmaRegion>) -> Option<Arc<Nic>> {
     let transport = match chosen_transport(cfg) {
         Ok(transport) => transport,
         Err(why) => {
@@ -165,24 +175,18 @@ fn open(cfg: &Config, region: &Arc<DmaRegion>) -> Option<Arc<Nic>> {
     let Some(ip) = host_ip(cfg) else {
         tracing::warn!(
             "net_iface {:?}: no such IPv4 address or interface; peers on other hosts are unreachable",
-            cfg.net_iface
+            cfg.iface
         );
         return None;
     };
-    let timeout = Duration::from_millis(cfg.net_timeout_ms as u64);
-    match Nic::open(
-        transport,
-        ip,
-        Arc::clone(region),
-        timeout,
-        cfg.net_write_max,
-    ) {
+    let timeout = Duration::from_millis(cfg.timeout_ms as u64);
+    match Nic::open(transport, ip, Arc::clone(region), timeout, cfg.write_max) {
         Ok(nic) => {
             tracing::info!(
                 "network backend: {} at {} (peers silent for {} ms are dead; puts up to {} bytes go in packets)",
                 nic.provider,
                 nic.name,
-                cfg.net_timeout_ms,
+                cfg.timeout_ms,
                 nic.write_max
             );
             Some(nic)
@@ -213,9 +217,9 @@ pub fn shutdown() {
 /// This host's address for the backend: `net_iface` (an address or an
 /// interface name), else the first up, non-loopback IPv4 interface, else
 /// loopback.
-fn host_ip(cfg: &Config) -> Option<[u8; 4]> {
+fn host_ip(cfg: &Settings) -> Option<[u8; 4]> {
     static AUTO: OnceLock<[u8; 4]> = OnceLock::new();
-    let wanted = cfg.net_iface.trim();
+    let wanted = cfg.iface.trim();
     if let Ok(ip) = wanted.parse::<Ipv4Addr>() {
         return Some(ip.octets());
     }
@@ -267,12 +271,11 @@ fn ipv4_interfaces() -> Vec<(String, [u8; 4], bool)> {
 /// `addr` as this host names it: an address of a node behind this host's
 /// own interface address is a node of this host (reached through shared
 /// memory), and loses its network address.
-pub fn canonical(addr: MailboxAddr) -> MailboxAddr {
+pub fn canonical(addr: MailboxAddr, cfg: &Settings) -> MailboxAddr {
     let Some(nic) = addr.node.nic else {
         return addr;
     };
-    let cfg = config::get();
-    if chosen_transport(&cfg).is_err() || host_ip(&cfg) == Some(nic.ip) {
+    if chosen_transport(cfg).is_err() || host_ip(cfg) == Some(nic.ip) {
         return MailboxAddr {
             node: addr.node.local(),
             ..addr

@@ -16,8 +16,8 @@ use std::sync::OnceLock;
 
 use unimem_mailbox::NicAddr;
 
-use crate::base::core::{self, LayerFns};
-use crate::base::ffi;
+use unimem_fi_sys as ffi;
+use unimem_fi_sys::core::{self, LayerFns};
 
 /// `OFI_GETINFO_HIDDEN` (libfabric's `include/ofi.h`): list providers the
 /// `FI_PROVIDER` filter hid.
