@@ -18,6 +18,7 @@ use unimem_mailbox::NicAddr;
 
 use unimem_fi_sys as ffi;
 use unimem_fi_sys::core::{self, LayerFns};
+use unimem_fi_sys::Error;
 
 /// `OFI_GETINFO_HIDDEN` (libfabric's `include/ofi.h`): list providers the
 /// `FI_PROVIDER` filter hid.
@@ -382,7 +383,7 @@ impl Transport {
                         ffi::FI_ADDR_NOTAVAIL, // = FI_ADDR_UNSPEC: from anyone
                         context as *mut c_void,
                     ),
-                    None => -(ffi::FI_ENOSYS as isize),
+                    None => Error::ENOSYS.ssize(),
                 }
             }
         })
@@ -395,7 +396,7 @@ impl Transport {
             unsafe {
                 match (*(*self.ep).msg).inject {
                     Some(inject) => inject(self.ep, data.as_ptr().cast(), data.len(), dest),
-                    None => -(ffi::FI_ENOSYS as isize),
+                    None => Error::ENOSYS.ssize(),
                 }
             }
         })
@@ -421,7 +422,7 @@ impl Transport {
                         dest,
                         context as *mut c_void,
                     ),
-                    None => -(ffi::FI_ENOSYS as isize),
+                    None => Error::ENOSYS.ssize(),
                 }
             }
         })
@@ -472,7 +473,7 @@ impl Transport {
                         )
                     })
                 };
-                ret.unwrap_or(-(ffi::FI_ENOSYS as isize))
+                ret.unwrap_or(Error::ENOSYS.ssize())
             }
         })
     }
@@ -524,7 +525,7 @@ impl Transport {
                     len: e.len,
                     error: None,
                 }));
-            } else if n == -(ffi::FI_EAVAIL as isize) {
+            } else if n == Error::EAVAIL.ssize() {
                 // A buffer larger than any core's error entry, as its
                 // readerr copies the size of its own version.
                 let mut room = [0u64; ERR_ENTRY_ROOM / 8];

@@ -106,7 +106,7 @@ unsafe extern "C" fn domain_query_atomic(
                 attr.size = size;
                 ret::SUCCESS
             }
-            None => -(ffi::FI_EOPNOTSUPP as c_int),
+            None => ret::EOPNOTSUPP,
         }
     })
 }

@@ -29,7 +29,7 @@ use std::sync::Arc;
 use parking_lot::{Condvar, Mutex};
 
 use crate::base::errdata;
-use crate::base::ffi::{self, ret};
+use crate::base::ffi::{self, ret, Error};
 use crate::base::fid::{self, Children, Control, FiObject, FidObject, Parent, ParentRef};
 use crate::base::guard::ffi_guard_or;
 use crate::state::FabricState;
@@ -173,8 +173,8 @@ impl EqInner {
         flags: u64,
     ) -> isize {
         let (ev, bytes) = match st.events.front() {
-            None => return ret::EAGAIN as isize,
-            Some(Event::Error(_)) => return ret::EAVAIL as isize,
+            None => return Error::EAGAIN.ssize(),
+            Some(Event::Error(_)) => return Error::EAVAIL.ssize(),
             Some(Event::Data { event, bytes }) => (*event, bytes),
         };
         if !buf.is_null() && len < bytes.len() {
@@ -182,7 +182,7 @@ impl EqInner {
                 "fi_eq_read: buffer of {len} bytes for an event of {}",
                 bytes.len()
             );
-            return ret::ETOOSMALL as isize;
+            return Error::ETOOSMALL.ssize();
         }
         let n = if buf.is_null() { 0 } else { bytes.len() };
         // SAFETY: event and buf are writable as promised (caller); n <= len.
@@ -210,7 +210,7 @@ impl EqInner {
         flags: u64,
     ) -> isize {
         let Some(Event::Error(e)) = st.events.front() else {
-            return ret::EAGAIN as isize;
+            return Error::EAGAIN.ssize();
         };
         let peek = flags & ffi::FI_PEEK != 0;
         let e = e.clone();
@@ -280,7 +280,7 @@ impl EqInner {
         loop {
             // SAFETY: forwarded from the caller.
             let n = unsafe { self.read_locked(&mut st, event, buf, len, flags) };
-            if n != ret::EAGAIN as isize {
+            if n != Error::EAGAIN.ssize() {
                 return n;
             }
             match deadline.instant() {
@@ -473,15 +473,15 @@ impl Control for EqInner {
 ///
 /// # Safety
 /// `eq` must be NULL or a live `struct fid_eq`.
-unsafe fn readable<'a>(eq: *mut ffi::fid_eq, flags: u64, op: &str) -> Result<&'a EqInner, isize> {
+unsafe fn readable<'a>(eq: *mut ffi::fid_eq, flags: u64, op: &str) -> Result<&'a EqInner, Error> {
     // SAFETY: fid_eq starts with its fid (caller).
     let Some(e) = (unsafe { Eq::from_ptr(eq, op) }) else {
-        return Err(ret::EINVAL as isize);
+        return Err(Error::EINVAL);
     };
     let unknown = flags & !ffi::FI_PEEK;
     if unknown != 0 {
         tracing::warn!("{op}: unsupported flags {unknown:#x}");
-        return Err(ret::EBADFLAGS as isize);
+        return Err(Error::EBADFLAGS);
     }
     Ok(&e.inner)
 }
@@ -493,11 +493,11 @@ unsafe extern "C" fn eq_read(
     len: usize,
     flags: u64,
 ) -> isize {
-    ffi_guard_or("fi_eq_read", ret::EOTHER as isize, || {
+    ffi_guard_or("fi_eq_read", Error::EOTHER.ssize(), || {
         // SAFETY: eq comes from the application.
         let inner = match unsafe { readable(eq, flags, "fi_eq_read") } {
             Ok(i) => i,
-            Err(rc) => return rc,
+            Err(e) => return e.ssize(),
         };
         let mut st = inner.state.lock();
         // SAFETY: event and buf are as the API promises.
@@ -513,11 +513,11 @@ unsafe extern "C" fn eq_sread(
     timeout: c_int,
     flags: u64,
 ) -> isize {
-    ffi_guard_or("fi_eq_sread", ret::EOTHER as isize, || {
+    ffi_guard_or("fi_eq_sread", Error::EOTHER.ssize(), || {
         // SAFETY: eq comes from the application.
         let inner = match unsafe { readable(eq, flags, "fi_eq_sread") } {
             Ok(i) => i,
-            Err(rc) => return rc,
+            Err(e) => return e.ssize(),
         };
         // SAFETY: event and buf are as the API promises.
         unsafe { inner.sread(event, buf, len, timeout, flags) }
@@ -529,15 +529,15 @@ unsafe extern "C" fn eq_readerr(
     buf: *mut ffi::fi_eq_err_entry,
     flags: u64,
 ) -> isize {
-    ffi_guard_or("fi_eq_readerr", ret::EOTHER as isize, || {
+    ffi_guard_or("fi_eq_readerr", Error::EOTHER.ssize(), || {
         // SAFETY: eq comes from the application.
         let inner = match unsafe { readable(eq, flags, "fi_eq_readerr") } {
             Ok(i) => i,
-            Err(rc) => return rc,
+            Err(e) => return e.ssize(),
         };
         if buf.is_null() {
             tracing::warn!("fi_eq_readerr: NULL entry");
-            return ret::EINVAL as isize;
+            return Error::EINVAL.ssize();
         }
         let mut st = inner.state.lock();
         // SAFETY: buf is an fi_eq_err_entry of the application's API version.
@@ -552,18 +552,18 @@ unsafe extern "C" fn eq_write(
     len: usize,
     flags: u64,
 ) -> isize {
-    ffi_guard_or("fi_eq_write", ret::EOTHER as isize, || {
+    ffi_guard_or("fi_eq_write", Error::EOTHER.ssize(), || {
         // SAFETY: eq comes from the application.
         let Some(e) = (unsafe { Eq::from_ptr(eq, "fi_eq_write") }) else {
-            return ret::EINVAL as isize;
+            return Error::EINVAL.ssize();
         };
         if flags != 0 {
             tracing::warn!("fi_eq_write: unsupported flags {flags:#x}");
-            return ret::EBADFLAGS as isize;
+            return Error::EBADFLAGS.ssize();
         }
         if buf.is_null() && len > 0 {
             tracing::warn!("fi_eq_write: NULL buffer of {len} bytes");
-            return ret::EINVAL as isize;
+            return Error::EINVAL.ssize();
         }
         let bytes = if len == 0 {
             &[][..]
@@ -697,8 +697,8 @@ mod tests {
                 assert_eq!(read(eq, ffi::FI_PEEK), Ok((ffi::FI_NOTIFY, i)));
                 assert_eq!(read(eq, 0), Ok((ffi::FI_NOTIFY, i)));
             }
-            assert_eq!(read(eq, 0), Err(ret::EAGAIN as isize));
-            assert_eq!(read(eq, ffi::FI_WRITE), Err(ret::EBADFLAGS as isize));
+            assert_eq!(read(eq, 0), Err(Error::EAGAIN.ssize()));
+            assert_eq!(read(eq, ffi::FI_WRITE), Err(Error::EBADFLAGS.ssize()));
             // Too small a buffer: refused, event kept.
             assert_eq!(write(eq, 7), ENTRY as isize);
             let mut small = [0u8; 4];
@@ -709,7 +709,7 @@ mod tests {
                 4,
                 0,
             );
-            assert_eq!(n, ret::ETOOSMALL as isize);
+            assert_eq!(n, Error::ETOOSMALL.ssize());
             assert_eq!(read(eq, 0), Ok((ffi::FI_NOTIFY, 7)));
             assert_eq!(close(eq as *mut ffi::fid), 0);
             assert_eq!(close(fab as *mut ffi::fid), 0);
@@ -737,7 +737,7 @@ mod tests {
                 5 as *mut c_void,
                 2,
             );
-            assert_eq!(read(eq, 0), Err(ret::EAVAIL as isize));
+            assert_eq!(read(eq, 0), Err(Error::EAVAIL.ssize()));
             let readerr = (*(*eq).ops).readerr.unwrap();
             let mut err = ffi::fi_eq_err_entry::default();
             let full = size_of::<ffi::fi_eq_err_entry>() as isize;
@@ -760,7 +760,7 @@ mod tests {
             assert_eq!(err.err_data_size, 6);
             let data = std::slice::from_raw_parts(err.err_data as *const u8, 6);
             assert_eq!(data, b"detail");
-            assert_eq!(readerr(eq, &mut err, 0), ret::EAGAIN as isize);
+            assert_eq!(readerr(eq, &mut err, 0), Error::EAGAIN.ssize());
             assert_eq!(read(eq, 0), Ok((ffi::FI_AV_COMPLETE, 5)));
             drop(inner);
             assert_eq!(close(eq as *mut ffi::fid), 0);
@@ -826,7 +826,7 @@ mod tests {
                 100,
                 0,
             );
-            assert_eq!(n, ret::EAGAIN as isize);
+            assert_eq!(n, Error::EAGAIN.ssize());
             assert!(t.elapsed() >= Duration::from_millis(100));
             let inner = Eq::state_of(eq as *const ffi::fid).unwrap();
             let writer = std::thread::spawn(move || {

@@ -411,7 +411,7 @@ fn expose(
         }
         Err(DmaError::KeyInUse) => {
             tracing::warn!("{op}: key {key:#x} is already in use in this process");
-            Err(-(ffi::FI_ENOKEY as c_int))
+            Err(ret::ENOKEY)
         }
         Err(e) => {
             tracing::warn!("{op}: cannot expose the region for remote access: {e}");

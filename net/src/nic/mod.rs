@@ -39,6 +39,7 @@ use super::packet::{
 };
 use super::transport::{Completion, Registration, Transport, POLL_MAX};
 use unimem_fi_sys as ffi;
+use unimem_fi_sys::{core, Error};
 
 /// Receive buffers kept posted.
 const RECV_BUFFERS: usize = 64;
@@ -482,9 +483,9 @@ impl Nic {
                         st.counters.transfer_bytes += len as u64;
                         return Ok(());
                     }
-                    e if e == -(ffi::FI_EAGAIN as isize) => {}
+                    e if e == Error::EAGAIN.ssize() => {}
                     e => {
-                        tracing::warn!(%nic, "network RMA failed: {}", unimem_fi_sys::core::strerror(e as i32));
+                        tracing::warn!(%nic, "network RMA failed: {}", core::strerror(e as i32));
                         st.mark_dead(nic, "RMA failed");
                         return Err(DmaError::DeadNode);
                     }

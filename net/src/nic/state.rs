@@ -2,6 +2,7 @@
 //! buffers, and what a completion or a packet does to them.
 
 use super::*;
+use unimem_fi_sys::{core, Error};
 
 impl State {
     /// The process at `nic`, known from now on.
@@ -41,7 +42,7 @@ impl State {
         if ret != 0 {
             return Err(format!(
                 "cannot post a network receive: {}",
-                unimem_fi_sys::core::strerror(ret as i32)
+                core::strerror(ret as i32)
             ));
         }
         Ok(())
@@ -49,7 +50,7 @@ impl State {
 
     pub(super) fn inject(&mut self, nic: NicAddr, bytes: &[u8]) -> isize {
         let Some(process) = self.processes.get_mut(&nic) else {
-            return -(ffi::FI_EINVAL as isize);
+            return Error::EINVAL.ssize();
         };
         process.last_sent = Instant::now();
         let fi_addr = process.fi_addr;
@@ -132,9 +133,9 @@ impl State {
         let sent = if self.backlog.is_empty() {
             self.inject(to, &bytes)
         } else {
-            -(ffi::FI_EAGAIN as isize)
+            Error::EAGAIN.ssize()
         };
-        if sent == -(ffi::FI_EAGAIN as isize) {
+        if sent == Error::EAGAIN.ssize() {
             bytes.truncate(write_len);
             match write.as_mut() {
                 Some(w) => w.bytes = bytes,
@@ -149,7 +150,7 @@ impl State {
             None => self.scratch = bytes,
         }
         if sent != 0 {
-            let why = unimem_fi_sys::core::strerror(sent as i32);
+            let why = core::strerror(sent as i32);
             self.mark_dead(to, &format!("send failed: {why}"));
         }
         true
@@ -170,7 +171,7 @@ impl State {
         while let Some((nic, bytes)) = self.backlog.pop_front() {
             match self.inject(nic, &bytes) {
                 0 => {}
-                e if e == -(ffi::FI_EAGAIN as isize) => {
+                e if e == Error::EAGAIN.ssize() => {
                     self.backlog.push_front((nic, bytes));
                     return;
                 }
@@ -254,7 +255,7 @@ impl State {
             DMA => {
                 let dest = self.dma_dest.remove(&c.context);
                 if let (Some(err), Some(dest)) = (c.error, dest) {
-                    self.mark_dead(dest, &unimem_fi_sys::core::strerror(err));
+                    self.mark_dead(dest, &core::strerror(err));
                 }
                 let engine = (index >> DMA_ID_BITS) as u16;
                 let id = DmaId(index & ((1 << DMA_ID_BITS) - 1));

@@ -199,7 +199,7 @@ mod tests {
 
     #[test]
     fn stubs_keep_their_codes() {
-        let enosys = -(FI_ENOSYS as isize);
+        let enosys = Error::ENOSYS.ssize();
         // SAFETY: the stubs ignore their arguments.
         unsafe {
             for _ in 0..2 {

@@ -33,7 +33,7 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 
 use crate::base::errdata;
-use crate::base::ffi::{self, ret};
+use crate::base::ffi::{self, ret, Error};
 use crate::base::fid::{self, Children, Control, FiObject, FidObject, Parent, ParentRef};
 use crate::base::guard::{ffi_guard, ffi_guard_or};
 use crate::base::lock::DomainMutex;
@@ -154,12 +154,12 @@ impl CqInner {
     unsafe fn read(&self, buf: *mut c_void, count: usize, src_addr: *mut ffi::fi_addr_t) -> isize {
         self.progress().run();
         let n = if self.queued.load(Ordering::Acquire) == 0 {
-            ret::EAGAIN as isize
+            Error::EAGAIN.ssize()
         } else {
             // SAFETY: forwarded from the caller.
             self.with_queue(|q| unsafe { q.read(self.format, buf, count, src_addr) })
         };
-        if n == ret::EAGAIN as isize {
+        if n == Error::EAGAIN.ssize() {
             if self.idle_polls.nothing(self.spin_yield, self.idle_yield) {
                 self.report_stall();
             }
@@ -202,7 +202,7 @@ impl CqInner {
         loop {
             // SAFETY: forwarded from the caller.
             let n = unsafe { self.read(buf, count, src_addr) };
-            if n != ret::EAGAIN as isize
+            if n != Error::EAGAIN.ssize()
                 || self.signaled.swap(false, Ordering::AcqRel)
                 || deadline.expired()
             {
@@ -383,14 +383,14 @@ unsafe fn readable<'a>(
     buf: *mut c_void,
     count: usize,
     op: &str,
-) -> Result<&'a CqInner, isize> {
+) -> Result<&'a CqInner, Error> {
     // SAFETY: fid_cq starts with its fid (caller).
     let Some(c) = (unsafe { Cq::from_ptr(cq, op) }) else {
-        return Err(ret::EINVAL as isize);
+        return Err(Error::EINVAL);
     };
     if buf.is_null() && count > 0 {
         tracing::warn!("{op}: NULL buffer for {count} entries");
-        return Err(ret::EINVAL as isize);
+        return Err(Error::EINVAL);
     }
     Ok(&c.inner)
 }
@@ -406,11 +406,11 @@ unsafe extern "C" fn cq_readfrom(
     count: usize,
     src_addr: *mut ffi::fi_addr_t,
 ) -> isize {
-    ffi_guard_or("fi_cq_read", ret::EOTHER as isize, || {
+    ffi_guard_or("fi_cq_read", Error::EOTHER.ssize(), || {
         // SAFETY: cq comes from the application.
         let inner = match unsafe { readable(cq, buf, count, "fi_cq_read") } {
             Ok(i) => i,
-            Err(rc) => return rc,
+            Err(e) => return e.ssize(),
         };
         // SAFETY: buf holds count entries of the CQ's format, src_addr count addresses (API contract).
         unsafe { inner.read(buf, count, src_addr) }
@@ -436,11 +436,11 @@ unsafe extern "C" fn cq_sreadfrom(
     _cond: *const c_void,
     timeout: c_int,
 ) -> isize {
-    ffi_guard_or("fi_cq_sread", ret::EOTHER as isize, || {
+    ffi_guard_or("fi_cq_sread", Error::EOTHER.ssize(), || {
         // SAFETY: cq comes from the application.
         let inner = match unsafe { readable(cq, buf, count, "fi_cq_sread") } {
             Ok(i) => i,
-            Err(rc) => return rc,
+            Err(e) => return e.ssize(),
         };
         // SAFETY: as for fi_cq_readfrom.
         unsafe { inner.sread(buf, count, src_addr, timeout) }
@@ -452,14 +452,14 @@ unsafe extern "C" fn cq_readerr(
     buf: *mut ffi::fi_cq_err_entry,
     _flags: u64,
 ) -> isize {
-    ffi_guard_or("fi_cq_readerr", ret::EOTHER as isize, || {
+    ffi_guard_or("fi_cq_readerr", Error::EOTHER.ssize(), || {
         // SAFETY: cq comes from the application.
         let Some(c) = (unsafe { Cq::from_ptr(cq, "fi_cq_readerr") }) else {
-            return ret::EINVAL as isize;
+            return Error::EINVAL.ssize();
         };
         if buf.is_null() {
             tracing::warn!("fi_cq_readerr: NULL entry");
-            return ret::EINVAL as isize;
+            return Error::EINVAL.ssize();
         }
         let inner = &c.inner;
         inner.progress().run();
@@ -677,11 +677,11 @@ pub(crate) mod tests {
             assert_eq!(msg[0].flags, ffi::FI_SEND);
             assert_eq!(
                 ops.read.unwrap()(cq, msg.as_mut_ptr() as *mut c_void, 2),
-                ret::EAGAIN as isize
+                Error::EAGAIN.ssize()
             );
             assert_eq!(
                 ops.read.unwrap()(cq, ptr::null_mut(), 2),
-                ret::EINVAL as isize
+                Error::EINVAL.ssize()
             );
             assert_eq!(close(cq as *mut ffi::fid), ret::EBUSY);
             // As an endpoint's fi_close does: leave the progress list, then
@@ -712,7 +712,7 @@ pub(crate) mod tests {
             let t = Instant::now();
             assert_eq!(
                 ops.sread.unwrap()(cq, buf, 1, ptr::null(), 100),
-                ret::EAGAIN as isize
+                Error::EAGAIN.ssize()
             );
             let waited = t.elapsed();
             // It waited; how much longer is up to the machine's load.
@@ -721,7 +721,7 @@ pub(crate) mod tests {
             assert_eq!(ops.signal.unwrap()(cq), 0);
             assert_eq!(
                 ops.sread.unwrap()(cq, buf, 1, ptr::null(), -1),
-                ret::EAGAIN as isize
+                Error::EAGAIN.ssize()
             );
 
             let inner = Cq::state_of(cq as *const ffi::fid).unwrap();

@@ -9,7 +9,7 @@ use std::os::raw::{c_int, c_void};
 use std::ptr;
 
 use crate::base::errdata;
-use crate::base::ffi::{self, ret};
+use crate::base::ffi::{self, Error};
 
 /// One successful operation, as the endpoint reports it.
 #[derive(Clone, Copy, Debug)]
@@ -131,8 +131,8 @@ impl Queue {
         src_addr: *mut ffi::fi_addr_t,
     ) -> isize {
         match self.entries.front() {
-            None => return ret::EAGAIN as isize,
-            Some(Entry::Failed(_)) => return ret::EAVAIL as isize,
+            None => return Error::EAGAIN.ssize(),
+            Some(Entry::Failed(_)) => return Error::EAVAIL.ssize(),
             Some(Entry::Done(_)) => {}
         }
         let mut n = 0;
@@ -159,7 +159,7 @@ impl Queue {
     /// `user` must be a writable `fi_cq_err_entry` of API `api`.
     pub(super) unsafe fn read_err(&mut self, api: u32, user: *mut ErrEntry) -> isize {
         if !matches!(self.entries.front(), Some(Entry::Failed(_))) {
-            return ret::EAGAIN as isize;
+            return Error::EAGAIN.ssize();
         }
         let Some(Entry::Failed(e)) = self.entries.pop_front() else {
             unreachable!("head checked above")
@@ -339,7 +339,7 @@ mod tests {
                 ptr::null_mut(),
             )
         };
-        assert_eq!(n, ret::EAGAIN as isize);
+        assert_eq!(n, Error::EAGAIN.ssize());
 
         q.entries.push_back(Entry::Done(done(3, 30)));
         q.entries.push_back(Entry::Done(done(4, 40)));
@@ -397,8 +397,8 @@ mod tests {
             }
         };
         assert_eq!(read(&mut q, 3), 1, "stops before the error");
-        assert_eq!(read(&mut q, 3), ret::EAVAIL as isize);
-        assert_eq!(read(&mut q, 0), ret::EAVAIL as isize);
+        assert_eq!(read(&mut q, 3), Error::EAVAIL.ssize());
+        assert_eq!(read(&mut q, 0), Error::EAVAIL.ssize());
 
         let mut e = ErrEntry {
             err_data: ptr::null_mut(),
@@ -420,9 +420,9 @@ mod tests {
         assert_eq!(data, b"why");
         // SAFETY: as above.
         let again = unsafe { q.read_err(ffi::fi_version(1, 20), &mut e) };
-        assert_eq!(again, ret::EAGAIN as isize);
+        assert_eq!(again, Error::EAGAIN.ssize());
         assert_eq!(read(&mut q, 3), 1);
-        assert_eq!(read(&mut q, 0), ret::EAGAIN as isize);
+        assert_eq!(read(&mut q, 0), Error::EAGAIN.ssize());
     }
 
     #[test]
