@@ -260,7 +260,7 @@ fn post_atomic(ep: &EpInner, op_name: &str, call: &Call) -> isize {
     };
     // SAFETY: libfabric's contract: operands readable during the call (the
     // protocol copies them), the result buffer valid until completion.
-    ep.post(op_name, |core| unsafe { core.atomic(req) })
+    ep.post(op_name, |messenger| unsafe { messenger.atomic(req) })
 }
 
 /// Every atomic entry point: find our endpoint and post, under the panic

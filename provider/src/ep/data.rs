@@ -10,7 +10,7 @@ use std::mem::size_of;
 use std::os::raw::{c_int, c_void};
 use std::ptr;
 
-use super::inner::{Ep, EpCore, EpInner};
+use super::inner::{Ep, EpInner, EpMessenger};
 use crate::base::ffi::{self, ret};
 use crate::base::guard::ffi_guard_or;
 use unimem_proto::iov::total_len;
@@ -98,11 +98,11 @@ impl EpInner {
     pub(super) fn post(
         &self,
         op: &str,
-        post: impl FnOnce(&mut EpCore) -> Result<(), PostError>,
+        post: impl FnOnce(&mut EpMessenger) -> Result<(), PostError>,
     ) -> isize {
-        let mut core = self.enter();
-        let result = post(&mut core);
-        self.drain(&mut core);
+        let mut messenger = self.enter();
+        let result = post(&mut messenger);
+        self.drain(&mut messenger);
         match result {
             Ok(()) => 0,
             Err(e) => map_post_error(self, e, op),
@@ -307,7 +307,7 @@ fn post_send(ep: &EpInner, op: &str, iov: IovList, req: &Request) -> isize {
     // SAFETY: libfabric's contract: the buffers stay valid until the send
     // completes (until return for an inject or with FI_INJECT, which the
     // protocol copies).
-    ep.post(op, |core| unsafe { core.send(req) })
+    ep.post(op, |messenger| unsafe { messenger.send(req) })
 }
 
 /// A receive into `iov` as `req` asks.
@@ -363,11 +363,11 @@ fn post_recv(ep: &EpInner, op: &str, iov: IovList, req: &Request) -> isize {
         completion,
         multi_recv,
     };
-    let mut core = ep.enter();
+    let mut messenger = ep.enter();
     let result = if flags & ffi::FI_PEEK != 0 {
         // A peek must see what has arrived by now.
-        core.progress();
-        core.peek(
+        messenger.progress();
+        messenger.peek(
             tagged,
             recv,
             flags & ffi::FI_CLAIM != 0,
@@ -377,7 +377,7 @@ fn post_recv(ep: &EpInner, op: &str, iov: IovList, req: &Request) -> isize {
     } else if flags & ffi::FI_CLAIM != 0 {
         // SAFETY: libfabric's contract: the buffer stays valid until the
         // receive completes.
-        if unsafe { core.claim(tagged, recv, flags & ffi::FI_DISCARD != 0) } {
+        if unsafe { messenger.claim(tagged, recv, flags & ffi::FI_DISCARD != 0) } {
             0
         } else {
             ep.post_warnings.warn(
@@ -394,10 +394,10 @@ fn post_recv(ep: &EpInner, op: &str, iov: IovList, req: &Request) -> isize {
         // way could only wait for us if we refused (both sides spinning on
         // -FI_EAGAIN with nothing sent).
         // SAFETY: as above.
-        unsafe { core.post_recv(tagged, recv) };
+        unsafe { messenger.post_recv(tagged, recv) };
         0
     };
-    ep.drain(&mut core);
+    ep.drain(&mut messenger);
     result
 }
 

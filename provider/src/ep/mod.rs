@@ -39,7 +39,7 @@ use crate::base::fid::{self, ParentRef};
 use crate::base::lock::DomainMutex;
 use crate::base::unsupported;
 use crate::state::DomainState;
-use inner::{Bindings, Core, Ep, EpCore, EpInner};
+use inner::{Bindings, Ep, EpInner, EpMessenger, Messenger};
 use options::{EP_CM_OPS, EP_OPS};
 use unimem_proto::ProtoConfig;
 
@@ -158,8 +158,8 @@ pub unsafe fn open(
     }
     // The domain's DMA opened the process's network interface, if any.
     let mailbox = NodeMailbox::new(mailbox, crate::net::current());
-    let core = match Core::new(mailbox, &dma, proto_config(cfg)) {
-        Ok(core) => core,
+    let messenger = match Messenger::new(mailbox, &dma, proto_config(cfg)) {
+        Ok(messenger) => messenger,
         Err(e) => {
             tracing::warn!("fi_endpoint: cannot set up the endpoint's buffers: {e}");
             return ret::ENOMEM;
@@ -188,7 +188,7 @@ pub unsafe fn open(
             rx_op_flags: rx_attr.map_or(0, |a| a.op_flags),
             inject_size: cfg.eager_size,
             iov_limit: resolved.tx.iov_limit.max(1),
-            core: DomainMutex::new(EpCore::new(core), domain.locking()),
+            messenger: DomainMutex::new(EpMessenger::new(messenger), domain.locking()),
             bindings: RwLock::new(Bindings::default()),
             active: OnceLock::new(),
             peers_reclaimed: AtomicUsize::new(0),
@@ -201,7 +201,7 @@ pub unsafe fn open(
     tracing::info!(
         "endpoint {:p} opened at {}, tx op_flags {:#x}",
         &*obj,
-        obj.inner.core.lock().addr(),
+        obj.inner.messenger.lock().addr(),
         obj.inner.tx_op_flags
     );
     // SAFETY: ep is non-NULL (checked).

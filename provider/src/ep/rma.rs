@@ -173,7 +173,7 @@ fn post_rma(ep: &EpInner, op: &str, iov: IovList, call: &RmaCall) -> isize {
     // SAFETY: libfabric's contract: the buffers stay valid until the
     // operation completes (until return for an inject, which the protocol
     // copies).
-    ep.post(op, |core| unsafe { core.rma(call.kind, req) })
+    ep.post(op, |messenger| unsafe { messenger.rma(call.kind, req) })
 }
 
 /// The refusal of an RMA call on an endpoint opened without `FI_RMA`.
@@ -235,8 +235,8 @@ unsafe fn inject(
         };
         // SAFETY: buf holds len readable bytes during the call (caller),
         // which the protocol writes or copies before it returns.
-        ep.post(op, |core| unsafe {
-            core.inject_write(dest, (buf.cast(), len), target, data)
+        ep.post(op, |messenger| unsafe {
+            messenger.inject_write(dest, (buf.cast(), len), target, data)
         })
     })
 }
