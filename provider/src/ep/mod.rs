@@ -7,13 +7,18 @@
 //! it lets go, honouring selective completion.
 //!
 //! Here: opening an endpoint and the process-wide resources it needs. The
-//! rest, each file importing only `inner` of its siblings:
-//! - `inner`: the endpoint's state and its identity as a libfabric object;
+//! rest, each importing only `inner` and `post` of its siblings:
+//! - `inner`: the endpoint's state (its messenger, bindings, warnings) and
+//!   its identity as a libfabric object;
 //! - `bind`: `fi_ep_bind`, `fi_enable`;
 //! - `completion`: protocol events → CQ entries and counters, progress;
-//! - `data`: the data path (`fi_send`, `fi_recv` and their kin);
+//! - `post`: what every post shares: reading its buffers, running it on
+//!   the messenger, refusing it with a rate-limited warning;
+//! - `data/`: the data path (`fi_send`, `fi_recv` and their kin; the entry
+//!   points in `calls.rs`);
 //! - `rma`: the RMA data path (`fi_read`, `fi_write` and their kin);
-//! - `atomic`: the atomic data path (`fi_atomic` and its kin, `*valid`);
+//! - `atomic/`: the atomic data path (`fi_atomic` and its kin, `*valid`;
+//!   the entry points in `calls.rs`);
 //! - `options`: `fi_cancel`, `fi_getopt`/`fi_setopt`, `fi_getname`.
 
 mod atomic;
@@ -22,6 +27,7 @@ mod completion;
 mod data;
 mod inner;
 mod options;
+mod post;
 mod rma;
 
 use std::os::raw::{c_int, c_void};
