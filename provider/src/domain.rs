@@ -72,7 +72,7 @@ static DOMAIN_OPS: ffi::fi_ops_domain = ffi::fi_ops_domain {
     endpoint2: Some(domain_endpoint2),
 };
 
-/// `fi_query_atomic`: what the atomic calls support (see `ep/atomic.rs`),
+/// `fi_query_atomic`: what the atomic calls support (see `ep/atomic/`),
 /// as `fi_atomicvalid` and its kin report it.
 unsafe extern "C" fn domain_query_atomic(
     domain: *mut ffi::fid_domain,

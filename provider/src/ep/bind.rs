@@ -125,11 +125,11 @@ impl Control for EpInner {
                     ep.inner.bell.make_wakeable();
                 }
                 {
-                    let mut core = ep.inner.core.lock();
+                    let mut messenger = ep.inner.messenger.lock();
                     // Sends without a CQ entry matter to a send counter only.
-                    core.set_report_silent_sends(b.send_cntr.is_some());
+                    messenger.set_report_silent_sends(b.send_cntr.is_some());
                     // RMA without a completion moves counters only: counted.
-                    core.set_count_silent_rma(true);
+                    messenger.set_count_silent_rma(true);
                 }
                 // Binding is refused from now on, so the bindings freeze.
                 let _ = ep.inner.active.set(std::mem::take(&mut *b));

@@ -7,7 +7,7 @@ use std::sync::atomic::Ordering;
 
 use unimem_mailbox::MailboxAddr;
 
-use super::inner::{Bindings, EpCore, EpInner, SourceHit};
+use super::inner::{Bindings, EpInner, EpMessenger, SourceHit};
 use crate::base::ffi;
 use crate::base::fid::ParentRef;
 use crate::base::lock::DomainMutexGuard;
@@ -19,25 +19,25 @@ use unimem_proto::{ErrorKind, Event, RmaKind};
 
 impl Progress for EpInner {
     fn progress(&self) {
-        let mut core = self.enter();
-        self.advance(&mut core);
-        self.after_pass(core);
+        let mut messenger = self.enter();
+        self.advance(&mut messenger);
+        self.after_pass(messenger);
     }
 
     fn progress_for_agent(&self) -> Pending {
-        let mut core = self.core.lock();
+        let mut messenger = self.messenger.lock();
         // The application computes meanwhile: what the pass matches, the
         // sender copies.
-        core.set_helping(true);
-        self.advance(&mut core);
-        core.set_helping(false);
-        let pending = pending_of(&core);
-        self.after_pass(core);
+        messenger.set_helping(true);
+        self.advance(&mut messenger);
+        messenger.set_helping(false);
+        let pending = pending_of(&messenger);
+        self.after_pass(messenger);
         pending
     }
 
     fn pending(&self) -> Pending {
-        pending_of(&self.core.lock())
+        pending_of(&self.messenger.lock())
     }
 
     fn doorbell(&self) -> Option<&Doorbell> {
@@ -45,15 +45,15 @@ impl Progress for EpInner {
     }
 
     fn in_flight(&self) -> Option<String> {
-        self.core.lock().in_flight()
+        self.messenger.lock().in_flight()
     }
 }
 
-fn pending_of(core: &EpCore) -> Pending {
+fn pending_of(messenger: &EpMessenger) -> Pending {
     Pending {
-        message: core.message_waiting(),
-        local_work: core.local_work(),
-        busy: core.busy(),
+        message: messenger.message_waiting(),
+        local_work: messenger.local_work(),
+        busy: messenger.busy(),
     }
 }
 
@@ -73,34 +73,34 @@ impl EpInner {
         }
         .unwrap_or_default();
         // Not `enter`: the agent's pass comes here too.
-        let mut core = self.core.lock();
-        let own = core.addr();
-        let known = core.known_peers_lost();
+        let mut messenger = self.messenger.lock();
+        let own = messenger.addr();
+        let known = messenger.known_peers_lost();
         let mut others = addresses.iter().filter(|&&a| a != own).peekable();
         let alone = match known {
             Some(false) => false,
             None if others.peek().is_none() => false,
-            _ => others.all(|a| core.lost(a)),
+            _ => others.all(|a| messenger.lost(a)),
         };
         if alone {
-            core.left_alone();
-            self.drain(&mut core);
+            messenger.left_alone();
+            self.drain(&mut messenger);
         }
     }
 
-    fn advance(&self, core: &mut EpCore) {
-        core.progress();
-        self.drain(core);
+    fn advance(&self, messenger: &mut EpMessenger) {
+        messenger.progress();
+        self.drain(messenger);
     }
 
     /// After a progress pass, with the messenger released: the shared
     /// objects of peers found dead since the last look go, and after such
     /// a loss, or when the peer check asks, receives from any source fail
     /// if nobody is left.
-    fn after_pass(&self, mut core: DomainMutexGuard<'_, EpCore>) {
-        let lost = core.peers_lost();
-        let look = core.audience_check_due();
-        drop(core);
+    fn after_pass(&self, mut messenger: DomainMutexGuard<'_, EpMessenger>) {
+        let lost = messenger.peers_lost();
+        let look = messenger.audience_check_due();
+        drop(messenger);
         // A load first: a swap on every progress call would be a locked
         // instruction on the polling path.
         let new_loss = self.peers_reclaimed.load(Ordering::Relaxed) != lost
@@ -150,9 +150,9 @@ fn kind_flag(tagged: bool) -> u64 {
 impl EpInner {
     /// Turns the protocol's finished operations into CQ entries and counter
     /// events.
-    pub(super) fn drain(&self, core: &mut EpCore) {
+    pub(super) fn drain(&self, messenger: &mut EpMessenger) {
         // Most posts finish nothing at once.
-        if !core.has_events() {
+        if !messenger.has_events() {
             return;
         }
         let setup;
@@ -163,7 +163,7 @@ impl EpInner {
                 &*setup
             }
         };
-        while let Some(event) = core.next_event() {
+        while let Some(event) = messenger.next_event() {
             match event {
                 Event::Send {
                     context,
@@ -202,7 +202,7 @@ impl EpInner {
                                 src_addr: source_fi_addr(
                                     self.caps,
                                     bindings,
-                                    &mut core.last_source,
+                                    &mut messenger.last_source,
                                     &done.src,
                                 ),
                             });
@@ -301,7 +301,12 @@ impl EpInner {
                                 data: e.data.unwrap_or(0),
                                 tag: e.tag,
                                 src_addr: e.src.map_or(ffi::FI_ADDR_NOTAVAIL, |src| {
-                                    source_fi_addr(self.caps, bindings, &mut core.last_source, &src)
+                                    source_fi_addr(
+                                        self.caps,
+                                        bindings,
+                                        &mut messenger.last_source,
+                                        &src,
+                                    )
                                 }),
                             },
                             err,
@@ -319,7 +324,7 @@ impl EpInner {
         // Operations that asked for no completion move counters only: at
         // once, so that a counter read right after its puts (MPI's flush)
         // finds them without progress (`CntrInner::read_progressing`).
-        if let Some(silent) = core.take_silent_rma() {
+        if let Some(silent) = messenger.take_silent_rma() {
             for (kind, n) in RmaKind::ALL.into_iter().zip(silent) {
                 if n == 0 {
                     continue;

@@ -27,11 +27,13 @@ use unimem_proto as proto;
 
 /// The protocol over the node's hardware: the shared-memory emulation for
 /// peers of this host, the network backend for peers of others.
-pub type Core = proto::Messenger<NodeMailbox, NodeDma>;
+pub type Messenger = proto::Messenger<NodeMailbox, NodeDma>;
 
-/// The messenger, and what the endpoint keeps beside it under its lock.
-pub struct EpCore {
-    proto: Core,
+/// The endpoint's messenger, with what the endpoint keeps beside it under
+/// the same lock: the answer of its last source lookup. It derefs to the
+/// [`Messenger`].
+pub struct EpMessenger {
+    messenger: Messenger,
     /// The AV's answer for the last source address (FI_SOURCE): MPI
     /// receives from few peers, and a hit spares the reverse map's hash
     /// and lock on every completion.
@@ -46,26 +48,26 @@ pub(super) struct SourceHit {
     pub(super) removals: u64,
 }
 
-impl EpCore {
-    pub(super) fn new(proto: Core) -> Self {
-        EpCore {
-            proto,
+impl EpMessenger {
+    pub(super) fn new(messenger: Messenger) -> Self {
+        EpMessenger {
+            messenger,
             last_source: None,
         }
     }
 }
 
-impl std::ops::Deref for EpCore {
-    type Target = Core;
+impl std::ops::Deref for EpMessenger {
+    type Target = Messenger;
 
-    fn deref(&self) -> &Core {
-        &self.proto
+    fn deref(&self) -> &Messenger {
+        &self.messenger
     }
 }
 
-impl std::ops::DerefMut for EpCore {
-    fn deref_mut(&mut self) -> &mut Core {
-        &mut self.proto
+impl std::ops::DerefMut for EpMessenger {
+    fn deref_mut(&mut self) -> &mut Messenger {
+        &mut self.messenger
     }
 }
 
@@ -140,7 +142,7 @@ pub struct EpInner {
     pub(super) inject_size: usize,
     pub(super) iov_limit: usize,
     /// The protocol; its lock is elided under `FI_THREAD_DOMAIN`.
-    pub(super) core: DomainMutex<EpCore>,
+    pub(super) messenger: DomainMutex<EpMessenger>,
     /// Bindings while the endpoint is being set up.
     pub(super) bindings: RwLock<Bindings>,
     /// The bindings, frozen by fi_enable (binding is refused afterwards):
@@ -175,11 +177,11 @@ impl EpInner {
     /// progress agent, which leaves the endpoint to it (see
     /// `state/agent.rs`).
     #[inline]
-    pub(super) fn enter(&self) -> DomainMutexGuard<'_, EpCore> {
+    pub(super) fn enter(&self) -> DomainMutexGuard<'_, EpMessenger> {
         if self.agent {
             agent::entered(&self.bell);
         }
-        self.core.lock()
+        self.messenger.lock()
     }
 }
 
@@ -260,11 +262,11 @@ unsafe impl FiObject for EpInner {
             }
         }
         let carried = {
-            let mut core = ep.inner.core.lock();
+            let mut messenger = ep.inner.messenger.lock();
             // What peers still wait for from us goes first (bounded: a
             // peer that is gone or never reads cannot hold the close).
-            core.linger(std::time::Duration::from_millis(500));
-            core.stats()
+            messenger.linger(std::time::Duration::from_millis(500));
+            messenger.stats()
         };
         // The line the MPI jobs' checks look for: what unimem carried.
         tracing::info!(

@@ -7,13 +7,18 @@
 //! it lets go, honouring selective completion.
 //!
 //! Here: opening an endpoint and the process-wide resources it needs. The
-//! rest, each file importing only `inner` of its siblings:
-//! - `inner`: the endpoint's state and its identity as a libfabric object;
+//! rest, each importing only `inner` and `post` of its siblings:
+//! - `inner`: the endpoint's state (its messenger, bindings, warnings) and
+//!   its identity as a libfabric object;
 //! - `bind`: `fi_ep_bind`, `fi_enable`;
 //! - `completion`: protocol events → CQ entries and counters, progress;
-//! - `data`: the data path (`fi_send`, `fi_recv` and their kin);
+//! - `post`: what every post shares: reading its buffers, running it on
+//!   the messenger, refusing it with a rate-limited warning;
+//! - `data/`: the data path (`fi_send`, `fi_recv` and their kin; the entry
+//!   points in `calls.rs`);
 //! - `rma`: the RMA data path (`fi_read`, `fi_write` and their kin);
-//! - `atomic`: the atomic data path (`fi_atomic` and its kin, `*valid`);
+//! - `atomic/`: the atomic data path (`fi_atomic` and its kin, `*valid`;
+//!   the entry points in `calls.rs`);
 //! - `options`: `fi_cancel`, `fi_getopt`/`fi_setopt`, `fi_getname`.
 
 mod atomic;
@@ -22,6 +27,7 @@ mod completion;
 mod data;
 mod inner;
 mod options;
+mod post;
 mod rma;
 
 use std::os::raw::{c_int, c_void};
@@ -39,7 +45,7 @@ use crate::base::fid::{self, ParentRef};
 use crate::base::lock::DomainMutex;
 use crate::base::unsupported;
 use crate::state::DomainState;
-use inner::{Bindings, Core, Ep, EpCore, EpInner};
+use inner::{Bindings, Ep, EpInner, EpMessenger, Messenger};
 use options::{EP_CM_OPS, EP_OPS};
 use unimem_proto::ProtoConfig;
 
@@ -158,8 +164,8 @@ pub unsafe fn open(
     }
     // The domain's DMA opened the process's network interface, if any.
     let mailbox = NodeMailbox::new(mailbox, unimem_net::current());
-    let core = match Core::new(mailbox, &dma, proto_config(cfg)) {
-        Ok(core) => core,
+    let messenger = match Messenger::new(mailbox, &dma, proto_config(cfg)) {
+        Ok(messenger) => messenger,
         Err(e) => {
             tracing::warn!("fi_endpoint: cannot set up the endpoint's buffers: {e}");
             return ret::ENOMEM;
@@ -188,7 +194,7 @@ pub unsafe fn open(
             rx_op_flags: rx_attr.map_or(0, |a| a.op_flags),
             inject_size: cfg.eager_size,
             iov_limit: resolved.tx.iov_limit.max(1),
-            core: DomainMutex::new(EpCore::new(core), domain.locking()),
+            messenger: DomainMutex::new(EpMessenger::new(messenger), domain.locking()),
             bindings: RwLock::new(Bindings::default()),
             active: OnceLock::new(),
             peers_reclaimed: AtomicUsize::new(0),
@@ -201,7 +207,7 @@ pub unsafe fn open(
     tracing::info!(
         "endpoint {:p} opened at {}, tx op_flags {:#x}",
         &*obj,
-        obj.inner.core.lock().addr(),
+        obj.inner.messenger.lock().addr(),
         obj.inner.tx_op_flags
     );
     // SAFETY: ep is non-NULL (checked).

@@ -41,9 +41,9 @@ unsafe extern "C" fn ep_cancel(fid: *mut ffi::fid, context: *mut c_void) -> isiz
         let Some(ep) = (unsafe { Ep::from_fid(fid, "fi_cancel") }) else {
             return ret::EINVAL;
         };
-        let mut core = ep.inner.core.lock();
-        let found = core.cancel(context as usize);
-        ep.inner.drain(&mut core);
+        let mut messenger = ep.inner.messenger.lock();
+        let found = messenger.cancel(context as usize);
+        ep.inner.drain(&mut messenger);
         if found {
             ret::SUCCESS
         } else {
@@ -74,7 +74,7 @@ unsafe extern "C" fn ep_getopt(
         if unsafe { *optlen } < size_of::<usize>() {
             return ret::ETOOSMALL;
         }
-        let min = ep.inner.core.lock().min_multi_recv();
+        let min = ep.inner.messenger.lock().min_multi_recv();
         // SAFETY: optval holds at least size_of::<usize>() bytes (checked).
         unsafe {
             (optval as *mut usize).write_unaligned(min);
@@ -106,7 +106,7 @@ unsafe extern "C" fn ep_setopt(
         }
         // SAFETY: optval points to a size_t (checked length).
         let min = unsafe { (optval as *const usize).read_unaligned() };
-        ep.inner.core.lock().set_min_multi_recv(min);
+        ep.inner.messenger.lock().set_min_multi_recv(min);
         ret::SUCCESS
     })
 }
@@ -126,7 +126,7 @@ unsafe extern "C" fn cm_getname(
         if addrlen.is_null() {
             return ret::EINVAL;
         }
-        let name = ep.inner.core.lock().addr().to_string();
+        let name = ep.inner.messenger.lock().addr().to_string();
         // Every name has the same length, NUL-padded: MPICH and SOS gather
         // names at the stride of their own (pid and index digits vary).
         let needed = (name.len() + 1).max(crate::info::addr::MAX_ADDR_LEN);

@@ -16,8 +16,8 @@ use std::mem::size_of;
 use std::os::raw::{c_int, c_void};
 use std::sync::atomic::Ordering;
 
-use super::data::{Bufs, SEND_ONLY_FLAGS};
 use super::inner::{Ep, EpInner};
+use super::post::{Bufs, SEND_ONLY_FLAGS};
 use crate::base::ffi::{self, ret};
 use crate::base::guard::ffi_guard_or;
 use unimem_proto::iov::total_len;
@@ -173,7 +173,7 @@ fn post_rma(ep: &EpInner, op: &str, iov: IovList, call: &RmaCall) -> isize {
     // SAFETY: libfabric's contract: the buffers stay valid until the
     // operation completes (until return for an inject, which the protocol
     // copies).
-    ep.post(op, |core| unsafe { core.rma(call.kind, req) })
+    ep.post(op, |messenger| unsafe { messenger.rma(call.kind, req) })
 }
 
 /// The refusal of an RMA call on an endpoint opened without `FI_RMA`.
@@ -221,13 +221,11 @@ unsafe fn inject(
         if len > ep.inject_size {
             let most = ep.inject_size;
             let why = format_args!("{op}: inject of {len} bytes (a write of at most {most})");
-            ep.post_warnings.warn(op, why);
-            return ret::EINVAL as isize;
+            return ep.refuse(op, ret::EINVAL, why);
         }
         if buf.is_null() && len > 0 {
             let why = format_args!("{op}: NULL buffer of {len} bytes");
-            ep.post_warnings.warn(op, why);
-            return ret::EINVAL as isize;
+            return ep.refuse(op, ret::EINVAL, why);
         }
         let dest = match b.peer(op, dest) {
             Ok(dest) => dest,
@@ -235,8 +233,8 @@ unsafe fn inject(
         };
         // SAFETY: buf holds len readable bytes during the call (caller),
         // which the protocol writes or copies before it returns.
-        ep.post(op, |core| unsafe {
-            core.inject_write(dest, (buf.cast(), len), target, data)
+        ep.post(op, |messenger| unsafe {
+            messenger.inject_write(dest, (buf.cast(), len), target, data)
         })
     })
 }

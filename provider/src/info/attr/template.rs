@@ -43,7 +43,7 @@ pub const DOMAIN_CAPS: u64 = FI_LOCAL_COMM | FI_REMOTE_COMM;
 
 /// Operation flags accepted as defaults in hints.
 /// Every completion level a send may ask for, each honoured (see
-/// `ep/data.rs`), but `FI_COMMIT_COMPLETE`: it concerns persistent memory,
+/// `ep/data/mod.rs`), but `FI_COMMIT_COMPLETE`: it concerns persistent memory,
 /// which we do not have, and is refused.
 pub const TX_OP_FLAGS: u64 = FI_COMPLETION
     | FI_INJECT
