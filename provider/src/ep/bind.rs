@@ -25,7 +25,7 @@ impl Bind for EpInner {
         // Checked under the lock fi_enable takes to freeze the bindings.
         if inner.active.get().is_some() {
             tracing::warn!("fi_ep_bind: the endpoint is already enabled");
-            return -(ffi::FI_EOPBADSTATE as c_int);
+            return ret::EOPBADSTATE;
         }
         match class {
             ffi::FI_CLASS_AV => {
@@ -113,11 +113,11 @@ impl Control for EpInner {
                 }
                 if b.av.is_none() {
                     tracing::warn!("fi_enable: no AV bound to the endpoint");
-                    return -(ffi::FI_ENOAV as c_int);
+                    return ret::ENOAV;
                 }
                 if b.cqs().next().is_none() && b.cntrs().next().is_none() {
                     tracing::warn!("fi_enable: no CQ or counter bound to the endpoint");
-                    return -(ffi::FI_ENOCQ as c_int);
+                    return ret::ENOCQ;
                 }
                 // A blocking read of its CQ, or a wait on its counter,
                 // sleeps on the mailbox's doorbell.

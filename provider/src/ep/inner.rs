@@ -13,7 +13,7 @@ use unimem_mailbox::doorbell::Doorbell;
 use unimem_mailbox::MailboxAddr;
 
 use crate::av::AvInner;
-use crate::base::ffi;
+use crate::base::ffi::{self, Error};
 use crate::base::fid::{self, FiObject, FidObject, ParentRef};
 use crate::base::lock::{DomainMutex, DomainMutexGuard};
 use crate::cntr::CntrInner;
@@ -106,7 +106,7 @@ impl Bindings {
             .and_then(|av| av.lookup(fi_addr))
             .ok_or_else(|| {
                 tracing::warn!("{op}: fi_addr {fi_addr:#x} is not in the endpoint's AV");
-                ffi::ret::EINVAL as isize
+                ffi::Error::EINVAL.ssize()
             })
     }
 
@@ -169,7 +169,7 @@ impl EpInner {
     pub(super) fn enabled(&self, op: &str) -> Result<&Bindings, isize> {
         self.active.get().ok_or_else(|| {
             tracing::warn!("{op}: the endpoint is not enabled");
-            -(ffi::FI_EOPBADSTATE as c_int) as isize
+            Error::EOPBADSTATE.ssize()
         })
     }
 

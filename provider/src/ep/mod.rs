@@ -92,7 +92,7 @@ fn open_mailbox(cfg: &Config, src: Option<MailboxAddr>) -> Result<ShmMailbox, c_
     opened.map_err(|e| match e {
         unimem_mailbox::Error::Io(io) if io.kind() == std::io::ErrorKind::AlreadyExists => {
             tracing::warn!("fi_endpoint: address {src:?} is already in use by a live process");
-            -(ffi::FI_EADDRINUSE as c_int)
+            ret::EADDRINUSE
         }
         e => {
             tracing::warn!("fi_endpoint: cannot open a mailbox: {e}");

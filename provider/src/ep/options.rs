@@ -47,7 +47,7 @@ unsafe extern "C" fn ep_cancel(fid: *mut ffi::fid, context: *mut c_void) -> isiz
         if found {
             ret::SUCCESS
         } else {
-            -(ffi::FI_ENOENT as c_int)
+            ret::ENOENT
         }
     }) as isize
 }
@@ -65,7 +65,7 @@ unsafe extern "C" fn ep_getopt(
             return ret::EINVAL;
         };
         if level as u32 != ffi::FI_OPT_ENDPOINT || optname as u32 != ffi::FI_OPT_MIN_MULTI_RECV {
-            return -(ffi::FI_ENOPROTOOPT as c_int);
+            return ret::ENOPROTOOPT;
         }
         if optval.is_null() || optlen.is_null() {
             return ret::EINVAL;
@@ -98,7 +98,7 @@ unsafe extern "C" fn ep_setopt(
         };
         if level as u32 != ffi::FI_OPT_ENDPOINT || optname as u32 != ffi::FI_OPT_MIN_MULTI_RECV {
             tracing::info!("fi_setopt: option {level}/{optname} is not supported");
-            return -(ffi::FI_ENOPROTOOPT as c_int);
+            return ret::ENOPROTOOPT;
         }
         if optval.is_null() || optlen != size_of::<usize>() {
             tracing::warn!("fi_setopt(FI_OPT_MIN_MULTI_RECV): the value must be a size_t");

@@ -6,10 +6,10 @@
 //! the log.
 
 use std::fmt;
-use std::os::raw::{c_int, c_void};
+use std::os::raw::c_void;
 
 use super::inner::{EpInner, EpMessenger};
-use crate::base::ffi::{self, ret};
+use crate::base::ffi::{self, Error};
 use unimem_proto::matching::{Iov, IovList};
 use unimem_proto::PostError;
 
@@ -39,13 +39,13 @@ impl EpInner {
 
 pub(super) fn map_post_error(ep: &EpInner, e: PostError, op: &str) -> isize {
     let code = match e {
-        PostError::Again => return ret::EAGAIN as isize,
-        PostError::TooLong => -(ffi::FI_EMSGSIZE as c_int),
-        PostError::BadAddress => ret::EINVAL,
-        PostError::Unreachable => -(ffi::FI_EHOSTUNREACH as c_int),
-        PostError::NoMemory => ret::ENOMEM,
-        PostError::Unsupported => -(ffi::FI_EOPNOTSUPP as c_int),
-        PostError::TooShort => ret::EINVAL,
+        PostError::Again => return Error::EAGAIN.ssize(),
+        PostError::TooLong => Error::EMSGSIZE,
+        PostError::BadAddress => Error::EINVAL,
+        PostError::Unreachable => Error::EHOSTUNREACH,
+        PostError::NoMemory => Error::ENOMEM,
+        PostError::Unsupported => Error::EOPNOTSUPP,
+        PostError::TooShort => Error::EINVAL,
     };
     ep.refuse(op, code, format_args!("{op}: {e:?}"))
 }
@@ -54,9 +54,9 @@ impl EpInner {
     /// Refuses a post of call `op` with libfabric's error `code`, warning
     /// `why` (rate-limited).
     #[cold]
-    pub(super) fn refuse(&self, op: &str, code: c_int, why: fmt::Arguments<'_>) -> isize {
+    pub(super) fn refuse(&self, op: &str, code: Error, why: fmt::Arguments<'_>) -> isize {
         self.post_warnings.warn(op, why);
-        code as isize
+        code.ssize()
     }
 }
 
@@ -80,7 +80,7 @@ impl Bufs {
             Bufs::One(buf, len) => {
                 if buf.is_null() && len > 0 {
                     let why = format_args!("{op}: NULL buffer of {len} bytes");
-                    return Err(ep.refuse(op, ret::EINVAL, why));
+                    return Err(ep.refuse(op, Error::EINVAL, why));
                 }
                 Ok(IovList::One((buf as usize, len)))
             }
@@ -102,10 +102,10 @@ unsafe fn iovs(
 ) -> Result<IovList, isize> {
     if count > ep.iov_limit {
         let why = format_args!("{op}: {count} iovs exceed the limit of {}", ep.iov_limit);
-        return Err(ep.refuse(op, ret::EINVAL, why));
+        return Err(ep.refuse(op, Error::EINVAL, why));
     }
     if count > 0 && iov.is_null() {
-        return Err(ep.refuse(op, ret::EINVAL, format_args!("{op}: NULL iov")));
+        return Err(ep.refuse(op, Error::EINVAL, format_args!("{op}: NULL iov")));
     }
     if count == 0 {
         return Ok(IovList::Many(Vec::new()));
@@ -117,11 +117,11 @@ unsafe fn iovs(
     for v in slice {
         if v.iov_base.is_null() && v.iov_len > 0 {
             let why = format_args!("{op}: NULL iov_base of {} bytes", v.iov_len);
-            return Err(ep.refuse(op, ret::EINVAL, why));
+            return Err(ep.refuse(op, Error::EINVAL, why));
         }
         let Some(sum) = total.checked_add(v.iov_len) else {
             let why = format_args!("{op}: iov lengths add up past SIZE_MAX");
-            return Err(ep.refuse(op, ret::EINVAL, why));
+            return Err(ep.refuse(op, Error::EINVAL, why));
         };
         total = sum;
     }

@@ -13,12 +13,12 @@
 //! Local descriptors are not needed (no `FI_MR_LOCAL`) and are ignored.
 
 use std::mem::size_of;
-use std::os::raw::{c_int, c_void};
+use std::os::raw::c_void;
 use std::sync::atomic::Ordering;
 
 use super::inner::{Ep, EpInner};
 use super::post::{Bufs, SEND_ONLY_FLAGS};
-use crate::base::ffi::{self, ret};
+use crate::base::ffi::{self, Error};
 use crate::base::guard::ffi_guard_or;
 use unimem_proto::iov::total_len;
 use unimem_proto::matching::IovList;
@@ -130,7 +130,7 @@ fn post_rma(ep: &EpInner, op: &str, iov: IovList, call: &RmaCall) -> isize {
     let flags = call.flags.unwrap_or(ep.tx_op_flags & !SEND_ONLY_FLAGS);
     if flags & !RMA_FLAGS != 0 {
         tracing::warn!("{op}: unsupported flags {:#x}", flags & !RMA_FLAGS);
-        return ret::EBADFLAGS as isize;
+        return Error::EBADFLAGS.ssize();
     }
     if ep.caps & ffi::FI_RMA == 0 {
         return no_rma(ep, op);
@@ -141,11 +141,11 @@ fn post_rma(ep: &EpInner, op: &str, iov: IovList, call: &RmaCall) -> isize {
             "{op}: {len} local bytes for a target range of {:?}",
             call.remote_len
         );
-        return ret::EINVAL as isize;
+        return Error::EINVAL.ssize();
     }
     if iov.iter().any(|&(addr, len)| addr == 0 && len > 0) {
         tracing::warn!("{op}: NULL buffer");
-        return ret::EINVAL as isize;
+        return Error::EINVAL.ssize();
     }
     let inject = call.inject;
     if inject && (call.kind == RmaKind::Read || len > ep.inject_size) {
@@ -153,7 +153,7 @@ fn post_rma(ep: &EpInner, op: &str, iov: IovList, call: &RmaCall) -> isize {
             "{op}: inject of {len} bytes (a write of at most {} bytes)",
             ep.inject_size
         );
-        return ret::EINVAL as isize;
+        return Error::EINVAL.ssize();
     }
     let dest = match b.peer(op, call.peer) {
         Ok(dest) => dest,
@@ -186,7 +186,7 @@ fn no_rma(ep: &EpInner, op: &str) -> isize {
             "{op}: the endpoint was opened without FI_RMA (refused from now on without a word)"
         );
     }
-    -(ffi::FI_EOPNOTSUPP as c_int) as isize
+    Error::EOPNOTSUPP.ssize()
 }
 
 /// `fi_inject_write` and `fi_inject_writedata`: a write of at most the
@@ -205,10 +205,10 @@ unsafe fn inject(
     target: (u64, u64),
     data: Option<u64>,
 ) -> isize {
-    ffi_guard_or(op, ret::EOTHER as isize, || {
+    ffi_guard_or(op, Error::EOTHER.ssize(), || {
         // SAFETY: libfabric hands us an endpoint the application got from us.
         let Some(ep) = (unsafe { Ep::from_ptr(ep, op) }) else {
-            return ret::EINVAL as isize;
+            return Error::EINVAL.ssize();
         };
         let ep = &*ep.inner;
         let b = match ep.enabled(op) {
@@ -221,11 +221,11 @@ unsafe fn inject(
         if len > ep.inject_size {
             let most = ep.inject_size;
             let why = format_args!("{op}: inject of {len} bytes (a write of at most {most})");
-            return ep.refuse(op, ret::EINVAL, why);
+            return ep.refuse(op, Error::EINVAL, why);
         }
         if buf.is_null() && len > 0 {
             let why = format_args!("{op}: NULL buffer of {len} bytes");
-            return ep.refuse(op, ret::EINVAL, why);
+            return ep.refuse(op, Error::EINVAL, why);
         }
         let dest = match b.peer(op, dest) {
             Ok(dest) => dest,
@@ -250,17 +250,17 @@ unsafe fn rma(
     ep: *mut ffi::fid_ep,
     call: Result<RmaCall, &'static str>,
 ) -> isize {
-    ffi_guard_or(op, ret::EOTHER as isize, || {
+    ffi_guard_or(op, Error::EOTHER.ssize(), || {
         // SAFETY: libfabric hands us an endpoint the application got from us.
         let Some(ep) = (unsafe { Ep::from_ptr(ep, op) }) else {
-            return ret::EINVAL as isize;
+            return Error::EINVAL.ssize();
         };
         let ep = &*ep.inner;
         let call = match call {
             Ok(call) => call,
             Err(why) => {
                 tracing::warn!("{op}: {why}");
-                return ret::EINVAL as isize;
+                return Error::EINVAL.ssize();
             }
         };
         // SAFETY: an iov array holds its count (caller).

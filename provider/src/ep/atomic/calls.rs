@@ -45,7 +45,7 @@ unsafe fn valid(
             }
             ret::SUCCESS
         }
-        None => -(ffi::FI_EOPNOTSUPP as c_int),
+        None => ret::EOPNOTSUPP,
     }
 }
 

@@ -14,11 +14,11 @@
 
 mod calls;
 
-use std::os::raw::{c_int, c_void};
+use std::os::raw::c_void;
 
 use super::inner::{Ep, EpInner};
 use super::post::SEND_ONLY_FLAGS;
-use crate::base::ffi::{self, ret};
+use crate::base::ffi::{self, Error};
 use crate::base::guard::ffi_guard_or;
 use unimem_proto::atomic::{AtomicCall, AtomicOp, Datatype};
 use unimem_proto::matching::{Iov, IovList};
@@ -180,11 +180,11 @@ fn post_atomic(ep: &EpInner, op_name: &str, call: &Call) -> isize {
     let flags = call.flags.unwrap_or(ep.tx_op_flags & !SEND_ONLY_FLAGS);
     if flags & !ATOMIC_FLAGS != 0 {
         tracing::warn!("{op_name}: unsupported flags {:#x}", flags & !ATOMIC_FLAGS);
-        return ret::EBADFLAGS as isize;
+        return Error::EBADFLAGS.ssize();
     }
     if ep.caps & ffi::FI_ATOMIC == 0 {
         tracing::warn!("{op_name}: the endpoint was opened without FI_ATOMIC");
-        return -(ffi::FI_EOPNOTSUPP as c_int) as isize;
+        return Error::EOPNOTSUPP.ssize();
     }
     let (Some(op), Some(datatype)) = (
         AtomicOp::from_u32(call.op),
@@ -195,7 +195,7 @@ fn post_atomic(ep: &EpInner, op_name: &str, call: &Call) -> isize {
             call.op,
             call.datatype
         );
-        return -(ffi::FI_EOPNOTSUPP as c_int) as isize;
+        return Error::EOPNOTSUPP.ssize();
     };
     let size = datatype.size();
     // SAFETY: ioc arrays hold their counts (libfabric's contract).
@@ -210,7 +210,7 @@ fn post_atomic(ep: &EpInner, op_name: &str, call: &Call) -> isize {
         (Ok(a), Ok(b), Ok(c)) => (a, b, c),
         (Err(why), _, _) | (_, Err(why), _) | (_, _, Err(why)) => {
             tracing::warn!("{op_name}: {why}");
-            return ret::EINVAL as isize;
+            return Error::EINVAL.ssize();
         }
     };
     // fi_fetch_atomic with FI_ATOMIC_READ names its count in the (ignored)
@@ -221,7 +221,7 @@ fn post_atomic(ep: &EpInner, op_name: &str, call: &Call) -> isize {
         tracing::warn!(
             "{op_name}: {count} operands, {compares} compare and {results} result elements"
         );
-        return ret::EINVAL as isize;
+        return Error::EINVAL.ssize();
     }
     let dest = match b.peer(op_name, call.peer) {
         Ok(dest) => dest,
@@ -262,16 +262,16 @@ unsafe fn atomic(
     ep: *mut ffi::fid_ep,
     call: Result<Call, &'static str>,
 ) -> isize {
-    ffi_guard_or(op, ret::EOTHER as isize, || {
+    ffi_guard_or(op, Error::EOTHER.ssize(), || {
         // SAFETY: libfabric hands us an endpoint the application got from us.
         let Some(ep) = (unsafe { Ep::from_ptr(ep, op) }) else {
-            return ret::EINVAL as isize;
+            return Error::EINVAL.ssize();
         };
         match call {
             Ok(call) => post_atomic(&ep.inner, op, &call),
             Err(why) => {
                 tracing::warn!("{op}: {why}");
-                ret::EINVAL as isize
+                Error::EINVAL.ssize()
             }
         }
     })

@@ -279,11 +279,11 @@ mod tests {
     use std::ptr;
 
     use super::*;
-    use crate::base::ffi::ret;
+    use crate::base::ffi::Error;
 
     #[test]
     fn entry_points_refuse_what_is_not_an_endpoint() {
-        let einval = ret::EINVAL as isize;
+        let einval = Error::EINVAL.ssize();
         let mut not_ep = ffi::fid_ep::default();
         let not_ep: *mut ffi::fid_ep = &mut not_ep;
         // SAFETY: NULL or a zeroed fid_ep, which no entry point takes for ours.

@@ -11,12 +11,12 @@
 
 mod calls;
 
-use std::os::raw::{c_int, c_void};
+use std::os::raw::c_void;
 use std::ptr;
 
 use super::inner::{Ep, EpInner};
 use super::post::Bufs;
-use crate::base::ffi::{self, ret};
+use crate::base::ffi::{self, Error};
 use crate::base::guard::ffi_guard_or;
 use unimem_proto::iov::total_len;
 use unimem_proto::matching::{IovList, PostedRecv};
@@ -175,23 +175,23 @@ fn post_send(ep: &EpInner, op: &str, iov: IovList, req: &Request) -> isize {
     let Some(b) = ep.active.get() else {
         return ep.refuse(
             op,
-            -(ffi::FI_EOPBADSTATE as c_int),
+            Error::EOPBADSTATE,
             format_args!("{op}: the endpoint is not enabled"),
         );
     };
     if flags & !SEND_FLAGS != 0 {
         let why = format_args!("{op}: unsupported flags {:#x}", flags & !SEND_FLAGS);
-        return ep.refuse(op, ret::EBADFLAGS, why);
+        return ep.refuse(op, Error::EBADFLAGS, why);
     }
     let len = total_len(&iov);
     if (req.inject || flags & ffi::FI_INJECT != 0) && len > ep.inject_size {
         let most = ep.inject_size;
         let why = format_args!("{op}: {len} bytes exceed the inject size {most}");
-        return ep.refuse(op, ret::EINVAL, why);
+        return ep.refuse(op, Error::EINVAL, why);
     }
     let Some(dest) = b.av.as_ref().and_then(|av| av.lookup(req.addr)) else {
         let why = format_args!("{op}: fi_addr {:#x} is not in the endpoint's AV", req.addr);
-        return ep.refuse(op, ret::EINVAL, why);
+        return ep.refuse(op, Error::EINVAL, why);
     };
     let completion = !b.tx_selective || flags & ffi::FI_COMPLETION != 0;
     let req = SendReq {
@@ -221,18 +221,18 @@ fn post_recv(ep: &EpInner, op: &str, iov: IovList, req: &Request) -> isize {
     let Some(b) = ep.active.get() else {
         return ep.refuse(
             op,
-            -(ffi::FI_EOPBADSTATE as c_int),
+            Error::EOPBADSTATE,
             format_args!("{op}: the endpoint is not enabled"),
         );
     };
     if flags & !RECV_FLAGS != 0 {
         let why = format_args!("{op}: unsupported flags {:#x}", flags & !RECV_FLAGS);
-        return ep.refuse(op, ret::EBADFLAGS, why);
+        return ep.refuse(op, Error::EBADFLAGS, why);
     }
     let multi_recv = flags & ffi::FI_MULTI_RECV != 0;
     if multi_recv && (tagged || iov.len() != 1) {
         let why = format_args!("{op}: FI_MULTI_RECV takes one untagged buffer");
-        return ep.refuse(op, ret::EINVAL, why);
+        return ep.refuse(op, Error::EINVAL, why);
     }
     let src = req.addr;
     let (src, completion) = {
@@ -242,7 +242,7 @@ fn post_recv(ep: &EpInner, op: &str, iov: IovList, req: &Request) -> isize {
                 Some(addr) => Some(addr),
                 None => {
                     let why = format_args!("{op}: fi_addr {src:#x} is not in the endpoint's AV");
-                    return ep.refuse(op, ret::EINVAL, why);
+                    return ep.refuse(op, Error::EINVAL, why);
                 }
             }
         } else {
@@ -279,7 +279,7 @@ fn post_recv(ep: &EpInner, op: &str, iov: IovList, req: &Request) -> isize {
             let why = format_args!(
                 "{op}: FI_CLAIM without a message claimed by FI_PEEK for this context"
             );
-            ep.refuse(op, ret::EINVAL, why)
+            ep.refuse(op, Error::EINVAL, why)
         }
     } else {
         // No limit but memory: rx_size is what we advertise, not a cap. MPI
@@ -331,14 +331,14 @@ unsafe fn post(
     // The guard's closure takes the request by reference: moving it in
     // would copy it twice more on every call.
     let req = req.as_ref();
-    ffi_guard_or(op, ret::EOTHER as isize, || {
+    ffi_guard_or(op, Error::EOTHER.ssize(), || {
         // SAFETY: libfabric hands us an endpoint the application got from us.
         let Some(ep) = (unsafe { Ep::from_ptr(ep, op) }) else {
-            return ret::EINVAL as isize;
+            return Error::EINVAL.ssize();
         };
         let ep = &*ep.inner;
         let Some(req) = req else {
-            return ret::EINVAL as isize;
+            return Error::EINVAL.ssize();
         };
         // SAFETY: an iov array holds its count (caller).
         match unsafe { req.bufs.read(ep, op) } {
