@@ -30,7 +30,7 @@ use crate::copier::AsyncCopy;
 use crate::error::DmaError;
 use crate::keys::{Exposure, KeyLease};
 use crate::region::{DmaBuf, DmaRegion};
-use crate::{DmaEngine, DmaId, RegId};
+use crate::{DmaEngine, DmaId, ElementRange, RegId};
 use registration::Registration;
 use remote::RemoteNode;
 use transfer::Direction;
@@ -256,13 +256,16 @@ impl DmaEngine for ShmDmaEngine {
 
     fn atomic(
         &mut self,
-        reg: RegId,
-        remote_addr: u64,
-        width: usize,
-        count: usize,
+        target: ElementRange,
         update: &mut dyn FnMut(usize, u64) -> Option<u64>,
         old: &mut dyn FnMut(usize, u64),
     ) -> Result<DmaId, DmaError> {
+        let ElementRange {
+            reg,
+            remote_addr,
+            width,
+            count,
+        } = target;
         let len = width.checked_mul(count).ok_or(DmaError::LengthOverflow)?;
         let remote_end = remote_addr
             .checked_add(len as u64)
