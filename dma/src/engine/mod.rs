@@ -98,6 +98,7 @@ impl ShmDmaEngine {
 
     /// Queues the completion of a transfer of `len` bytes at its modeled
     /// time (and, for `copy`, once the mover has copied it).
+    #[inline]
     fn complete_after(&mut self, len: usize, copy: Option<Arc<AsyncCopy>>) -> DmaId {
         let id = DmaId(self.next_id);
         self.next_id += 1;
