@@ -33,6 +33,16 @@ pub use region::{
 #[derive(Clone, Copy, PartialEq, Eq, Hash, Debug)]
 pub struct RegId(pub u64);
 
+/// What an atomic operation updates ([`DmaEngine::atomic`]): `count`
+/// elements of `width` bytes from `remote_addr`, in registration `reg`.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub struct ElementRange {
+    pub reg: RegId,
+    pub remote_addr: u64,
+    pub width: usize,
+    pub count: usize,
+}
+
 /// Identifier of a submitted transfer, reported back by [`DmaEngine::poll`].
 #[derive(Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Debug)]
 pub struct DmaId(pub u64);
@@ -142,17 +152,14 @@ pub trait DmaEngine: Send {
     /// A completed transfer, if any.
     fn poll(&mut self) -> Option<DmaId>;
 
-    /// Updates `count` elements of `width` bytes at `remote_addr` in `reg`
-    /// with the engine's atomic unit, each element atomically against any
-    /// other atomic update of that memory (see [`update_elements`]; `old`
-    /// gets each element's bits before). Done when submitted; completes,
-    /// as a transfer, once the engine's model says so.
+    /// Updates the elements of `target` with the engine's atomic unit,
+    /// each element atomically against any other atomic update of that
+    /// memory (see [`update_elements`]; `old` gets each element's bits
+    /// before). Done when submitted; completes, as a transfer, once the
+    /// engine's model says so.
     fn atomic(
         &mut self,
-        reg: RegId,
-        remote_addr: u64,
-        width: usize,
-        count: usize,
+        target: ElementRange,
         update: &mut dyn FnMut(usize, u64) -> Option<u64>,
         old: &mut dyn FnMut(usize, u64),
     ) -> Result<DmaId, DmaError>;

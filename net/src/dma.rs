@@ -390,15 +390,12 @@ impl DmaEngine for NodeDma {
 
     fn atomic(
         &mut self,
-        reg: RegId,
-        remote_addr: u64,
-        width: usize,
-        count: usize,
+        target: unimem_dma::ElementRange,
         update: &mut dyn FnMut(usize, u64) -> Option<u64>,
         old: &mut dyn FnMut(usize, u64),
     ) -> Result<DmaId, DmaError> {
-        if reg.0 & NET_REG == 0 {
-            return self.shm.atomic(reg, remote_addr, width, count, update, old);
+        if target.reg.0 & NET_REG == 0 {
+            return self.shm.atomic(target, update, old);
         }
         Err(DmaError::OutOfBounds)
     }

@@ -362,24 +362,17 @@ impl<D: DmaEngine> DmaSession<'_, D> {
         Ok(())
     }
 
-    /// Updates `count` elements of `width` bytes at `remote_addr` in `reg`
-    /// with the engine's atomic unit (see [`DmaEngine::atomic`]); its
-    /// completion hands `token` back to this view.
-    #[allow(clippy::too_many_arguments)]
+    /// Updates the elements of `target` with the engine's atomic unit (see
+    /// [`DmaEngine::atomic`]); its completion hands `token` back to this
+    /// view.
     pub fn atomic(
         &mut self,
-        reg: RegId,
-        remote_addr: u64,
-        width: usize,
-        count: usize,
+        target: unimem_dma::ElementRange,
         update: &mut dyn FnMut(usize, u64) -> Option<u64>,
         old: &mut dyn FnMut(usize, u64),
         token: Token,
     ) -> Result<(), DmaError> {
-        let id = self
-            .shared
-            .engine
-            .atomic(reg, remote_addr, width, count, update, old)?;
+        let id = self.shared.engine.atomic(target, update, old)?;
         self.shared.submitted(id, self.slot, token);
         Ok(())
     }

@@ -9,19 +9,16 @@ const SPACE: u64 = 48 * PAGE;
 const NODES: u8 = 3;
 const OPS: usize = 20_000;
 
-/// xorshift64*: deterministic and good enough to pick operations.
-struct Rng(u64);
+/// The test's choices, from a seeded generator: a failure's seed replays it.
+struct Rng(fastrand::Rng);
 
 impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
+    fn new(seed: u64) -> Self {
+        Self(fastrand::Rng::with_seed(seed))
     }
 
     fn below(&mut self, bound: u64) -> u64 {
-        self.next() % bound
+        self.0.u64(..bound)
     }
 
     fn percent(&mut self, percent: u64) -> bool {
@@ -198,7 +195,7 @@ fn sorted(mut values: Vec<u32>) -> Vec<u32> {
 
 /// Runs `OPS` random operations on a cache and the model, comparing every result.
 fn run(config: Config, seed: u64) -> Stats {
-    let mut rng = Rng(seed);
+    let mut rng = Rng::new(seed);
     let mut cache = RegCache::<u8, u32>::new(config);
     let mut model = Model::new(config);
     // Tickets of recent misses, with the model time they were issued at.

@@ -283,11 +283,14 @@ where
             (node, target, len),
             |dma| rma.still_allowed(dma, node),
             |dma, reg| {
-                dma.atomic(
+                let elements = unimem_dma::ElementRange {
                     reg,
-                    target,
-                    size,
+                    remote_addr: target,
+                    width: size,
                     count,
+                };
+                dma.atomic(
+                    elements,
                     &mut |i, bits| args.update(i, bits),
                     &mut |i, bits| {
                         if !old.is_empty() {

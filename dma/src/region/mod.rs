@@ -16,19 +16,32 @@
 //! application's heap never share a segment, so memory a peer may still
 //! write into after the provider let it go never becomes application
 //! memory.
+//!
+//! Here: the region, its configuration and what it serves.
+//! `directory.rs` holds what peers read (the directory's layout, the
+//! objects' names), `segments.rs` the segments of a region this library
+//! made (growing, committing), `buf.rs` the buffers it hands out
+//! ([`DmaBuf`]).
+
+mod buf;
+mod directory;
+mod segments;
 
 use std::ptr::NonNull;
-use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Weak};
 
 use parking_lot::Mutex;
-use unimem_mailbox::shm::{object_name, SharedObject, HEADER_SIZE};
+use unimem_mailbox::shm::{SharedObject, HEADER_SIZE};
 use unimem_mailbox::{JobId, NodeId};
 
-use crate::alloc::RangeAllocator;
 use crate::error::DmaError;
-use crate::gens::{page_span, GenTable, GEN_PAGE};
+use crate::gens::GEN_PAGE;
 use crate::heap_abi::{self, HeapAbi, HeapRegionId};
+
+pub use buf::DmaBuf;
+pub use directory::host_nodes;
+pub(crate) use directory::{directory, directory_name, gen_table_name, segment_name};
+use segments::{Own, Segments};
 
 /// Every allocation is aligned to (and rounded up to) a page: the unit in
 /// which a free invalidates what peers hold (`gens.rs`), so that freeing a
@@ -86,104 +99,6 @@ pub enum MemClass {
     Internal,
     /// The application's heap (`libunimem-heap.so`).
     Heap,
-}
-
-// --- Directory layout (shared with peers) -------------------------------------
-
-#[repr(C)]
-pub(crate) struct SegmentEntry {
-    /// Address of the segment's first data byte in the owner's address space.
-    pub base: AtomicU64,
-    /// Bytes of the segment committed so far (stored with Release once
-    /// committed): peers register ranges inside these only.
-    pub len: AtomicU64,
-}
-
-#[repr(C)]
-pub(crate) struct Directory {
-    /// Entries below this count are valid (stored with Release after the entry).
-    pub count: AtomicU32,
-    _pad: u32,
-    pub segments: [SegmentEntry; MAX_SEGMENTS],
-}
-
-pub(crate) const DIRECTORY_OFFSET: usize = 128;
-const _: () = assert!(DIRECTORY_OFFSET + std::mem::size_of::<Directory>() <= HEADER_SIZE);
-
-pub(crate) fn directory_name(node: &NodeId) -> String {
-    object_name(node.job, &format!("{}-dma", node.pid))
-}
-
-/// How many processes of this user on this host have dmable memory, in any
-/// job: each has one directory object (`…-dma`, or `…-dma-<random>` when a
-/// foreign object held that name). (Objects of killed processes count
-/// until someone reclaims them.)
-pub fn host_nodes() -> usize {
-    unimem_mailbox::shm::list_objects(None)
-        .iter()
-        .filter(|name| name.ends_with("-dma") || name.contains("-dma-"))
-        .count()
-}
-
-pub(crate) fn segment_name(node: &NodeId, index: usize) -> String {
-    object_name(node.job, &format!("{}-seg{index}", node.pid))
-}
-
-/// The generation table of segment `index` (see `gens.rs`).
-pub(crate) fn gen_table_name(node: &NodeId, index: usize) -> String {
-    object_name(node.job, &format!("{}-gen{index}", node.pid))
-}
-
-/// The directory inside a mapped directory object.
-pub(crate) fn directory(object: &SharedObject) -> &Directory {
-    // SAFETY: directory objects are at least a header page long and the
-    // Directory fits in it after the object header; it is atomics only.
-    unsafe { &*(object.base().add(DIRECTORY_OFFSET) as *const Directory) }
-}
-
-// --- The region -------------------------------------------------------------
-
-struct Segment {
-    object: SharedObject,
-    /// Generations of its pages, bumped by every free.
-    gens: Arc<GenTable>,
-    allocator: RangeAllocator,
-    class: MemClass,
-    /// Data bytes committed in `/dev/shm` so far (from the start).
-    committed: usize,
-}
-
-impl Segment {
-    fn data(&self) -> *mut u8 {
-        // SAFETY: data starts right after the header page of the object.
-        unsafe { self.object.base().add(HEADER_SIZE) }
-    }
-
-    fn contains(&self, addr: usize, len: usize) -> bool {
-        let base = self.data() as usize;
-        addr >= base && addr + len <= base + self.allocator.capacity()
-    }
-}
-
-struct Segments {
-    list: Vec<Segment>,
-    total: usize,
-}
-
-/// The objects of a region this library made.
-struct Own {
-    config: RegionConfig,
-    directory: SharedObject,
-    segments: Mutex<Segments>,
-}
-
-impl Drop for Own {
-    /// Segments go first, the directory (a field, dropped after this) last:
-    /// once a new region of this process could create its directory, the
-    /// old one's segment names are free too (see `for_process`).
-    fn drop(&mut self) {
-        self.segments.get_mut().list.clear();
-    }
 }
 
 enum Backing {
@@ -496,249 +411,6 @@ impl DmaRegion {
             // once (from DmaBuf's drop).
             Backing::Heap(abi) => unsafe { (abi.free)(buf.ptr.as_ptr().cast()) },
         }
-    }
-}
-
-impl Own {
-    /// The generation table of the segment holding `[addr, addr + len)`,
-    /// and the pages of the range in it.
-    fn pages_of(&self, addr: usize, len: usize) -> Option<(Arc<GenTable>, usize, usize)> {
-        let end = addr.checked_add(len.max(1))?;
-        let segments = self.segments.lock();
-        let seg = segments.list.iter().find(|seg| seg.contains(addr, len))?;
-        let base = seg.data() as usize;
-        let (first, count) = page_span(addr - base, end - base);
-        Some((Arc::clone(&seg.gens), first, count))
-    }
-
-    /// Commits segment `index` up to `end` data bytes (in [`COMMIT_CHUNK`]
-    /// steps) and tells peers in the directory. `ENOSPC` from a full
-    /// `/dev/shm` is an error here, with one line in the log.
-    fn commit(&self, segment: &mut Segment, index: usize, end: usize) -> Result<(), DmaError> {
-        if end <= segment.committed {
-            return Ok(());
-        }
-        let capacity = segment.allocator.capacity();
-        let target = end
-            .checked_next_multiple_of(COMMIT_CHUNK)
-            .map_or(capacity, |t| t.min(capacity));
-        let from = segment.committed;
-        if let Err(e) = segment.object.commit(HEADER_SIZE + from, target - from) {
-            static LAST: AtomicU64 = AtomicU64::new(0);
-            unimem_mailbox::shm::rate_limited(&LAST, || {
-                tracing::warn!(
-                    bytes = target - from,
-                    committed = segment.committed,
-                    "cannot commit dmable memory in /dev/shm: {e} (is /dev/shm full or too small?)"
-                )
-            });
-            return Err(if e.raw_os_error() == Some(libc::ENOSPC) {
-                DmaError::NoSpace
-            } else {
-                DmaError::Io(e)
-            });
-        }
-        segment.committed = target;
-        directory(&self.directory).segments[index]
-            .len
-            .store(target as u64, Ordering::Release);
-        Ok(())
-    }
-
-    fn grow(
-        &self,
-        node: &NodeId,
-        segments: &mut Segments,
-        min_len: usize,
-        class: MemClass,
-        class_bound: usize,
-    ) -> Result<usize, DmaError> {
-        let len = min_len
-            .max(self.config.segment_size)
-            .checked_next_multiple_of(HEADER_SIZE)
-            .ok_or(DmaError::LengthOverflow)?;
-        let index = segments.list.len();
-        let class_total: usize = segments
-            .list
-            .iter()
-            .filter(|seg| seg.class == class)
-            .map(|seg| seg.allocator.capacity())
-            .sum();
-        if index == MAX_SEGMENTS
-            || segments.total.saturating_add(len) > self.config.max_size
-            || class_total.saturating_add(len) > class_bound
-        {
-            tracing::warn!(
-                in_use = segments.total,
-                requested = len,
-                max = self.config.max_size,
-                ?class,
-                "dmable region is full"
-            );
-            return Err(DmaError::OutOfMemory);
-        }
-        // Only the header page is committed now: the data as it is used.
-        let object = SharedObject::create_avoiding(
-            &segment_name(node, index),
-            HEADER_SIZE + len,
-            HEADER_SIZE,
-        )
-        .map_err(|e| {
-            tracing::warn!("cannot make a dmable segment in /dev/shm: {e}");
-            if e.raw_os_error() == Some(libc::ENOSPC) {
-                DmaError::NoSpace
-            } else {
-                DmaError::Io(e)
-            }
-        })?;
-        let gens = GenTable::create(&gen_table_name(node, index), len).map_err(|e| {
-            tracing::warn!("cannot make a dmable segment's generation table in /dev/shm: {e}");
-            DmaError::Io(e)
-        })?;
-        object.publish();
-        let segment = Segment {
-            object,
-            gens: Arc::new(gens),
-            allocator: RangeAllocator::new(len),
-            class,
-            committed: 0,
-        };
-        let entry = &directory(&self.directory).segments[index];
-        entry.base.store(segment.data() as u64, Ordering::Relaxed);
-        entry.len.store(0, Ordering::Relaxed);
-        directory(&self.directory)
-            .count
-            .store(index as u32 + 1, Ordering::Release);
-        segments.list.push(segment);
-        segments.total += len;
-        tracing::debug!(index, len, ?class, "dmable segment added");
-        Ok(index)
-    }
-}
-
-/// A buffer of dmable memory, returned to the region when dropped.
-///
-/// It hands out raw pointers only: peers may write into it by DMA at any
-/// time, so the owner decides when it is safe to look.
-pub struct DmaBuf {
-    region: Arc<DmaRegion>,
-    ptr: NonNull<u8>,
-    len: usize,
-    /// Where it is in an own region (unused in an adopted one).
-    segment: usize,
-    offset: usize,
-    rounded: usize,
-}
-
-// SAFETY: the buffer is plain memory owned by this handle alone.
-unsafe impl Send for DmaBuf {}
-// SAFETY: `&DmaBuf` only exposes the address and length.
-unsafe impl Sync for DmaBuf {}
-
-impl DmaBuf {
-    pub fn as_ptr(&self) -> *mut u8 {
-        self.ptr.as_ptr()
-    }
-
-    pub fn len(&self) -> usize {
-        self.len
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.len == 0
-    }
-
-    /// The address peers use to register and reach this buffer.
-    pub fn remote_addr(&self) -> u64 {
-        self.ptr.as_ptr() as u64
-    }
-
-    /// Grows the buffer to `new_len` bytes where it is, if the memory right
-    /// after it is free (never for an adopted region's buffers): whether it
-    /// did. Its contents stay.
-    pub fn try_extend(&mut self, new_len: usize) -> bool {
-        if new_len <= self.len {
-            return true;
-        }
-        let Backing::Own(own) = &self.region.backing else {
-            return false;
-        };
-        let Some(rounded) = new_len.checked_next_multiple_of(ALLOC_ALIGN) else {
-            return false;
-        };
-        if rounded > self.rounded {
-            let mut segments = own.segments.lock();
-            let segment = &mut segments.list[self.segment];
-            if !segment.allocator.extend(self.offset, self.rounded, rounded) {
-                return false;
-            }
-            if own
-                .commit(segment, self.segment, self.offset + rounded)
-                .is_err()
-            {
-                // Back to the old length: the extension is not committed.
-                segment
-                    .allocator
-                    .free(self.offset + self.rounded, rounded - self.rounded);
-                return false;
-            }
-            self.rounded = rounded;
-        }
-        self.len = new_len;
-        true
-    }
-
-    /// Bytes `[offset, offset + len)` of the buffer are freed inside it (a
-    /// block carved from it serves again): what freeing the whole buffer
-    /// does to its pages, done to theirs. Their generations move on, and
-    /// transfers into them that began before are waited for, so that no
-    /// peer's late write lands in the next owner's data. Nothing in an
-    /// adopted region (its heap does it).
-    pub fn retire(&self, offset: usize, len: usize) {
-        assert!(offset.checked_add(len).is_some_and(|end| end <= self.len));
-        let Backing::Own(own) = &self.region.backing else {
-            return;
-        };
-        let gens = Arc::clone(&own.segments.lock().list[self.segment].gens);
-        let (first, count) = page_span(self.offset + offset, self.offset + offset + len);
-        gens.invalidate(first, count);
-    }
-
-    /// Copies `data` into the buffer at `offset`.
-    pub fn write(&self, offset: usize, data: &[u8]) {
-        assert!(offset
-            .checked_add(data.len())
-            .is_some_and(|end| end <= self.len));
-        // SAFETY: bounds checked above; the destination is our own mapping.
-        unsafe {
-            std::ptr::copy_nonoverlapping(data.as_ptr(), self.as_ptr().add(offset), data.len())
-        };
-    }
-
-    /// Copies `out.len()` bytes from the buffer at `offset` into `out`.
-    pub fn read(&self, offset: usize, out: &mut [u8]) {
-        assert!(offset
-            .checked_add(out.len())
-            .is_some_and(|end| end <= self.len));
-        // SAFETY: bounds checked above; the source is our own mapping.
-        unsafe {
-            std::ptr::copy_nonoverlapping(self.as_ptr().add(offset), out.as_mut_ptr(), out.len())
-        };
-    }
-}
-
-impl Drop for DmaBuf {
-    fn drop(&mut self) {
-        self.region.free(self);
-    }
-}
-
-impl std::fmt::Debug for DmaBuf {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("DmaBuf")
-            .field("addr", &self.ptr)
-            .field("len", &self.len)
-            .finish()
     }
 }
 

@@ -33,24 +33,31 @@
 //!   full ring forever ([`resync_tail`]);
 //! - the depth in the header is checked against the object's real size
 //!   when a sender maps the ring, and never read again.
+//!
+//! Here: the mailbox and its peers, sends and polls. `ring.rs` holds the
+//! shared layout (the slot word, the ring) and the repair of a corrupted
+//! tail, `recover.rs` how the receiver passes a head slot it must not wait
+//! for.
 
-use std::cell::UnsafeCell;
+mod recover;
+mod ring;
+
 use std::io;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Once};
 
-use crate::addr::{MailboxAddr, ADDR_LEN};
+use crate::addr::MailboxAddr;
 use crate::doorbell::{self, Doorbell};
 use crate::node::{monotonic_ns, JobId, NodeId};
 use crate::profile::Profile;
-use crate::shm::{object_name, rate_limited, reclaim_dead_objects, SharedObject, HEADER_SIZE};
+use crate::shm::{object_name, reclaim_dead_objects};
 use crate::{Error, Mailbox, Message, MESSAGE_LEN};
+
+use ring::{advance_tail, resync_tail, state, state_kind, state_pid, state_pos, Ring};
+use ring::{CLAIMED, FREE, FULL};
 
 /// Largest ring the emulation accepts, in slots.
 pub const MAX_DEPTH: usize = 1 << 20;
-/// How long a slot may stay claimed before the receiver asks whether its
-/// sender is still alive.
-const CLAIM_STALL_NS: u64 = 10_000_000;
 /// Tail rebuilds one send may do before it reports the ring busy (a ring
 /// corrupt beyond repair must not keep a sender spinning).
 const MAX_RESYNCS: u32 = 2;
@@ -74,193 +81,6 @@ impl Default for ShmMailboxConfig {
             profile: Profile::Native,
         }
     }
-}
-
-// --- Slot state word -------------------------------------------------------
-
-const FREE: u64 = 0;
-const CLAIMED: u64 = 1;
-const FULL: u64 = 2;
-
-#[inline]
-fn state(pos: u32, kind: u64, pid: u32) -> u64 {
-    u64::from(pos) | kind << 32 | u64::from(pid) << 34
-}
-
-#[inline]
-fn state_pos(word: u64) -> u32 {
-    word as u32
-}
-
-#[inline]
-fn state_kind(word: u64) -> u64 {
-    (word >> 32) & 3
-}
-
-#[inline]
-fn state_pid(word: u64) -> u32 {
-    (word >> 34) as u32
-}
-
-// --- Shared layout ---------------------------------------------------------
-
-/// One message in the ring: exactly one cache line.
-#[repr(C, align(64))]
-struct Slot {
-    state: AtomicU64,
-    /// Monotonic time before which the receiver must not see the message
-    /// (`paper` profile); 0 for immediately.
-    visible_at: UnsafeCell<u64>,
-    source: UnsafeCell<[u8; ADDR_LEN]>,
-    message: UnsafeCell<Message>,
-}
-
-const _: () = assert!(std::mem::size_of::<Slot>() == 64);
-
-/// Mailbox fields of the header page, after the generic object header.
-#[repr(C)]
-struct RingHeader {
-    depth: AtomicU32,
-    /// Modeled one-way latency chosen by the receiver's profile.
-    latency_ns: AtomicU64,
-}
-
-/// The shared tail, on its own cache line: only senders touch it.
-#[repr(C, align(64))]
-struct Tail(AtomicU32);
-
-const RING_HEADER_OFFSET: usize = 128;
-const TAIL_OFFSET: usize = 256;
-const _: () = assert!(doorbell::BELL_OFFSET + 64 <= TAIL_OFFSET);
-const _: () =
-    assert!(RING_HEADER_OFFSET + std::mem::size_of::<RingHeader>() <= doorbell::BELL_OFFSET);
-
-/// A view of a mapped mailbox object.
-struct Ring {
-    /// Shared with the owner's [`Doorbell`] handles.
-    object: Arc<SharedObject>,
-    mask: u32,
-}
-
-impl Ring {
-    fn create(name: &str, depth: usize, latency_ns: u64) -> io::Result<Ring> {
-        let object = SharedObject::create(name, HEADER_SIZE + depth * std::mem::size_of::<Slot>())?;
-        let ring = Ring {
-            object: Arc::new(object),
-            mask: depth as u32 - 1,
-        };
-        ring.header().depth.store(depth as u32, Ordering::Relaxed);
-        ring.header()
-            .latency_ns
-            .store(latency_ns, Ordering::Relaxed);
-        ring.tail().store(0, Ordering::Relaxed);
-        for pos in 0..depth as u32 {
-            ring.slot(pos)
-                .state
-                .store(state(pos, FREE, 0), Ordering::Relaxed);
-        }
-        ring.object.publish();
-        Ok(ring)
-    }
-
-    fn open(name: &str) -> io::Result<Ring> {
-        let object = SharedObject::open(name)?;
-        let header_ok = |depth: usize| {
-            depth.is_power_of_two()
-                && depth <= MAX_DEPTH
-                && object.len() >= HEADER_SIZE + depth * std::mem::size_of::<Slot>()
-        };
-        // SAFETY: the object has at least a header page, which holds RingHeader.
-        let depth = unsafe { &*(object.base().add(RING_HEADER_OFFSET) as *const RingHeader) }
-            .depth
-            .load(Ordering::Relaxed) as usize;
-        if !header_ok(depth) {
-            return Err(io::Error::from(io::ErrorKind::InvalidData));
-        }
-        Ok(Ring {
-            object: Arc::new(object),
-            mask: depth as u32 - 1,
-        })
-    }
-
-    fn header(&self) -> &RingHeader {
-        // SAFETY: RING_HEADER_OFFSET lies in the header page; atomics only.
-        unsafe { &*(self.object.base().add(RING_HEADER_OFFSET) as *const RingHeader) }
-    }
-
-    fn tail(&self) -> &AtomicU32 {
-        // SAFETY: TAIL_OFFSET lies in the header page and is 64-byte aligned.
-        unsafe { &(*(self.object.base().add(TAIL_OFFSET) as *const Tail)).0 }
-    }
-
-    #[inline]
-    fn slot(&self, pos: u32) -> &Slot {
-        let index = (pos & self.mask) as usize;
-        // SAFETY: index < depth and the object holds depth slots after the
-        // header page (checked at open); Slot's plain fields are only touched
-        // under the state protocol described at the top of this module.
-        unsafe { &*(self.object.base().add(HEADER_SIZE) as *const Slot).add(index) }
-    }
-
-    fn depth(&self) -> u32 {
-        self.mask + 1
-    }
-}
-
-/// Rebuilds a corrupted tail (seen as `bad`) from the slots: the next
-/// ticket to claim is the lowest free one. Rare (a peer wrote into the
-/// ring), so a scan of the ring is fine.
-#[cold]
-fn resync_tail(ring: &Ring, bad: u32) {
-    // Tickets compare by distance from any slot's: all lie within a lap.
-    let anchor = state_pos(ring.slot(0).state.load(Ordering::Acquire));
-    // A sound slot's ticket always maps to its index: others are corrupt
-    // and count for nothing.
-    let words = || {
-        (0..ring.depth())
-            .map(|index| (index, ring.slot(index).state.load(Ordering::Acquire)))
-            .filter(|&(index, word)| state_pos(word) & ring.mask == index)
-            .map(|(_, word)| word)
-    };
-    let lowest_free = words()
-        .filter(|&word| state_kind(word) == FREE)
-        .map(state_pos)
-        .min_by_key(|&pos| pos.wrapping_sub(anchor).wrapping_add(ring.depth()));
-    // No free slot: the ring is full; the tail then points at a slot of
-    // the previous lap, the lowest ticket in use plus a lap.
-    let fixed = lowest_free.unwrap_or_else(|| {
-        let lowest = words()
-            .map(state_pos)
-            .min_by_key(|&pos| pos.wrapping_sub(anchor).wrapping_add(ring.depth()))
-            .unwrap_or(anchor);
-        lowest.wrapping_add(ring.depth())
-    });
-    if ring
-        .tail()
-        .compare_exchange(bad, fixed, Ordering::Relaxed, Ordering::Relaxed)
-        .is_ok()
-    {
-        static LAST: AtomicU64 = AtomicU64::new(0);
-        rate_limited(&LAST, || {
-            tracing::warn!(
-                mailbox = ring.object.name(),
-                tail = bad,
-                fixed,
-                "a peer's mailbox tail was corrupt: rebuilt from its slots"
-            )
-        });
-    }
-}
-
-/// Moves the tail past ticket `pos` unless someone already did.
-#[inline]
-fn advance_tail(tail: &AtomicU32, pos: u32) {
-    let _ = tail.compare_exchange(
-        pos,
-        pos.wrapping_add(1),
-        Ordering::Relaxed,
-        Ordering::Relaxed,
-    );
 }
 
 // --- Receiver ----------------------------------------------------------------
@@ -380,85 +200,9 @@ impl ShmMailbox {
         }
     }
 
-    /// Passes over the head slot, whose state word a peer corrupted: no
-    /// sound sender wrote it, so there is no message to wait for.
-    #[cold]
-    fn skip_corrupt(&mut self, word: u64) {
-        let slot = self.ring.slot(self.head);
-        let next = state(self.head.wrapping_add(self.ring.depth()), FREE, 0);
-        // Only if it still holds what we judged; else look again.
-        if slot
-            .state
-            .compare_exchange(word, next, Ordering::AcqRel, Ordering::Relaxed)
-            .is_ok()
-        {
-            static LAST: AtomicU64 = AtomicU64::new(0);
-            let head = self.head;
-            rate_limited(&LAST, || {
-                tracing::warn!(
-                    mailbox = %self.addr,
-                    slot = head & self.ring.mask,
-                    word = format_args!("{word:#018x}"),
-                    "skipped a corrupted mailbox slot (a peer wrote into the ring)"
-                )
-            });
-            self.head = self.head.wrapping_add(1);
-            self.corrupt += 1;
-            self.stalled_since = None;
-            self.claimed_polls = 0;
-        }
-    }
-
     /// Slots skipped because their state word was corrupt.
     pub fn corrupt_slots(&self) -> u64 {
         self.corrupt
-    }
-
-    /// A claimed head slot whose sender has been at it for a long time:
-    /// skip it if that sender is dead, so that later messages flow.
-    fn check_stalled_claim(&mut self, word: u64) -> bool {
-        // Usually the sender is just between its claim and its store: only
-        // a long run of such polls is worth reading the clock.
-        self.claimed_polls = self.claimed_polls.wrapping_add(1);
-        if !self.claimed_polls.is_multiple_of(1024) {
-            return false;
-        }
-        let now = monotonic_ns();
-        match self.stalled_since {
-            Some((pos, since)) if pos == self.head => {
-                if now - since < CLAIM_STALL_NS {
-                    return false;
-                }
-            }
-            _ => {
-                self.stalled_since = Some((self.head, now));
-                return false;
-            }
-        }
-        self.stalled_since = Some((self.head, now));
-        // SAFETY: kill with signal 0 only checks that the pid exists.
-        let alive = unsafe { libc::kill(state_pid(word) as libc::pid_t, 0) } == 0
-            || io::Error::last_os_error().raw_os_error() == Some(libc::EPERM);
-        if alive {
-            return false;
-        }
-        let slot = self.ring.slot(self.head);
-        let next = state(self.head.wrapping_add(self.ring.depth()), FREE, 0);
-        if slot
-            .state
-            .compare_exchange(word, next, Ordering::AcqRel, Ordering::Relaxed)
-            .is_ok()
-        {
-            tracing::warn!(
-                pid = state_pid(word),
-                "skipped a message slot of a sender that died mid-send"
-            );
-            self.head = self.head.wrapping_add(1);
-            self.abandoned += 1;
-            self.stalled_since = None;
-            return true;
-        }
-        false
     }
 }
 
@@ -687,9 +431,9 @@ impl ShmMailbox {
 }
 
 const _: () = assert!(MESSAGE_LEN == 24);
-
 #[cfg(test)]
 mod tests {
+    use super::recover::CLAIM_STALL_NS;
     use super::*;
 
     fn config(tag: &str, depth: usize) -> ShmMailboxConfig {
@@ -705,14 +449,6 @@ mod tests {
         m[..8].copy_from_slice(&n.to_le_bytes());
         m[16..].copy_from_slice(&(!n).to_le_bytes());
         m
-    }
-
-    #[test]
-    fn state_word_round_trip() {
-        let word = state(0xffff_fffe, CLAIMED, (1 << 22) - 1);
-        assert_eq!(state_pos(word), 0xffff_fffe);
-        assert_eq!(state_kind(word), CLAIMED);
-        assert_eq!(state_pid(word), (1 << 22) - 1);
     }
 
     #[test]

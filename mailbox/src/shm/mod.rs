@@ -17,13 +17,30 @@
 //!   that openers find by listing `/dev/shm` ([`SharedObject::open_checked`]);
 //! - sizes are checked with `fstat` before anything is mapped, and the size
 //!   an object's header announces must be its real size.
+//!
+//! Here: the header, the names, and [`SharedObject`] (making, opening and
+//! closing an object). `file.rs` holds the system calls on an object's
+//! file, `range.rs` the mapping of part of a peer's object
+//! ([`SharedRange`]), `reclaim.rs` who owns an object and the removal of
+//! those whose owner is gone.
 
-use std::ffi::CString;
+mod file;
+mod range;
+mod reclaim;
+
 use std::io;
 use std::ptr::NonNull;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 
 use crate::node::{process_alive, process_start_time, JobId};
+
+use file::{
+    alternatives, c_name, commit, file_size, is_foreign, map, not_ready, open_existing, populate,
+    random_u64, Fd,
+};
+pub use range::SharedRange;
+pub use reclaim::{list_objects, reclaim_dead_objects, remove_own_objects};
+use reclaim::{owner_state, reclaim_if_dead, reclaim_if_left_before_exec, OwnerState};
 
 /// Size of the header page at the start of every object.
 pub const HEADER_SIZE: usize = 4096;
@@ -107,10 +124,6 @@ const _: () = assert!(std::mem::offset_of!(ObjectHeader, closed) == crate::fault
 unsafe impl Send for SharedObject {}
 // SAFETY: as for Send; `&SharedObject` hands out only raw pointers.
 unsafe impl Sync for SharedObject {}
-
-fn c_name(name: &str) -> io::Result<CString> {
-    CString::new(format!("/{name}")).map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))
-}
 
 impl SharedObject {
     /// Creates object `name` of `len` bytes (header included), owned by this
@@ -369,165 +382,6 @@ impl Drop for SharedObject {
     }
 }
 
-/// A read-write mapping of part of another process's object: the emulated
-/// route that a remote registration prepares.
-pub struct SharedRange {
-    base: NonNull<u8>,
-    len: usize,
-    guard: Option<crate::fault::Guard>,
-}
-
-// SAFETY: plain shared memory; concurrent access is the DMA user's contract.
-unsafe impl Send for SharedRange {}
-// SAFETY: as for Send.
-unsafe impl Sync for SharedRange {}
-
-impl SharedRange {
-    /// Maps `len` bytes of object `name` (or of the alternative name its
-    /// owner chose, see [`SharedObject::create_avoiding`]) from page-aligned
-    /// `offset`, populating the page tables now so that transfers do not
-    /// fault. The object must be ours, published, owned by `owner` (pid and
-    /// start time), and hold the range whole and committed: a range past its
-    /// end, or over pages its owner never committed, would fault (SIGBUS)
-    /// when touched; it is refused with `InvalidData` instead.
-    pub fn map(
-        name: &str,
-        owner: (u32, u64),
-        offset: usize,
-        len: usize,
-    ) -> io::Result<SharedRange> {
-        let end = offset
-            .checked_add(len)
-            .filter(|_| len > 0 && offset.is_multiple_of(HEADER_SIZE))
-            .ok_or_else(|| io::Error::from(io::ErrorKind::InvalidInput))?;
-        let accept = |header: &ObjectHeader| {
-            (header.owner_pid(), header.owner_start()) == owner && !header.is_closed()
-        };
-        let object = SharedObject::open_checked(name, accept)?;
-        let fd = open_existing(&object.name)?;
-        let st = file_stat(fd.0)?;
-        let size = u64::try_from(st.st_size).unwrap_or(0);
-        if end as u64 > size || end > object.len() || !is_data(fd.0, &st, offset, end) {
-            static LAST: AtomicU64 = AtomicU64::new(0);
-            rate_limited(&LAST, || {
-                tracing::warn!(
-                    object = name,
-                    offset,
-                    len,
-                    size = object.len(),
-                    "a peer's range lies outside its object or over memory it never \
-                     committed: refused"
-                )
-            });
-            return Err(io::Error::from(io::ErrorKind::InvalidData));
-        }
-        let base = map(fd.0, offset, len, true)?;
-        Ok(SharedRange {
-            base,
-            len,
-            guard: Some(crate::fault::register(base.as_ptr(), len, false)),
-        })
-    }
-
-    pub fn base(&self) -> *mut u8 {
-        self.base.as_ptr()
-    }
-
-    pub fn len(&self) -> usize {
-        self.len
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.len == 0
-    }
-}
-
-impl Drop for SharedRange {
-    fn drop(&mut self) {
-        self.guard.take();
-        // SAFETY: base/len describe a mapping we made and nobody else unmaps.
-        unsafe { libc::munmap(self.base.as_ptr().cast(), self.len) };
-    }
-}
-
-struct Fd(libc::c_int);
-
-impl Drop for Fd {
-    fn drop(&mut self) {
-        // SAFETY: we own the descriptor; the mapping outlives it by design.
-        unsafe { libc::close(self.0) };
-    }
-}
-
-fn not_ready() -> io::Error {
-    io::Error::from_raw_os_error(libc::EAGAIN)
-}
-
-/// Opens object `name` if it is ours: a regular file of our effective uid
-/// that no one else may access (mode 0600 or less). Anything else is
-/// *foreign* (`EPERM`): another user's file under our name, or one made
-/// accessible to others, which they could resize or write under us. glibc's
-/// `shm_open` adds `O_NOFOLLOW`, so a symbolic link is refused too.
-fn open_existing(name: &str) -> io::Result<Fd> {
-    let cname = c_name(name)?;
-    // SAFETY: cname is a valid C string. O_NONBLOCK: a FIFO under our name
-    // must not block us (it is refused below).
-    let fd = unsafe {
-        libc::shm_open(
-            cname.as_ptr(),
-            libc::O_RDWR | libc::O_CLOEXEC | libc::O_NONBLOCK,
-            0,
-        )
-    };
-    if fd < 0 {
-        return Err(io::Error::last_os_error());
-    }
-    let fd = Fd(fd);
-    let st = file_stat(fd.0)?;
-    // SAFETY: geteuid has no preconditions and cannot fail.
-    let euid = unsafe { libc::geteuid() };
-    if st.st_mode & libc::S_IFMT != libc::S_IFREG || st.st_uid != euid || st.st_mode & 0o077 != 0 {
-        return Err(io::Error::from_raw_os_error(libc::EPERM));
-    }
-    Ok(fd)
-}
-
-/// Whether `name` exists and is not ours (see [`open_existing`]).
-fn is_foreign(name: &str) -> bool {
-    matches!(open_existing(name), Err(e) if e.raw_os_error() == Some(libc::EPERM)
-        || e.raw_os_error() == Some(libc::EACCES)
-        || e.raw_os_error() == Some(libc::ELOOP))
-}
-
-/// Names `<name>-<16 hex digits>` in `/dev/shm`: the alternatives that
-/// [`SharedObject::create_avoiding`] may have chosen for `name`.
-fn alternatives(name: &str) -> Vec<String> {
-    let prefix = format!("{name}-");
-    let Ok(dir) = std::fs::read_dir(SHM_DIR) else {
-        return Vec::new();
-    };
-    dir.filter_map(Result::ok)
-        .filter_map(|entry| entry.file_name().into_string().ok())
-        .filter(|entry| {
-            entry
-                .strip_prefix(&prefix)
-                .is_some_and(|tail| tail.len() == 16 && tail.bytes().all(|b| b.is_ascii_hexdigit()))
-        })
-        .collect()
-}
-
-/// 64 unpredictable bits (for names others must not guess).
-fn random_u64() -> u64 {
-    let mut bytes = [0u8; 8];
-    // SAFETY: getrandom writes at most bytes.len() bytes into the buffer.
-    let got = unsafe { libc::getrandom(bytes.as_mut_ptr().cast(), bytes.len(), 0) };
-    if got == bytes.len() as isize {
-        return u64::from_ne_bytes(bytes);
-    }
-    // No entropy source: a value no other process shares, at least.
-    crate::node::monotonic_ns() ^ (u64::from(std::process::id()) << 40)
-}
-
 /// Calls `warn` unless a warning went out through `last` (a monotonic time
 /// in ns) less than a second ago: for warnings a peer can provoke at will.
 pub fn rate_limited(last: &AtomicU64, warn: impl FnOnce()) {
@@ -540,261 +394,6 @@ pub fn rate_limited(last: &AtomicU64, warn: impl FnOnce()) {
     {
         warn();
     }
-}
-
-/// Allocates the pages of `[offset, offset + len)` of the object behind
-/// `fd` now: `ENOSPC` here, rather than SIGBUS at the first touch.
-fn commit(fd: libc::c_int, offset: usize, len: usize) -> io::Result<()> {
-    if len == 0 {
-        return Ok(());
-    }
-    // SAFETY: a plain system call on a descriptor we hold.
-    let rc = unsafe { libc::posix_fallocate(fd, offset as libc::off_t, len as libc::off_t) };
-    if rc != 0 {
-        return Err(io::Error::from_raw_os_error(rc));
-    }
-    Ok(())
-}
-
-/// Writes the page tables of `len` committed bytes at `start` now (and
-/// makes the pages data, which `SEEK_HOLE` tells peers): first touches then
-/// do not fault. Best effort: without it, they fault in on first use.
-fn populate(start: NonNull<u8>, len: usize) {
-    const MADV_POPULATE_WRITE: libc::c_int = 23;
-    // SAFETY: the range lies in a mapping of ours, of committed pages.
-    let rc = unsafe { libc::madvise(start.as_ptr().cast(), len, MADV_POPULATE_WRITE) };
-    if rc != 0 {
-        // Older kernels: touch one byte per page ourselves.
-        let page = HEADER_SIZE;
-        let mut at = 0;
-        while at < len {
-            // SAFETY: `at < len`: inside the committed range of our mapping;
-            // the volatile read-write keeps every byte as it is.
-            unsafe {
-                let p = start.as_ptr().add(at);
-                std::ptr::write_volatile(p, std::ptr::read_volatile(p));
-            }
-            at += page;
-        }
-    }
-}
-
-/// Whether `[offset, end)` of the object behind `fd` has no hole: every page
-/// of it committed (the whole object allocated), or written by its owner
-/// (see [`populate`]; tmpfs reports committed pages not yet written as a
-/// hole), so that touching it allocates nothing and cannot fault.
-/// `st` is the object's `fstat`, which the caller has already read.
-fn is_data(fd: libc::c_int, st: &libc::stat, offset: usize, end: usize) -> bool {
-    // An object with as many blocks as bytes has no hole at all: no system
-    // call. SEEK_HOLE is the exact test, but tmpfs walks every page from
-    // `offset` to the first hole, the end of a fully committed object: a
-    // peer that registers a multi-GiB buffer fragment by fragment paid a
-    // scan of it for each (a 2 GiB one-copy rendezvous took minutes).
-    if st.st_size >= 0 && (st.st_blocks as u64).saturating_mul(512) >= st.st_size as u64 {
-        return true;
-    }
-    // SAFETY: a plain system call on a descriptor we hold.
-    let hole = unsafe { libc::lseek(fd, offset as libc::off_t, libc::SEEK_HOLE) };
-    hole >= 0 && hole as u64 >= end as u64
-}
-
-fn file_stat(fd: libc::c_int) -> io::Result<libc::stat> {
-    // SAFETY: an all-zero stat is a valid value to be overwritten.
-    let mut st: libc::stat = unsafe { std::mem::zeroed() };
-    // SAFETY: fd is valid and st is a writable stat.
-    if unsafe { libc::fstat(fd, &mut st) } != 0 {
-        return Err(io::Error::last_os_error());
-    }
-    Ok(st)
-}
-
-fn file_size(fd: libc::c_int) -> io::Result<usize> {
-    usize::try_from(file_stat(fd)?.st_size).map_err(|_| io::Error::from(io::ErrorKind::InvalidData))
-}
-
-fn map(fd: libc::c_int, offset: usize, len: usize, populate: bool) -> io::Result<NonNull<u8>> {
-    let flags = libc::MAP_SHARED | if populate { libc::MAP_POPULATE } else { 0 };
-    // SAFETY: a fresh shared mapping of a descriptor we hold; the kernel
-    // checks offset and length.
-    let ptr = unsafe {
-        libc::mmap(
-            std::ptr::null_mut(),
-            len,
-            libc::PROT_READ | libc::PROT_WRITE,
-            flags,
-            fd,
-            offset as libc::off_t,
-        )
-    };
-    if ptr == libc::MAP_FAILED {
-        return Err(io::Error::last_os_error());
-    }
-    NonNull::new(ptr.cast()).ok_or_else(|| io::Error::from_raw_os_error(libc::ENOMEM))
-}
-
-/// What [`owner_state`] found out about an object.
-#[derive(Clone, Copy, PartialEq, Eq, Debug)]
-enum OwnerState {
-    /// Owned by this live process.
-    Mine,
-    /// Ours and closed: a thread of ours is about to unlink it.
-    Closing,
-    /// Owned by another live process (closed or not: a live owner unlinks
-    /// what it closes).
-    Alive,
-    Dead,
-    /// Never initialised, and too old for its creator to still be at it.
-    Abandoned,
-    Unknown,
-}
-
-fn owner_state(name: &str) -> OwnerState {
-    let Ok(fd) = open_existing(name) else {
-        return OwnerState::Unknown;
-    };
-    let Ok(st) = file_stat(fd.0) else {
-        return OwnerState::Unknown;
-    };
-    let young = {
-        // SAFETY: time(NULL) has no preconditions.
-        let now = unsafe { libc::time(std::ptr::null_mut()) };
-        now - st.st_mtime < UNINITIALISED_GRACE_SECS
-    };
-    let not_initialised = if young {
-        OwnerState::Unknown
-    } else {
-        OwnerState::Abandoned
-    };
-    if (st.st_size as usize) < std::mem::size_of::<ObjectHeader>() {
-        return not_initialised;
-    }
-    let len = HEADER_SIZE.min(st.st_size as usize);
-    let Ok(base) = map(fd.0, 0, len, false) else {
-        return OwnerState::Unknown;
-    };
-    // SAFETY: the mapping covers an ObjectHeader; atomics are valid for any bits.
-    let header = unsafe { &*(base.as_ptr() as *const ObjectHeader) };
-    let pid = header.owner_pid();
-    let start = header.owner_start.load(Ordering::Relaxed);
-    // A closed object of a live owner is not dead: its owner sets the flag
-    // and then unlinks the name, and may make an object under the same name
-    // as soon as it is gone. Taken for dead, it was unlinked by whoever
-    // looked first, and the owner's own unlink then removed the name from
-    // its new object (a key table dropped by one thread while another made
-    // the next one: peers found no table, and their RMA FI_EKEYREJECTED).
-    let state = if pid == 0 {
-        not_initialised
-    } else if !process_alive(pid, start) {
-        OwnerState::Dead
-    } else if pid != std::process::id() {
-        OwnerState::Alive
-    } else if header.is_closed() {
-        OwnerState::Closing
-    } else {
-        OwnerState::Mine
-    };
-    // SAFETY: unmapping the header mapping made just above.
-    unsafe { libc::munmap(base.as_ptr().cast(), len) };
-    state
-}
-
-fn unlink(name: &str) -> bool {
-    let Ok(cname) = c_name(name) else {
-        return false;
-    };
-    // SAFETY: cname is a valid C string.
-    unsafe { libc::shm_unlink(cname.as_ptr()) == 0 }
-}
-
-/// Unlinks object `name` if its owner is dead (`state`, its
-/// [`owner_state`] just read). Returns whether it did.
-fn reclaim_if_dead(name: &str, state: OwnerState) -> bool {
-    match state {
-        OwnerState::Dead | OwnerState::Abandoned => {
-            let unlinked = unlink(name);
-            if unlinked {
-                tracing::info!(object = name, "reclaimed shared object of a dead process");
-            }
-            unlinked
-        }
-        OwnerState::Mine | OwnerState::Closing | OwnerState::Alive | OwnerState::Unknown => false,
-    }
-}
-
-/// An object of this process that nothing in it maps: it was made before
-/// the process called exec, which unmapped it. A launcher or profiler that
-/// allocates between its fork and its exec (`perf record`, `valgrind`)
-/// gives the program it starts its own pid, and so the names that program
-/// is about to create. Nothing else can hold our pid while we live.
-/// `state`: its [`owner_state`], just read.
-fn reclaim_if_left_before_exec(name: &str, state: OwnerState) -> bool {
-    if !matches!(state, OwnerState::Mine | OwnerState::Closing) || mapped_here(name) {
-        return false;
-    }
-    let unlinked = unlink(name);
-    if unlinked {
-        tracing::info!(
-            object = name,
-            "reclaimed a shared object this process made before it called exec"
-        );
-    }
-    unlinked
-}
-
-/// Whether this process maps object `name` (when in doubt: yes).
-fn mapped_here(name: &str) -> bool {
-    let path = format!("{SHM_DIR}/{name}");
-    let unlinked = format!("{path} (deleted)");
-    std::fs::read_to_string("/proc/self/maps").map_or(true, |maps| {
-        maps.lines()
-            .map(str::trim_end)
-            .any(|line| line.ends_with(&path) || line.ends_with(&unlinked))
-    })
-}
-
-/// This user's object names in `/dev/shm`, whatever the job.
-fn user_objects() -> Vec<String> {
-    let prefix = user_prefix();
-    let Ok(dir) = std::fs::read_dir(SHM_DIR) else {
-        return Vec::new();
-    };
-    dir.filter_map(Result::ok)
-        .filter_map(|entry| entry.file_name().into_string().ok())
-        .filter(|name| name.starts_with(&prefix))
-        .collect()
-}
-
-/// Removes every object of this user whose owner process is dead, in every
-/// job. Returns how many were removed. Cheap enough to run at start-up.
-pub fn reclaim_dead_objects() -> usize {
-    user_objects()
-        .iter()
-        .filter(|name| reclaim_if_dead(name, owner_state(name)))
-        .count()
-}
-
-/// Unlinks every object this process owns, for a process that exits
-/// without closing them (an application that never calls `fi_close`).
-/// Mappings stay valid until exit; peers see the objects gone.
-pub fn remove_own_objects() -> usize {
-    user_objects()
-        .iter()
-        .filter(|name| {
-            matches!(owner_state(name), OwnerState::Mine | OwnerState::Closing) && unlink(name)
-        })
-        .count()
-}
-
-/// Names of this user's objects in `job` currently in `/dev/shm` (for tests
-/// and diagnostics).
-pub fn list_objects(job: Option<JobId>) -> Vec<String> {
-    let prefix = job.map(|job| object_name(job, ""));
-    let mut names: Vec<String> = user_objects()
-        .into_iter()
-        .filter(|name| prefix.as_ref().is_none_or(|p| name.starts_with(p)))
-        .collect();
-    names.sort();
-    names
 }
 
 #[cfg(test)]
@@ -836,55 +435,6 @@ mod tests {
         drop(found);
         drop(new);
         assert!(list_objects(Some(job)).is_empty());
-    }
-
-    /// The fast answer (blocks cover the size) and the exact one (a hole
-    /// past the committed part) of `is_data`.
-    #[test]
-    fn committed_ranges_are_data_and_holes_are_not() {
-        let name = object_name(test_job("holes"), "obj");
-        let c = CString::new(format!("/{name}")).unwrap();
-        // SAFETY: shm_open of a valid C string; the descriptor is closed by Fd.
-        let fd = Fd(unsafe {
-            libc::shm_open(
-                c.as_ptr(),
-                libc::O_RDWR | libc::O_CREAT | libc::O_EXCL,
-                0o600,
-            )
-        });
-        assert!(fd.0 >= 0);
-        let len = 64 * HEADER_SIZE;
-        commit(fd.0, 0, len).unwrap();
-        // Committed: every page allocated, none can fault.
-        assert!(is_data(fd.0, &file_stat(fd.0).unwrap(), 0, len));
-        assert!(is_data(
-            fd.0,
-            &file_stat(fd.0).unwrap(),
-            32 * HEADER_SIZE,
-            len
-        ));
-        // Written, as owners do: tmpfs then also reports no hole.
-        let page = vec![1u8; HEADER_SIZE];
-        for at in (0..len).step_by(HEADER_SIZE) {
-            // SAFETY: pwrite of a buffer we own to a descriptor we hold.
-            let n =
-                unsafe { libc::pwrite(fd.0, page.as_ptr().cast(), page.len(), at as libc::off_t) };
-            assert_eq!(n, HEADER_SIZE as isize);
-        }
-        // Grown without committing: the new part is a hole.
-        // SAFETY: a plain system call on a descriptor we hold.
-        let rc = unsafe { libc::ftruncate(fd.0, (2 * len) as libc::off_t) };
-        assert_eq!(rc, 0);
-        assert!(is_data(fd.0, &file_stat(fd.0).unwrap(), 0, len));
-        assert!(!is_data(
-            fd.0,
-            &file_stat(fd.0).unwrap(),
-            0,
-            len + HEADER_SIZE
-        ));
-        assert!(!is_data(fd.0, &file_stat(fd.0).unwrap(), len, 2 * len));
-        // SAFETY: shm_unlink of a valid C string.
-        unsafe { libc::shm_unlink(c.as_ptr()) };
     }
 
     #[test]

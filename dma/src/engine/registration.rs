@@ -1,0 +1,165 @@
+//! A registration: made by mapping the registered part of a peer's
+//! segment, with the generations of its pages then, and checked against
+//! them (and a grant's token) at every access.
+
+use std::sync::Arc;
+
+use unimem_mailbox::shm::{SharedRange, HEADER_SIZE};
+use unimem_mailbox::NodeId;
+
+use super::{ShmDmaEngine, PAGE_SIZE};
+use crate::error::DmaError;
+use crate::gens::{page_span, GenTable, Pin};
+use crate::region::segment_name;
+use crate::RegId;
+
+/// A registered remote range and the local mapping that reaches it.
+pub(super) struct Registration {
+    pub(super) node: NodeId,
+    /// Registered range in the remote node's address space.
+    start: u64,
+    end: u64,
+    /// Page-aligned mapping that covers `[start, end)`.
+    /// Shared with copies the mover thread has not finished.
+    pub(super) mapping: Arc<SharedRange>,
+    mapping_start: u64,
+    /// The segment's generation table, the segment's first data address
+    /// (page 0 of the table), and the generations of the registration's
+    /// pages when it was made: a transfer checks the pages it touches.
+    pub(super) gens: Arc<GenTable>,
+    segment_base: u64,
+    snapshot: Vec<u32>,
+}
+
+impl Registration {
+    /// The first page (of the segment) of `[addr, end)`, which lies in the
+    /// registration, and the range's page count.
+    fn pages(&self, addr: u64, end: u64) -> (usize, usize) {
+        page_span(
+            (addr - self.segment_base) as usize,
+            (end - self.segment_base) as usize,
+        )
+    }
+
+    /// Takes the generations of the registration's pages now.
+    pub(super) fn take_snapshot(&mut self) -> Result<(), DmaError> {
+        let (first, count) = self.pages(self.start, self.end);
+        self.snapshot = self
+            .gens
+            .snapshot(first, count)
+            .ok_or(DmaError::OutOfBounds)?;
+        Ok(())
+    }
+
+    /// The generations the snapshot holds for pages `[first, first + count)`.
+    fn expected(&self, first: usize, count: usize) -> &[u32] {
+        let (reg_first, _) = self.pages(self.start, self.end);
+        self.snapshot
+            .get(first - reg_first..)
+            .and_then(|pages| pages.get(..count))
+            .unwrap_or(&[])
+    }
+}
+
+impl ShmDmaEngine {
+    pub(super) fn map_range(
+        &mut self,
+        node: NodeId,
+        addr: u64,
+        end: u64,
+    ) -> Result<Registration, DmaError> {
+        let (index, base, _) = self.segment_of(node, addr, end)?;
+        let remote = &self.nodes[&node];
+        let owner = (
+            remote.directory.header().owner_pid(),
+            remote.directory.header().owner_start(),
+        );
+        let mapping_start = addr & !(PAGE_SIZE - 1);
+        let mapping_end = end
+            .checked_next_multiple_of(PAGE_SIZE)
+            .ok_or(DmaError::OutOfBounds)?
+            .max(mapping_start + PAGE_SIZE);
+        let file_offset = (mapping_start - base)
+            .checked_add(HEADER_SIZE as u64)
+            .and_then(|offset| usize::try_from(offset).ok())
+            .ok_or(DmaError::OutOfBounds)?;
+        let mapping_len =
+            usize::try_from(mapping_end - mapping_start).map_err(|_| DmaError::OutOfBounds)?;
+        let mapping =
+            SharedRange::map(&segment_name(&node, index), owner, file_offset, mapping_len)
+                .map_err(|e| match e.raw_os_error() {
+                    Some(libc::ENOENT) | Some(libc::ESTALE) => DmaError::DeadNode,
+                    _ if e.kind() == std::io::ErrorKind::InvalidData => DmaError::OutOfBounds,
+                    _ => DmaError::Io(e),
+                })?;
+        let gens = self.gen_table(node, index, owner)?;
+        let mut registration = Registration {
+            node,
+            start: addr,
+            end,
+            mapping: Arc::new(mapping),
+            mapping_start,
+            gens,
+            segment_base: base,
+            snapshot: Vec::new(),
+        };
+        registration.take_snapshot()?;
+        Ok(registration)
+    }
+
+    /// Runs `access` on where `[remote_addr, remote_end)` of registration
+    /// `reg` is mapped here, if the range lies inside the registration and
+    /// its owner freed none of it since the registration was made (and,
+    /// with `granted`, since it granted it), with the owner's frees held
+    /// off until `access` is done (`gens.rs`).
+    pub(super) fn pinned(
+        &self,
+        reg: RegId,
+        remote_addr: u64,
+        remote_end: u64,
+        granted: Option<u16>,
+        access: impl FnOnce(*mut u8) -> Result<(), DmaError>,
+    ) -> Result<(), DmaError> {
+        let (_pin, at, _) = self.pin_range(reg, remote_addr, remote_end, granted)?;
+        access(at)
+    }
+
+    /// Where `[remote_addr, remote_end)` of registration `reg` is mapped
+    /// here, pinned, if the range lies inside the registration and its
+    /// owner freed none of it since it was made (and, with `granted`,
+    /// since it granted it).
+    #[inline]
+    pub(super) fn pin_range(
+        &self,
+        reg: RegId,
+        remote_addr: u64,
+        remote_end: u64,
+        granted: Option<u16>,
+    ) -> Result<(Pin<'_>, *mut u8, &Registration), DmaError> {
+        let registration = self
+            .registrations
+            .get(&reg.0)
+            .ok_or(DmaError::NotRegistered)?;
+        if remote_addr < registration.start || remote_end > registration.end {
+            return Err(DmaError::OutOfBounds);
+        }
+        let (first, count) = registration.pages(remote_addr, remote_end);
+        let expected = registration.expected(first, count);
+        let pin = registration.gens.pin();
+        let (current, token) = registration
+            .gens
+            .check(first, expected)
+            .ok_or(DmaError::OutOfBounds)?;
+        if !current {
+            return Err(DmaError::Stale);
+        }
+        if granted.is_some_and(|granted| granted != token) {
+            return Err(DmaError::Revoked);
+        }
+        let offset = (remote_addr - registration.mapping_start) as usize;
+        // SAFETY: the registered range lies inside the mapping, which starts
+        // at mapping_start: `offset` is inside it.
+        let at = unsafe { registration.mapping.base().add(offset) };
+        Ok((pin, at, registration))
+    }
+}
