@@ -1,8 +1,8 @@
 //! Generates the libfabric FFI *types and constants* from the installed
-//! headers (src/ffi.rs includes the result).
+//! headers (src/base/ffi.rs includes the result).
 //!
 //! Functions are deliberately not generated: the provider must have no
-//! link-time dependency on libfabric (see src/core.rs), and the headers'
+//! link-time dependency on libfabric (see src/base/core.rs), and the headers'
 //! `static inline` wrappers (fi_domain(), fi_close(), ...) are for
 //! applications, not providers.
 //!
