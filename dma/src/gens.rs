@@ -1,7 +1,7 @@
 //! Generations of a segment's pages: how the owner of dmable memory
 //! invalidates what peers hold of it before the memory serves again.
 //!
-//! Each segment has a table in shared memory (object `…-seg<i>-gen`): a
+//! Each segment has a table in shared memory (object `…-gen<i>`): a
 //! generation per page of the segment, and a pin count in two halves. The
 //! owner bumps the generation of every page of a block it frees, then
 //! waits until every transfer that might have started before the bump is

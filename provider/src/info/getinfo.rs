@@ -1,4 +1,4 @@
-//! `fi_getinfo` for unimem: match the hints (attr.rs), work out addresses,
+//! `fi_getinfo` for unimem: match the hints (attr/), work out addresses,
 //! and hand back a C `fi_info` list the core can free.
 //!
 //! Memory: the application frees our list with `fi_freeinfo`, which is plain
