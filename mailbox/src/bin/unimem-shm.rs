@@ -1,7 +1,8 @@
 //! The emulation's shared objects of this user in /dev/shm:
 //!
-//!   unimem-shm list       names, one per line
-//!   unimem-shm reclaim    removes those whose owner process is dead
+//!   unimem-shm list [--job TAG]   names, one per line (only the job's
+//!                                 with `--job`: the `FI_UNIMEM_JOB` tag)
+//!   unimem-shm reclaim            removes those whose owner process is dead
 //!
 //! A process killed with SIGKILL cannot remove its own objects; its live
 //! peers and the next process of the user reclaim them, and job launchers
@@ -11,24 +12,41 @@
 use std::process::ExitCode;
 
 use unimem_mailbox::shm::{list_objects, reclaim_dead_objects};
+use unimem_mailbox::JobId;
+
+const USAGE: &str = "usage: unimem-shm list [--job TAG] | reclaim";
 
 fn main() -> ExitCode {
-    match std::env::args().nth(1).as_deref() {
-        Some("list") => {
-            for name in list_objects(None) {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    match args.as_slice() {
+        ["list", rest @ ..] => {
+            let job = match rest {
+                [] => None,
+                ["--job", tag] => Some(JobId::from_name(tag)),
+                _ => {
+                    eprintln!("{USAGE}");
+                    return ExitCode::from(2);
+                }
+            };
+            for name in list_objects(job) {
                 println!("{name}");
             }
             ExitCode::SUCCESS
         }
-        Some("reclaim") => {
+        ["reclaim"] => {
             let removed = reclaim_dead_objects();
             if removed > 0 {
                 eprintln!("unimem-shm: removed {removed} objects of dead processes");
             }
             ExitCode::SUCCESS
         }
+        ["-h" | "--help"] => {
+            println!("{USAGE}");
+            ExitCode::SUCCESS
+        }
         _ => {
-            eprintln!("usage: unimem-shm list|reclaim");
+            eprintln!("{USAGE}");
             ExitCode::from(2)
         }
     }
