@@ -410,6 +410,128 @@ mod tests {
         ]
     }
 
+    fn hex(bytes: &[u8]) -> String {
+        bytes.iter().map(|b| format!("{b:02x}")).collect()
+    }
+
+    /// Every packet kind, and a write, encodes to exactly these bytes
+    /// (written from the codec as it stood before it moved to
+    /// `unimem_proto::codec`): header, then the fields little-endian.
+    #[test]
+    fn every_kind_keeps_its_bytes() {
+        let header = |kind: &str| format!("{kind}00a00fc612000b");
+        let mut one = [[0u8; MESSAGE_LEN]; MAX_BATCH];
+        one[0] = std::array::from_fn(|i| 0x40 + i as u8);
+        one[1] = [0xee; MESSAGE_LEN];
+        let cases = [
+            (
+                Packet::Mailbox {
+                    dst_index: 0x0403_0201,
+                    src_index: 0x1413_1211,
+                    job: JobId(0x2423_2221),
+                    pid: 0x3433_3231,
+                    nonce: 0x4443_4241,
+                    count: 1,
+                    messages: one,
+                },
+                format!(
+                    "{}0102030411121314212223243132333441424344{}",
+                    header("01"),
+                    "404142434445464748494a4b4c4d4e4f5051525354555657"
+                ),
+            ),
+            (Packet::Alive, header("02")),
+            (
+                Packet::DirQuery { req: 0x0403_0201 },
+                format!("{}01020304", header("03")),
+            ),
+            (
+                Packet::DirReply {
+                    req: 0x0403_0201,
+                    virt_addr: true,
+                    segments: vec![Segment {
+                        base: 0x1817_1615_1413_1211,
+                        len: 0x2827_2625_2423_2221,
+                        key: 0x3837_3635_3433_3231,
+                    }],
+                },
+                format!(
+                    "{}0102030403000000{}",
+                    header("04"),
+                    "111213141516171821222324252627283132333435363738"
+                ),
+            ),
+            (
+                Packet::DirReply {
+                    req: 1,
+                    virt_addr: false,
+                    segments: vec![],
+                },
+                format!("{}0100000000000000", header("04")),
+            ),
+            (
+                Packet::KeyQuery {
+                    req: 0x0403_0201,
+                    key: 0x1817_1615_1413_1211,
+                },
+                format!("{}010203041112131415161718", header("05")),
+            ),
+            (
+                Packet::KeyReply {
+                    req: 0x0403_0201,
+                    found: true,
+                    addr: 0x1817_1615_1413_1211,
+                    len: 0x2827_2625_2423_2221,
+                    access: 0x3433_3231,
+                },
+                format!(
+                    "{}0102030401000000{}",
+                    header("06"),
+                    "1112131415161718212223242526272831323334"
+                ),
+            ),
+            (
+                Packet::Gone { index: 0x0403_0201 },
+                format!("{}01020304", header("07")),
+            ),
+        ];
+        let mut out = Vec::new();
+        for (packet, bytes) in cases {
+            packet.encode(from(), &mut out);
+            assert_eq!(hex(&out), bytes, "{packet:?}");
+            let (sender, back) = Packet::decode(&out).expect("decodes");
+            let mut again = Vec::new();
+            back.encode(sender, &mut again);
+            assert_eq!(hex(&again), bytes, "{packet:?}");
+            if let Packet::KeyReply { .. } = back {
+                // `found` is 0 or 1, nothing else.
+                out[HEADER_LEN + 4] = 2;
+                assert_eq!(Packet::decode(&out), None);
+            }
+        }
+        // A header's second byte is 0, its port not.
+        Packet::Alive.encode(from(), &mut out);
+        out[1] = 1;
+        assert_eq!(Packet::decode(&out), None);
+        out[1] = 0;
+        out[2..4].fill(0);
+        assert_eq!(Packet::decode(&out), None);
+        let write = Write {
+            key: 0x0807_0605_0403_0201,
+            addr: 0x1817_1615_1413_1211,
+            bytes: &[0xa1, 0xa2, 0xa3],
+        };
+        write.encode(from(), &mut out);
+        assert_eq!(
+            hex(&out),
+            format!(
+                "{}01020304050607081112131415161718{}",
+                header("08"),
+                "03000000a1a2a3"
+            )
+        );
+    }
+
     #[test]
     fn every_kind_round_trips() {
         let mut out = Vec::new();
