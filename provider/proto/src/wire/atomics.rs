@@ -69,6 +69,7 @@ impl Chunk {
     }
 }
 
+#[inline]
 pub(super) fn put<W: Put>(message: &Wire, w: &mut W) {
     match message {
         Wire::AtomicReq {
@@ -100,6 +101,7 @@ pub(super) fn put<W: Put>(message: &Wire, w: &mut W) {
     }
 }
 
+#[inline]
 fn put_chunk<W: Put>(w: &mut W, op: u8, id: u16, bytes: &Chunk) {
     w.put_u8(op | CHUNK)
         .put_u16(id)
@@ -109,6 +111,7 @@ fn put_chunk<W: Put>(w: &mut W, op: u8, id: u16, bytes: &Chunk) {
 
 /// The chunk after a chunk message's op: its id and bytes, no more than
 /// [`CHUNK_LEN`].
+#[inline]
 fn read_chunk(r: &mut Reader) -> Option<(u16, Chunk)> {
     let id = r.u16()?;
     let len = r.u8()? as usize;
@@ -119,6 +122,7 @@ fn read_chunk(r: &mut Reader) -> Option<(u16, Chunk)> {
 }
 
 /// The `ATOMIC` op: an `AtomicData` (flag `CHUNK`), else an `AtomicReq`.
+#[inline]
 pub(super) fn decode_request(flags: u8, r: &mut Reader) -> Option<Wire> {
     if flags & CHUNK != 0 {
         let (id, bytes) = read_chunk(r)?;
@@ -137,6 +141,7 @@ pub(super) fn decode_request(flags: u8, r: &mut Reader) -> Option<Wire> {
 
 /// The `ATOMIC_ANSWER` op: an `AtomicResult` (flag `CHUNK`), else an
 /// `AtomicReply` (status 0 or an [`RmaRefusal`]).
+#[inline]
 pub(super) fn decode_answer(flags: u8, r: &mut Reader) -> Option<Wire> {
     if flags & CHUNK != 0 {
         let (id, bytes) = read_chunk(r)?;

@@ -37,6 +37,7 @@ pub(super) const LAYOUTS: &[Layout] = &[
     },
 ];
 
+#[inline]
 pub(super) fn put<W: Put>(message: &Wire, w: &mut W) {
     match message {
         Wire::Credit { credits } => {
@@ -54,6 +55,7 @@ pub(super) fn put<W: Put>(message: &Wire, w: &mut W) {
 
 /// The `CREDIT` op: a `Cut` (flag `CUT`, and only it), else a `Throttle`
 /// (flag `THROTTLE`), else a `Credit`.
+#[inline]
 pub(super) fn decode(flags: u8, r: &mut Reader) -> Option<Wire> {
     if flags & CUT != 0 {
         return (flags == CUT && r.u64()? == CUT_MARK).then_some(Wire::Cut);

@@ -36,6 +36,7 @@ pub(super) const LAYOUTS: &[Layout] = &[
     },
 ];
 
+#[inline]
 pub(super) fn put<W: Put>(message: &Wire, w: &mut W) {
     match message {
         Wire::Params {
@@ -67,6 +68,7 @@ pub(super) fn put<W: Put>(message: &Wire, w: &mut W) {
 }
 
 /// The `HELLO` op: a `Params` (flag `PARAMS`) or a `Hello`.
+#[inline]
 pub(super) fn decode(flags: u8, r: &mut Reader) -> Option<Wire> {
     if flags & PARAMS != 0 {
         return Some(Wire::Params {

@@ -227,6 +227,7 @@ pub(super) fn encode_first(info: &MatchInfo, len: u8, payload: &InlineBytes) -> 
 }
 
 /// An `InlineMore`: its payload fills the message.
+#[inline]
 pub(super) fn put_more<W: Put>(payload: &[u8; MORE_LEN], w: &mut W) {
     w.put_u8(op::INLINE | PARTS | MORE).put(payload);
 }
@@ -245,7 +246,9 @@ pub(super) fn decode(buf: &Message, flags: u8) -> Option<Wire> {
 
 /// An `Inline` or `InlineFirst` (every small message that arrives), read
 /// with moves of fixed size from a scratch line, as [`encode_inline`]
-/// writes them.
+/// writes them. Inlined into [`Wire::decode`], as it was before the
+/// families had files of their own (17 instructions a message less).
+#[inline]
 fn decode_inline(buf: &Message, flags: u8) -> Option<Wire> {
     let fields = inline_fields(buf, flags)?;
     let mut payload = InlineBytes::zeroed(fields.take);

@@ -407,6 +407,7 @@ impl Wire {
 
     /// Writes a message of every kind but those `encode` writes by hand:
     /// byte 0 (op and flags), then its fields in order.
+    #[inline]
     fn put<W: Put>(&self, w: &mut W) {
         match self {
             Wire::Params { .. } | Wire::Hello { .. } => first_contact::put(self, w),
@@ -435,7 +436,11 @@ impl Wire {
     }
 
     /// Decodes a mailbox message; `None` for anything malformed. Each op's
-    /// decoder tells its messages apart by their flags.
+    /// decoder tells its messages apart by their flags. The decoders (and
+    /// the encoders `put` calls) are `#[inline]`: in one function, where
+    /// the message's length is known, the reader's bounds checks fold away
+    /// (callgrind: every kind costs as many instructions as before the
+    /// split, or fewer).
     pub fn decode(buf: &Message) -> Option<Wire> {
         let flags = buf[0] & 0xf0;
         let r = &mut Reader::new(&buf[1..]);

@@ -61,6 +61,7 @@ pub(super) const LAYOUTS: &[Layout] = &[
     },
 ];
 
+#[inline]
 pub(super) fn put<W: Put>(message: &Wire, w: &mut W) {
     match message {
         Wire::Rts {
@@ -134,6 +135,7 @@ pub(super) fn put<W: Put>(message: &Wire, w: &mut W) {
 }
 
 /// The `RTS` op.
+#[inline]
 pub(super) fn decode_rts(flags: u8, r: &mut Reader) -> Option<Wire> {
     let credits = r.u8()?;
     let send_id = r.u16()?;
@@ -147,6 +149,7 @@ pub(super) fn decode_rts(flags: u8, r: &mut Reader) -> Option<Wire> {
 }
 
 /// The `GRANT` op.
+#[inline]
 pub(super) fn decode_grant(r: &mut Reader) -> Option<Wire> {
     let token_low = r.u8()?;
     let (send_id, fragment, addr) = (r.u16()?, r.u32()?, r.u64()?);
@@ -163,6 +166,7 @@ pub(super) fn decode_grant(r: &mut Reader) -> Option<Wire> {
 }
 
 /// The `FRAGDONE` op.
+#[inline]
 pub(super) fn decode_frag_done(r: &mut Reader) -> Option<Wire> {
     r.u8()?;
     Some(Wire::FragDone {
@@ -175,6 +179,7 @@ pub(super) fn decode_frag_done(r: &mut Reader) -> Option<Wire> {
 
 /// The `FIN` op: a `LenHigh` (flag `LEN_HIGH`), else an `Offer` (flag
 /// `OFFER`), else a `Fin`.
+#[inline]
 pub(super) fn decode_fin(flags: u8, r: &mut Reader) -> Option<Wire> {
     r.u8()?;
     Some(if flags & LEN_HIGH != 0 {

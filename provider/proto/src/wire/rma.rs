@@ -85,6 +85,7 @@ impl RmaRefusal {
     }
 }
 
+#[inline]
 pub(super) fn put<W: Put>(message: &Wire, w: &mut W) {
     match message {
         Wire::RmaWrite {
@@ -135,6 +136,7 @@ pub(super) fn put<W: Put>(message: &Wire, w: &mut W) {
 }
 
 /// The `RMA_WRITE` op.
+#[inline]
 pub(super) fn decode_write(r: &mut Reader) -> Option<Wire> {
     Some(Wire::RmaWrite {
         key: r.u64()?,
@@ -145,6 +147,7 @@ pub(super) fn decode_write(r: &mut Reader) -> Option<Wire> {
 }
 
 /// The `RMA_READ` op.
+#[inline]
 pub(super) fn decode_read(r: &mut Reader) -> Option<Wire> {
     Some(Wire::RmaRead {
         key: r.u64()?,
@@ -155,6 +158,7 @@ pub(super) fn decode_read(r: &mut Reader) -> Option<Wire> {
 }
 
 /// The `READ_READY` op.
+#[inline]
 pub(super) fn decode_read_ready(r: &mut Reader) -> Option<Wire> {
     Some(Wire::ReadReady {
         send_id: r.u16()?,
@@ -163,6 +167,7 @@ pub(super) fn decode_read_ready(r: &mut Reader) -> Option<Wire> {
 }
 
 /// The `RMA_NACK` op: the refusal must be one of [`RmaRefusal`].
+#[inline]
 pub(super) fn decode_nack(flags: u8, r: &mut Reader) -> Option<Wire> {
     Some(Wire::RmaNack {
         id: r.u16()?,
@@ -173,6 +178,7 @@ pub(super) fn decode_nack(flags: u8, r: &mut Reader) -> Option<Wire> {
 
 /// The `REMOTE_DATA` op: a `RemoteNotice` (flag `NOTICE`; it must count
 /// something), else a `RemoteData`.
+#[inline]
 pub(super) fn decode_remote_data(flags: u8, r: &mut Reader) -> Option<Wire> {
     if flags & NOTICE != 0 {
         let counts = AccessCounts {
