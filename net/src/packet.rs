@@ -4,6 +4,7 @@
 //! (a peer is untrusted input: a packet that does not parse is dropped).
 
 use unimem_mailbox::{JobId, Message, NicAddr, MESSAGE_LEN};
+use unimem_proto::codec::{Put, Reader};
 
 /// Bytes of the header every packet starts with.
 pub const HEADER_LEN: usize = 8;
@@ -50,10 +51,10 @@ impl Write<'_> {
     pub fn encode(&self, from: NicAddr, out: &mut Vec<u8>) {
         debug_assert!(self.bytes.len() <= WRITE_MAX);
         put_header(out, WRITE, from);
-        put64(out, self.key);
-        put64(out, self.addr);
-        put32(out, self.bytes.len() as u32);
-        out.extend_from_slice(self.bytes);
+        out.put_u64(self.key)
+            .put_u64(self.addr)
+            .put_u32(self.bytes.len() as u32)
+            .put(self.bytes);
     }
 
     /// If `bytes` is a write packet: its sender, the write, and the mailbox
@@ -69,7 +70,7 @@ impl Write<'_> {
     }
 
     fn decode_whole(bytes: &[u8]) -> Option<(NicAddr, Write<'_>, Option<Packet>)> {
-        let mut r = Reader { bytes };
+        let mut r = Reader::new(bytes);
         let from = header_sender(r.take(HEADER_LEN)?)?;
         let (key, addr, len) = (r.u64()?, r.u64()?, r.u32()? as usize);
         if len > WRITE_MAX {
@@ -80,10 +81,10 @@ impl Write<'_> {
             addr,
             bytes: r.take(len)?,
         };
-        if r.bytes.is_empty() {
+        if r.is_empty() {
             return Some((from, write, None));
         }
-        match Packet::decode(r.bytes)? {
+        match Packet::decode(r.rest())? {
             (sender, packet @ Packet::Mailbox { .. }) if sender == from => {
                 Some((from, write, Some(packet)))
             }
@@ -168,18 +169,7 @@ const WRITE: u8 = 8;
 /// `from`; [`header_sender`] reads it back.
 fn put_header(out: &mut Vec<u8>, kind: u8, from: NicAddr) {
     out.clear();
-    out.push(kind);
-    out.push(0);
-    out.extend_from_slice(&from.port.to_le_bytes());
-    out.extend_from_slice(&from.ip);
-}
-
-fn put32(out: &mut Vec<u8>, v: u32) {
-    out.extend_from_slice(&v.to_le_bytes());
-}
-
-fn put64(out: &mut Vec<u8>, v: u64) {
-    out.extend_from_slice(&v.to_le_bytes());
+    out.put_u8(kind).put_u8(0).put_u16(from.port).put(&from.ip);
 }
 
 /// The sender a packet's header names, if the header is well formed.
@@ -189,30 +179,6 @@ fn header_sender(head: &[u8]) -> Option<NicAddr> {
         ip: head[4..8].try_into().ok()?,
     };
     (from.port != 0 && head[1] == 0).then_some(from)
-}
-
-/// Reads a packet's fields in order, refusing to read past its end.
-struct Reader<'a> {
-    bytes: &'a [u8],
-}
-
-impl<'a> Reader<'a> {
-    fn take(&mut self, n: usize) -> Option<&'a [u8]> {
-        if self.bytes.len() < n {
-            return None;
-        }
-        let (head, rest) = self.bytes.split_at(n);
-        self.bytes = rest;
-        Some(head)
-    }
-
-    fn u32(&mut self) -> Option<u32> {
-        Some(u32::from_le_bytes(self.take(4)?.try_into().ok()?))
-    }
-
-    fn u64(&mut self) -> Option<u64> {
-        Some(u64::from_le_bytes(self.take(8)?.try_into().ok()?))
-    }
 }
 
 impl Packet {
@@ -238,33 +204,32 @@ impl Packet {
                 count,
                 messages,
             } => {
-                put32(out, *dst_index);
-                put32(out, *src_index);
-                put32(out, job.0);
-                put32(out, *pid);
-                put32(out, *nonce);
+                out.put_u32(*dst_index)
+                    .put_u32(*src_index)
+                    .put_u32(job.0)
+                    .put_u32(*pid)
+                    .put_u32(*nonce);
                 for message in &messages[..(*count).min(MAX_BATCH)] {
-                    out.extend_from_slice(message);
+                    out.put(message);
                 }
             }
             Packet::Alive => {}
-            Packet::DirQuery { req } => put32(out, *req),
+            Packet::DirQuery { req } => {
+                out.put_u32(*req);
+            }
             Packet::DirReply {
                 req,
                 virt_addr,
                 segments,
             } => {
-                put32(out, *req);
-                put32(out, (segments.len() as u32) << 1 | u32::from(*virt_addr));
+                out.put_u32(*req)
+                    .put_u32((segments.len() as u32) << 1 | u32::from(*virt_addr));
                 for s in segments {
-                    put64(out, s.base);
-                    put64(out, s.len);
-                    put64(out, s.key);
+                    out.put_u64(s.base).put_u64(s.len).put_u64(s.key);
                 }
             }
             Packet::KeyQuery { req, key } => {
-                put32(out, *req);
-                put64(out, *key);
+                out.put_u32(*req).put_u64(*key);
             }
             Packet::KeyReply {
                 req,
@@ -273,33 +238,36 @@ impl Packet {
                 len,
                 access,
             } => {
-                put32(out, *req);
-                put32(out, u32::from(*found));
-                put64(out, *addr);
-                put64(out, *len);
-                put32(out, *access);
+                out.put_u32(*req)
+                    .put_u32(u32::from(*found))
+                    .put_u64(*addr)
+                    .put_u64(*len)
+                    .put_u32(*access);
             }
-            Packet::Gone { index } => put32(out, *index),
+            Packet::Gone { index } => {
+                out.put_u32(*index);
+            }
         }
     }
 
     /// The sender and the packet, if `bytes` is one, whole and nothing
     /// more.
     pub fn decode(bytes: &[u8]) -> Option<(NicAddr, Packet)> {
-        let mut r = Reader { bytes };
+        let mut r = Reader::new(bytes);
         let head = r.take(HEADER_LEN)?;
         let from = header_sender(head)?;
         let packet = match head[0] {
             MAILBOX => {
                 let (dst_index, src_index) = (r.u32()?, r.u32()?);
                 let (job, pid, nonce) = (JobId(r.u32()?), r.u32()?, r.u32()?);
-                let count = r.bytes.len() / MESSAGE_LEN;
-                if count == 0 || count > MAX_BATCH || !r.bytes.len().is_multiple_of(MESSAGE_LEN) {
+                let left = r.rest().len();
+                let count = left / MESSAGE_LEN;
+                if count == 0 || count > MAX_BATCH || !left.is_multiple_of(MESSAGE_LEN) {
                     return None;
                 }
                 let mut messages = [[0u8; MESSAGE_LEN]; MAX_BATCH];
                 for message in &mut messages[..count] {
-                    *message = r.take(MESSAGE_LEN)?.try_into().ok()?;
+                    *message = r.array()?;
                 }
                 Packet::Mailbox {
                     dst_index,
@@ -352,7 +320,7 @@ impl Packet {
             GONE => Packet::Gone { index: r.u32()? },
             _ => return None,
         };
-        r.bytes.is_empty().then_some((from, packet))
+        r.is_empty().then_some((from, packet))
     }
 }
 
@@ -408,6 +376,128 @@ mod tests {
             },
             Packet::Gone { index: 4 },
         ]
+    }
+
+    fn hex(bytes: &[u8]) -> String {
+        bytes.iter().map(|b| format!("{b:02x}")).collect()
+    }
+
+    /// Every packet kind, and a write, encodes to exactly these bytes
+    /// (written from the codec as it stood before it moved to
+    /// `unimem_proto::codec`): header, then the fields little-endian.
+    #[test]
+    fn every_kind_keeps_its_bytes() {
+        let header = |kind: &str| format!("{kind}00a00fc612000b");
+        let mut one = [[0u8; MESSAGE_LEN]; MAX_BATCH];
+        one[0] = std::array::from_fn(|i| 0x40 + i as u8);
+        one[1] = [0xee; MESSAGE_LEN];
+        let cases = [
+            (
+                Packet::Mailbox {
+                    dst_index: 0x0403_0201,
+                    src_index: 0x1413_1211,
+                    job: JobId(0x2423_2221),
+                    pid: 0x3433_3231,
+                    nonce: 0x4443_4241,
+                    count: 1,
+                    messages: one,
+                },
+                format!(
+                    "{}0102030411121314212223243132333441424344{}",
+                    header("01"),
+                    "404142434445464748494a4b4c4d4e4f5051525354555657"
+                ),
+            ),
+            (Packet::Alive, header("02")),
+            (
+                Packet::DirQuery { req: 0x0403_0201 },
+                format!("{}01020304", header("03")),
+            ),
+            (
+                Packet::DirReply {
+                    req: 0x0403_0201,
+                    virt_addr: true,
+                    segments: vec![Segment {
+                        base: 0x1817_1615_1413_1211,
+                        len: 0x2827_2625_2423_2221,
+                        key: 0x3837_3635_3433_3231,
+                    }],
+                },
+                format!(
+                    "{}0102030403000000{}",
+                    header("04"),
+                    "111213141516171821222324252627283132333435363738"
+                ),
+            ),
+            (
+                Packet::DirReply {
+                    req: 1,
+                    virt_addr: false,
+                    segments: vec![],
+                },
+                format!("{}0100000000000000", header("04")),
+            ),
+            (
+                Packet::KeyQuery {
+                    req: 0x0403_0201,
+                    key: 0x1817_1615_1413_1211,
+                },
+                format!("{}010203041112131415161718", header("05")),
+            ),
+            (
+                Packet::KeyReply {
+                    req: 0x0403_0201,
+                    found: true,
+                    addr: 0x1817_1615_1413_1211,
+                    len: 0x2827_2625_2423_2221,
+                    access: 0x3433_3231,
+                },
+                format!(
+                    "{}0102030401000000{}",
+                    header("06"),
+                    "1112131415161718212223242526272831323334"
+                ),
+            ),
+            (
+                Packet::Gone { index: 0x0403_0201 },
+                format!("{}01020304", header("07")),
+            ),
+        ];
+        let mut out = Vec::new();
+        for (packet, bytes) in cases {
+            packet.encode(from(), &mut out);
+            assert_eq!(hex(&out), bytes, "{packet:?}");
+            let (sender, back) = Packet::decode(&out).expect("decodes");
+            let mut again = Vec::new();
+            back.encode(sender, &mut again);
+            assert_eq!(hex(&again), bytes, "{packet:?}");
+            if let Packet::KeyReply { .. } = back {
+                // `found` is 0 or 1, nothing else.
+                out[HEADER_LEN + 4] = 2;
+                assert_eq!(Packet::decode(&out), None);
+            }
+        }
+        // A header's second byte is 0, its port not.
+        Packet::Alive.encode(from(), &mut out);
+        out[1] = 1;
+        assert_eq!(Packet::decode(&out), None);
+        out[1] = 0;
+        out[2..4].fill(0);
+        assert_eq!(Packet::decode(&out), None);
+        let write = Write {
+            key: 0x0807_0605_0403_0201,
+            addr: 0x1817_1615_1413_1211,
+            bytes: &[0xa1, 0xa2, 0xa3],
+        };
+        write.encode(from(), &mut out);
+        assert_eq!(
+            hex(&out),
+            format!(
+                "{}01020304050607081112131415161718{}",
+                header("08"),
+                "03000000a1a2a3"
+            )
+        );
     }
 
     #[test]

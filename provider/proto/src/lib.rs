@@ -27,6 +27,7 @@
 //! peer's queue, and only a full transmit queue (`tx_size`) refuses one.
 
 pub mod atomic;
+pub mod codec;
 pub mod dma;
 pub mod iov;
 pub mod matching;
