@@ -30,9 +30,14 @@
 //!   and stages fragments;
 //! - `credits`: eager credits spent, owed and returned;
 //! - `rma`: one-sided writes and reads, by DMA when the target range is
-//!   dmable, else with the target's help (`rma::target`);
+//!   dmable (`rma::one_sided`, small ones within their call in
+//!   `rma::direct`), else with the target's help (`rma::target`); atomics
+//!   in `rma::atomic`, their target's side in `rma::atomic::target`;
 //! - `completion`: events for finished and failed operations;
 //! - `progress`: the progress loop and the dispatch of mailbox messages;
+//! - `untrusted`: invalid peer messages dropped and counted, peers fenced
+//!   or refused;
+//! - `report`: what the messenger carried and has in flight, for the log;
 //! - `ids`: the `Slab` of ids that travel on the wire.
 
 mod completion;
@@ -45,8 +50,10 @@ mod recv;
 mod report;
 mod rma;
 mod send;
+mod untrusted;
 
 pub use recv::Held;
+pub use report::Stats;
 pub use rma::atomic::AtomicReq;
 pub use rma::RmaReq;
 
@@ -70,14 +77,10 @@ use rma::RmaOp;
 use send::rendezvous::Grant;
 use send::TxOp;
 use send::Waiter;
+use untrusted::DroppedMessages;
 
 /// Index of a peer in the table: peers are never removed.
 type PeerIdx = usize;
-
-/// Invalid messages of one peer after which it is fenced: its operations
-/// fail as if it were dead, and its messages are dropped. One stray
-/// message is a bug worth a warning; this many, a peer not to trust.
-pub(crate) const FENCE_AFTER: u32 = 16;
 
 /// A send request. The iov stays valid until the send's completion (or,
 /// for an inject or a `copy` send, until the call returns).
@@ -163,7 +166,7 @@ pub struct Messenger<M: Mailbox, D: DmaEngine> {
     rma_ops: Slab<RmaOp>,
     rma_pending: VecDeque<usize>,
     // rma::atomic
-    atomic_rx: IdMap<(PeerIdx, u16), rma::atomic::PendingAtomic>,
+    atomic_rx: IdMap<(PeerIdx, u16), rma::atomic::target::PendingAtomic>,
     // rma::target
     deferred_reads: VecDeque<DeferredRead>,
     // recv::rendezvous
@@ -197,63 +200,6 @@ pub struct Messenger<M: Mailbox, D: DmaEngine> {
     /// Peer messages dropped as not fitting what the peer may send, and
     /// when the last warning about them went out (warnings are rate-limited).
     dropped: DroppedMessages,
-}
-
-/// Peer messages dropped as invalid, warned about at most once a second.
-#[derive(Debug, Default)]
-pub(crate) struct DroppedMessages {
-    total: u64,
-    since_warning: u64,
-    last_warning: Option<Instant>,
-}
-
-/// What a messenger carried, for the log: messages, and which path its RMA
-/// and atomic operations took.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct Stats {
-    /// Sends completed.
-    pub sends: u64,
-    /// Receives completed with their data.
-    pub receives: u64,
-    /// RMA and atomics moved by DMA (or the atomic unit) with no action of
-    /// the target.
-    pub one_sided: u64,
-    /// Of the one-sided ones, those done inside their call by loads and
-    /// stores (the direct path of small operations).
-    pub direct: u64,
-    /// Carried out by the target's progress (target memory not dmable).
-    pub assisted: u64,
-    /// Eager messages whose data we stored into the receiver's slot with
-    /// the CPU (a peer of this host), not put by DMA.
-    pub stored: u64,
-    /// Of both, atomics.
-    pub atomics: u64,
-    /// Notices of one-sided accesses sent to targets whose key counts them
-    /// (`FI_RMA_EVENT`).
-    pub notices: u64,
-    /// Rendezvous receives whose data we read from the sender's offered
-    /// buffer (the receiver waited), not granted to the sender.
-    pub pulls: u64,
-    /// Transfers of the domain's engine copied by its own thread while
-    /// their submitter went on (filled in by [`Messenger::stats`]).
-    pub moved_async: u64,
-    /// Most unexpected message data held from one sender at once (bytes,
-    /// with the per-message overhead).
-    pub unexpected_peak: usize,
-    /// Times a sender was asked to throttle (it held too much of that).
-    pub throttles: u64,
-    /// The domain's registration cache: lookups served and not, and
-    /// registrations found stale (their owner freed the memory since) and
-    /// made again (filled in by [`Messenger::stats`]).
-    pub regcache_hits: u64,
-    pub regcache_misses: u64,
-    pub stale_registrations: u64,
-    /// Peers met so far (each made on first contact), and the dmable
-    /// memory set aside: the eager rings of those peers, and the
-    /// endpoint's own buffers (bounce and staging), whatever the peers.
-    pub peers: usize,
-    pub ring_bytes: usize,
-    pub buffer_bytes: usize,
 }
 
 fn post_error(e: MailboxError) -> PostError {
@@ -435,63 +381,6 @@ where
         self.outstanding_sends > 0 || !self.rx_xfers.is_empty() || !self.rx_backlog.is_empty()
     }
 
-    /// What the messenger carried so far.
-    pub fn stats(&self) -> Stats {
-        let domain = self.dma.domain();
-        let cache = domain.regcache_stats();
-        Stats {
-            regcache_hits: cache.hits,
-            regcache_misses: cache.misses,
-            stale_registrations: domain.stale_registrations(),
-            moved_async: domain.moved_async(),
-            peers: self.peers.len(),
-            ring_bytes: self
-                .peers
-                .iter()
-                .filter_map(|p| p.rx.as_ref())
-                .map(|rx| rx.memory.len())
-                .sum(),
-            buffer_bytes: self.bounce_pool.memory_len()
-                + self.tx_staging.memory_len()
-                + self.rx_staging.memory_len(),
-            ..self.stats
-        }
-    }
-
-    /// How many peer messages were dropped as invalid so far.
-    pub fn dropped_messages(&self) -> u64 {
-        self.dropped.total
-    }
-
-    /// Drops a message of `peer` that does not fit what it may send
-    /// (`what` says which), with a rate-limited warning: a broken or
-    /// hostile peer must not flood the log, nor be acted upon.
-    ///
-    /// Each drop counts against the peer: after [`FENCE_AFTER`] of them it
-    /// is fenced (progress, [`Self::dispatch`]).
-    pub(crate) fn drop_invalid(&mut self, peer: PeerIdx, what: &str) {
-        if let Some(state) = self.peers.get_mut(peer) {
-            state.violations = state.violations.saturating_add(1);
-        }
-        let dropped = &mut self.dropped;
-        dropped.total += 1;
-        dropped.since_warning += 1;
-        let now = Instant::now();
-        if dropped
-            .last_warning
-            .is_some_and(|last| now.duration_since(last).as_secs() < 1)
-        {
-            return;
-        }
-        let addr = self.peers.get(peer).map(|p| p.addr);
-        let count = std::mem::take(&mut dropped.since_warning);
-        dropped.last_warning = Some(now);
-        match addr {
-            Some(addr) => tracing::warn!(%addr, count, "dropped invalid peer message(s): {what}"),
-            None => tracing::warn!(count, "dropped invalid peer message(s): {what}"),
-        }
-    }
-
     /// A peer announces the high 32 bits of the length of its next
     /// transfer `id`.
     pub(crate) fn on_len_high(&mut self, peer: PeerIdx, id: u16, read: bool, high: u32) {
@@ -552,71 +441,6 @@ where
     /// How many peers were found dead so far.
     pub fn peers_lost(&self) -> usize {
         self.peers_lost
-    }
-
-    /// What waits for what inside, for the fuzz harness's failure reports.
-    #[doc(hidden)]
-    pub fn debug_state(&self) -> String {
-        let peers: Vec<String> = self
-            .peers
-            .iter()
-            .enumerate()
-            .filter(|(_, p)| !p.dead)
-            .map(|(i, p)| {
-                format!(
-                    "peer {i}: ids {} staging {} reads {} atomics {} control {} data {} throttled {} throttling {} tx credits {:?}",
-                    p.rx_ids,
-                    p.staging_held,
-                    p.reads_served,
-                    p.atomics_pending,
-                    p.control.len(),
-                    p.data.len(),
-                    p.throttled,
-                    p.throttling,
-                    p.tx.as_ref().map(|t| t.credits)
-                )
-            })
-            .collect();
-        // The transfers (the first hundred), with their peer's state.
-        let xfers: Vec<String> = self
-            .rx_xfers
-            .ids_where(|_| true)
-            .into_iter()
-            .take(100)
-            .filter_map(|id| self.rx_xfers.get(id).map(|x| (id, x)))
-            .map(|(id, x)| {
-                format!(
-                    "{id}: peer {}{} {:?} sid {} granted/done/all {}/{}/{} direct {}",
-                    x.peer,
-                    if self.peers[x.peer].dead {
-                        " (dead)"
-                    } else {
-                        ""
-                    },
-                    x.purpose,
-                    x.send_id,
-                    x.next_grant,
-                    x.done,
-                    x.fragments,
-                    x.direct
-                )
-            })
-            .collect();
-        format!(
-            "xfers [{}] sends {} rx_xfers {} backlog {} deferred grants {:?} deferred fragments {} deferred reads {} rma pending {} staging rx {} tx {} dma waiters {}; {}",
-            xfers.join(", "),
-            self.outstanding_sends,
-            self.rx_xfers.len(),
-            self.rx_backlog.len(),
-            self.deferred_grants,
-            self.deferred_fragments.len(),
-            self.deferred_reads.len(),
-            self.rma_pending.len(),
-            self.rx_staging.available(),
-            self.tx_staging.available(),
-            self.dma_waiters.len(),
-            peers.join("; ")
-        )
     }
 }
 

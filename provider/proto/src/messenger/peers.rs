@@ -378,53 +378,6 @@ where
         self.eager_by_rendezvous(peer, limit);
     }
 
-    /// Refuses `peer`, whose `what` is `theirs` where ours is `ours`: one
-    /// log line naming both, then it is dead to us (its operations fail
-    /// with an error, its messages are dropped).
-    pub(crate) fn refuse_peer(&mut self, peer: PeerIdx, what: &str, ours: u64, theirs: u64) {
-        let addr = self.peers[peer].addr;
-        // One line per peer, but a process can open new peers at will.
-        static LAST: AtomicU64 = AtomicU64::new(0);
-        rate_limited(
-            &LAST,
-            || tracing::warn!(%addr, "peer refused: its {what} is {theirs}, ours {ours}"),
-        );
-        // Not told: a peer of another version would misread the `Cut`,
-        // and one of ours refuses us too, by the same checks.
-        self.cut_off(peer);
-    }
-
-    /// Cuts `peer` off: it counts as dead, and its messages are dropped.
-    /// It may be alive and innocent (another process broke its memory),
-    /// so it is told, once and best effort (a full mailbox drops it): its
-    /// operations with us then fail instead of waiting for us.
-    pub(crate) fn fence(&mut self, peer: PeerIdx) {
-        if !self.peers[peer].refused {
-            if let Some(route) = &self.peers[peer].route {
-                let _ = self.mbx.send(route, &Wire::Cut.encode());
-            }
-        }
-        self.cut_off(peer);
-    }
-
-    /// `peer` counts as dead, and its messages are dropped.
-    fn cut_off(&mut self, peer: PeerIdx) {
-        self.peers[peer].refused = true;
-        self.fail_peer(peer);
-    }
-
-    /// `peer` cut us off: it drops what we send, so everything with it
-    /// fails now, as with a dead peer.
-    pub(crate) fn on_cut(&mut self, peer: PeerIdx) {
-        let addr = self.peers[peer].addr;
-        static LAST: AtomicU64 = AtomicU64::new(0);
-        rate_limited(
-            &LAST,
-            || tracing::warn!(%addr, "a peer cut us off (it found our messages or memory invalid): operations with it fail"),
-        );
-        self.fail_peer(peer);
-    }
-
     pub(crate) fn queue_control(&mut self, peer: PeerIdx, message: Message) {
         self.peers[peer].control.push_back(message);
         self.mark_active(peer);

@@ -13,7 +13,8 @@ use unimem_mailbox::{Mailbox, Message};
 
 use super::send::rendezvous::Grant;
 use super::send::{EagerState, TxKind, Waiter};
-use super::{Messenger, PeerIdx, FENCE_AFTER};
+use super::untrusted::FENCE_AFTER;
+use super::{Messenger, PeerIdx};
 use crate::dma::{DmaSession, Token};
 use crate::wire::Wire;
 use crate::WireNode;

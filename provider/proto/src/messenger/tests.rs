@@ -7,6 +7,7 @@ use std::time::{Duration, Instant};
 use unimem_dma::{DmaBuf, DmaRegion, RegionConfig, ShmDmaEngine};
 use unimem_mailbox::{MailboxAddr, Profile, ShmMailbox, ShmMailboxConfig};
 
+use super::untrusted::FENCE_AFTER;
 use super::*;
 use crate::matching::PostedRecv;
 use crate::test_job;
@@ -2571,7 +2572,9 @@ fn forge(to: MailboxAddr, messages: &[Wire]) -> ShmMailbox {
 /// before, such a peer could take every place.)
 #[test]
 fn a_peer_that_never_sends_its_operands_does_not_block_the_others_atomics() {
-    use crate::messenger::rma::atomic::{MAX_PENDING_ATOMICS, MAX_PENDING_ATOMICS_PER_PEER};
+    use crate::messenger::rma::atomic::target::{
+        MAX_PENDING_ATOMICS, MAX_PENDING_ATOMICS_PER_PEER,
+    };
     use unimem_mailbox::Mailbox as _;
     let mut a = messenger();
     let mut b = messenger();
