@@ -35,7 +35,7 @@ pub mod pool;
 pub mod wire;
 
 pub use dma::{DmaView, DomainDma};
-pub use messenger::{AtomicReq, Messenger, RmaReq, Stats};
+pub use messenger::{AtomicReq, Backend, Messenger, RmaReq, Stats};
 
 use std::time::Duration;
 

@@ -275,7 +275,7 @@ impl Mailbox for Tap {
     }
 }
 
-type Ep = Messenger<Tap, ShmDmaEngine>;
+type Ep = Messenger<(Tap, ShmDmaEngine)>;
 
 // --- guarded memory --------------------------------------------------------------
 

@@ -27,7 +27,7 @@ use unimem_proto as proto;
 
 /// The protocol over the node's hardware: the shared-memory emulation for
 /// peers of this host, the network backend for peers of others.
-pub type Core = proto::Messenger<NodeMailbox, NodeDma>;
+pub type Core = proto::Messenger<(NodeMailbox, NodeDma)>;
 
 /// The messenger, and what the endpoint keeps beside it under its lock.
 pub struct EpCore {

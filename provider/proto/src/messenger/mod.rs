@@ -58,7 +58,6 @@ pub use rma::atomic::AtomicReq;
 pub use rma::RmaReq;
 
 use std::collections::VecDeque;
-use std::hash::Hash;
 use std::time::Instant;
 
 use unimem_dma::{DmaEngine, DmaError};
@@ -78,6 +77,36 @@ use send::rendezvous::Grant;
 use send::TxOp;
 use send::Waiter;
 use untrusted::DroppedMessages;
+
+/// What a messenger runs on: a mailbox, and a DMA engine whose node (where
+/// a peer's memory is) travels in a Hello, read back knowing the mailbox
+/// address it came from. The one bound the protocol puts on the pair,
+/// written here once: every `impl<B: Backend> Messenger<B>` block has it.
+///
+/// Any pair `(M, D)` that fits is a backend (the provider's
+/// `(NodeMailbox, NodeDma)`, the tests' `(ShmMailbox, ShmDmaEngine)`):
+/// naming the pair is naming the backend, and each messenger is
+/// monomorphised for its mailbox and engine as before.
+pub trait Backend {
+    type Mailbox: Mailbox;
+    type Dma: DmaEngine<Node: WireNode<<Self::Mailbox as Mailbox>::Addr>>;
+}
+
+impl<M, D> Backend for (M, D)
+where
+    M: Mailbox,
+    D: DmaEngine<Node: WireNode<M::Addr>>,
+{
+    type Mailbox = M;
+    type Dma = D;
+}
+
+/// A backend's mailbox address: how a peer is named.
+pub type Addr<B> = <<B as Backend>::Mailbox as Mailbox>::Addr;
+/// A backend's route to a peer's mailbox.
+pub(crate) type Route<B> = <<B as Backend>::Mailbox as Mailbox>::Peer;
+/// A backend's DMA node: where a peer's memory is.
+pub type Node<B> = <<B as Backend>::Dma as DmaEngine>::Node;
 
 /// Index of a peer in the table: peers are never removed.
 type PeerIdx = usize;
@@ -115,33 +144,33 @@ pub struct SendReq<A> {
 /// The protocol state of one endpoint; see the [module docs](self). Each
 /// field is owned by the module named beside it: others read it, or change
 /// it through that module's methods.
-pub struct Messenger<M: Mailbox, D: DmaEngine> {
-    mbx: M,
+pub struct Messenger<B: Backend> {
+    mbx: B::Mailbox,
     /// This messenger's view of its domain's DMA engine and cache.
-    dma: DmaView<D>,
+    dma: DmaView<B::Dma>,
     cfg: ProtoConfig,
     /// Size of an eager ring slot (and of a bounce buffer): `eager_size`
     /// rounded up to a power of two.
     slot_size: usize,
     // peers
-    peers: Vec<Peer<M::Addr, M::Peer, D::Node>>,
-    by_addr: IdMap<M::Addr, PeerIdx>,
+    peers: Vec<Peer<Addr<B>, Route<B>, Node<B>>>,
+    by_addr: IdMap<Addr<B>, PeerIdx>,
     /// The peer looked up last: most traffic goes to or comes from the same
     /// peer as the message before, and this spares hashing its address.
-    last_peer: Option<(M::Addr, PeerIdx)>,
+    last_peer: Option<(Addr<B>, PeerIdx)>,
     /// Peers with queued messages, flushed by progress.
     active: Vec<PeerIdx>,
     /// The other half of `active`, swapped in while it is flushed, so that
     /// neither ever gives its allocation back (progress).
     active_spare: Vec<PeerIdx>,
     // recv
-    matcher: Matcher<M::Addr, Held>,
+    matcher: Matcher<Addr<B>, Held>,
     // send
     tx_ops: Slab<TxOp>,
     bounce_pool: BufferPool,
     // completion
     outstanding_sends: usize,
-    events: VecDeque<Event<M::Addr>>,
+    events: VecDeque<Event<Addr<B>>>,
     /// Whether a send that asks for no CQ entry (an inject, a selective
     /// send) is reported all the same: only a send counter needs it, and
     /// MPI's small sends are injects with none bound.
@@ -154,10 +183,10 @@ pub struct Messenger<M: Mailbox, D: DmaEngine> {
     /// Whether any is counted (one load for the endpoint's every drain).
     silent_any: bool,
     // recv::rendezvous
-    rx_xfers: Slab<RxXfer<M::Addr>>,
+    rx_xfers: Slab<RxXfer<Addr<B>>>,
     /// Transfers a peer started (matched requests to send, its writes to
     /// us) waiting for a free id, in order.
-    rx_backlog: VecDeque<RxXfer<M::Addr>>,
+    rx_backlog: VecDeque<RxXfer<Addr<B>>>,
     /// How many ids `rx_xfers` may hand out: all a wire id can name.
     rx_id_limit: usize,
     rx_staging: BufferPool,
@@ -211,17 +240,15 @@ fn post_error(e: MailboxError) -> PostError {
     }
 }
 
-impl<M, D> Messenger<M, D>
-where
-    M: Mailbox,
-    M::Addr: Hash,
-    D: DmaEngine,
-    D::Node: WireNode<M::Addr>,
-{
+impl<B: Backend> Messenger<B> {
     /// A messenger over mailbox `mbx`, using its domain's DMA (`dma`: its
     /// engine, and its registration cache, shared with the domain's other
     /// messengers).
-    pub fn new(mbx: M, dma: &DomainDma<D>, mut cfg: ProtoConfig) -> Result<Self, DmaError> {
+    pub fn new(
+        mbx: B::Mailbox,
+        dma: &DomainDma<B::Dma>,
+        mut cfg: ProtoConfig,
+    ) -> Result<Self, DmaError> {
         let dma = dma.view();
         // What the wire can carry: an eager length in 27 bits, a fragment
         // length in 32.
@@ -287,17 +314,21 @@ where
 
     /// A messenger with a DMA engine and registration cache of its own,
     /// shared with no other (tests; a domain of one endpoint).
-    pub fn with_private_dma(mbx: M, engine: D, cfg: ProtoConfig) -> Result<Self, DmaError> {
+    pub fn with_private_dma(
+        mbx: B::Mailbox,
+        engine: B::Dma,
+        cfg: ProtoConfig,
+    ) -> Result<Self, DmaError> {
         let dma = DomainDma::new(engine, unimem_regcache::Config::default());
         Self::new(mbx, &dma, cfg)
     }
 
     /// The domain's DMA this messenger uses.
-    pub fn domain_dma(&self) -> &DomainDma<D> {
+    pub fn domain_dma(&self) -> &DomainDma<B::Dma> {
         self.dma.domain()
     }
 
-    pub fn addr(&self) -> M::Addr {
+    pub fn addr(&self) -> Addr<B> {
         self.mbx.addr()
     }
 
@@ -331,7 +362,7 @@ where
     }
 
     /// The next finished operation, if any.
-    pub fn next_event(&mut self) -> Option<Event<M::Addr>> {
+    pub fn next_event(&mut self) -> Option<Event<Addr<B>>> {
         self.events.pop_front()
     }
 

@@ -6,14 +6,9 @@
 //! Owns nothing; reads every table.
 
 use std::fmt::Write as _;
-use std::hash::Hash;
-
-use unimem_dma::DmaEngine;
-use unimem_mailbox::Mailbox;
 
 use super::send::{EagerState, TxClass, TxKind};
-use super::Messenger;
-use crate::WireNode;
+use super::{Backend, Messenger};
 
 /// Operations and peers named one by one; beyond, only counted.
 const LISTED: usize = 8;
@@ -67,13 +62,7 @@ pub struct Stats {
     pub buffer_bytes: usize,
 }
 
-impl<M, D> Messenger<M, D>
-where
-    M: Mailbox,
-    M::Addr: Hash,
-    D: DmaEngine,
-    D::Node: WireNode<M::Addr>,
-{
+impl<B: Backend> Messenger<B> {
     /// What the messenger carried so far.
     pub fn stats(&self) -> Stats {
         let domain = self.dma.domain();

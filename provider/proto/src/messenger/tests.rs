@@ -14,7 +14,7 @@ use crate::test_job;
 use crate::wire::{inline_capacity, Wire, MORE_LEN};
 use crate::{AccessCounts, ErrorKind, OpError, RecvDone, RmaKind};
 
-type Shm = Messenger<ShmMailbox, ShmDmaEngine>;
+type Shm = Messenger<(ShmMailbox, ShmDmaEngine)>;
 
 const EAGER: usize = 1024;
 const FRAGMENT: usize = 4096;

@@ -6,17 +6,14 @@
 //!
 //! Owns: `dropped`, and each peer's `violations` and `refused`.
 
-use std::hash::Hash;
 use std::sync::atomic::AtomicU64;
 use std::time::Instant;
 
-use unimem_dma::DmaEngine;
 use unimem_mailbox::shm::rate_limited;
 use unimem_mailbox::Mailbox;
 
-use super::{Messenger, PeerIdx};
+use super::{Backend, Messenger, PeerIdx};
 use crate::wire::Wire;
-use crate::WireNode;
 
 /// Invalid messages of one peer after which it is fenced: its operations
 /// fail as if it were dead, and its messages are dropped. One stray
@@ -31,13 +28,7 @@ pub(crate) struct DroppedMessages {
     last_warning: Option<Instant>,
 }
 
-impl<M, D> Messenger<M, D>
-where
-    M: Mailbox,
-    M::Addr: Hash,
-    D: DmaEngine,
-    D::Node: WireNode<M::Addr>,
-{
+impl<B: Backend> Messenger<B> {
     /// How many peer messages were dropped as invalid so far.
     pub fn dropped_messages(&self) -> u64 {
         self.dropped.total

@@ -30,16 +30,14 @@ mod direct;
 mod one_sided;
 pub(crate) mod target;
 
-use std::hash::Hash;
-
 use unimem_dma::{Access, DmaEngine, DmaError, RegId};
-use unimem_mailbox::Mailbox;
 
 use super::{Messenger, PeerIdx};
 use crate::dma::DmaSession;
 use crate::iov::{gather, total_len};
 use crate::matching::IovList;
-use crate::{ErrorKind, Event, PostError, RmaKind, WireNode};
+use crate::messenger::{Addr, Backend, Node};
+use crate::{ErrorKind, Event, PostError, RmaKind};
 
 /// An RMA request. The local iov stays valid until the operation
 /// completes (until the call returns for an inject).
@@ -135,13 +133,7 @@ impl RmaOp {
     }
 }
 
-impl<M, D> Messenger<M, D>
-where
-    M: Mailbox,
-    M::Addr: Hash,
-    D: DmaEngine,
-    D::Node: WireNode<M::Addr>,
-{
+impl<B: Backend> Messenger<B> {
     /// Posts an RMA write (`kind` Write) or read. Never waits for the
     /// target; refused only when `tx_size` operations are outstanding.
     /// Errors the target's key gives (bad key, range, rights) come as an
@@ -150,7 +142,7 @@ where
     /// # Safety
     /// `req.iov` must stay valid until the operation completes (until this
     /// call returns for an inject).
-    pub unsafe fn rma(&mut self, kind: RmaKind, req: RmaReq<M::Addr>) -> Result<(), PostError> {
+    pub unsafe fn rma(&mut self, kind: RmaKind, req: RmaReq<Addr<B>>) -> Result<(), PostError> {
         let len = total_len(&req.iov);
         let inject = req.inject && kind == RmaKind::Write;
         let peer = self.admit_rma(&req.dest, len, inject)?;
@@ -169,7 +161,7 @@ where
     #[inline(always)]
     pub(crate) fn admit_rma(
         &mut self,
-        dest: &M::Addr,
+        dest: &Addr<B>,
         len: usize,
         inject: bool,
     ) -> Result<PeerIdx, PostError> {
@@ -199,7 +191,7 @@ where
         &mut self,
         kind: RmaKind,
         peer: PeerIdx,
-        req: RmaReq<M::Addr>,
+        req: RmaReq<Addr<B>>,
         len: usize,
     ) {
         let inject = req.inject && kind == RmaKind::Write;
@@ -273,7 +265,7 @@ where
     /// or hands it to the target-assisted path. `Some` if it is now
     /// one-sided, with the registration of its whole target range when the
     /// cache keeps it (so that its first DMA need not look it up again).
-    fn resolve_rma(&mut self, op: usize, node: D::Node) -> Option<Option<RegId>> {
+    fn resolve_rma(&mut self, op: usize, node: Node<B>) -> Option<Option<RegId>> {
         let rma = self.rma_ops.get(op).expect("checked by the caller");
         let (key, addr, len) = (rma.key, rma.addr, rma.len);
         let element = rma.atomic.as_ref().map(|a| a.element_size());

@@ -7,25 +7,17 @@
 //! [`super`] resolved, through `tx_staging` and `dma_waiters`, and queues
 //! control messages to the target.
 
-use std::hash::Hash;
-
-use unimem_dma::{DmaEngine, RegId};
-use unimem_mailbox::Mailbox;
+use unimem_dma::RegId;
 
 use super::super::send::Waiter;
 use super::super::{Messenger, PeerIdx};
 use super::RmaState;
 use crate::iov::{gather, scatter};
+use crate::messenger::Backend;
 use crate::wire::Wire;
-use crate::{AccessCounts, ErrorKind, RmaKind, WireNode};
+use crate::{AccessCounts, ErrorKind, RmaKind};
 
-impl<M, D> Messenger<M, D>
-where
-    M: Mailbox,
-    M::Addr: Hash,
-    D: DmaEngine,
-    D::Node: WireNode<M::Addr>,
-{
+impl<B: Backend> Messenger<B> {
     /// Submits the DMAs of one-sided `op` as far as staging buffers allow;
     /// false if some wait for one. `probed` registers the whole target
     /// range (see `resolve_rma`): the first piece uses it.

@@ -19,18 +19,17 @@
 //! through the rendezvous' own methods.
 
 use std::collections::HashMap;
-use std::hash::Hash;
 
-use unimem_dma::{Access, DmaEngine, DmaError};
-use unimem_mailbox::Mailbox;
+use unimem_dma::{Access, DmaError};
 
 use super::super::peers::DataItem;
 use super::super::recv::rendezvous::{RxXfer, XferPurpose, NO_SEND_ID};
 use super::super::send::{Payload, TxClass, TxKind, TxOp};
 use super::super::{Messenger, PeerIdx};
 use crate::matching::{IovList, Placement};
+use crate::messenger::{Addr, Backend};
 use crate::wire::{MatchInfo, RmaRefusal, Wire};
-use crate::{AccessCounts, ErrorKind, Event, RmaKind, WireNode};
+use crate::{AccessCounts, ErrorKind, Event, RmaKind};
 
 /// A peer's read waiting for a place in our transmit queue.
 pub(crate) struct DeferredRead {
@@ -41,13 +40,7 @@ pub(crate) struct DeferredRead {
     recv_id: u16,
 }
 
-impl<M, D> Messenger<M, D>
-where
-    M: Mailbox,
-    M::Addr: Hash,
-    D: DmaEngine,
-    D::Node: WireNode<M::Addr>,
-{
+impl<B: Backend> Messenger<B> {
     /// Checks a peer's request for `[addr, addr + len)` of our key `key`;
     /// whether the key counts such an access (`Access::counts`).
     pub(crate) fn check_own_range(
@@ -77,7 +70,7 @@ where
     pub(crate) fn on_rma_write(
         &mut self,
         peer: PeerIdx,
-        src: M::Addr,
+        src: Addr<B>,
         key: u64,
         addr: u64,
         len: u64,

@@ -10,9 +10,6 @@ pub(crate) mod eager;
 pub(crate) mod inline;
 pub(crate) mod rendezvous;
 
-use std::hash::Hash;
-
-use unimem_dma::DmaEngine;
 use unimem_mailbox::{Error as MailboxError, Mailbox};
 
 use super::peers::DataItem;
@@ -20,9 +17,10 @@ use super::{Messenger, PeerIdx, SendReq};
 use crate::dma::Token;
 use crate::iov::{gather, total_len};
 use crate::matching::IovList;
+use crate::messenger::{Addr, Backend};
 use crate::pool::Buffer;
 use crate::wire::{inline_capacity, MatchInfo, Wire, EAGER_SEQ_MOD};
-use crate::{PostError, WireNode};
+use crate::PostError;
 
 /// Where the data of a send is until it leaves.
 pub(crate) enum Payload {
@@ -123,13 +121,7 @@ pub(crate) enum Waiter {
     },
 }
 
-impl<M, D> Messenger<M, D>
-where
-    M: Mailbox,
-    M::Addr: Hash,
-    D: DmaEngine,
-    D::Node: WireNode<M::Addr>,
-{
+impl<B: Backend> Messenger<B> {
     /// Posts a send. Never blocks, and never waits for the peer: a send
     /// that cannot leave yet (no credit, a full mailbox, no bounce buffer,
     /// first contact not done) is queued, in order, and leaves from
@@ -139,7 +131,7 @@ where
     /// # Safety
     /// `req.iov` must stay valid until the send completes (until this call
     /// returns for an inject or a `copy` send).
-    pub unsafe fn send(&mut self, req: SendReq<M::Addr>) -> Result<(), PostError> {
+    pub unsafe fn send(&mut self, req: SendReq<Addr<B>>) -> Result<(), PostError> {
         let len = total_len(&req.iov);
         let copy = req.inject || req.copy;
         if len > self.cfg.max_msg_size || (copy && len > self.cfg.eager_size) {

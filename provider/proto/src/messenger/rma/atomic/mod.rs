@@ -22,18 +22,16 @@
 
 pub(crate) mod target;
 
-use std::hash::Hash;
-
-use unimem_dma::{Access, DmaEngine, RegId};
-use unimem_mailbox::Mailbox;
+use unimem_dma::{Access, RegId};
 
 use super::{RmaOp, RmaState};
 use crate::atomic::{self, element, set_element, AtomicCall, AtomicOp, Datatype, ATOMIC_MAX_BYTES};
 use crate::iov::{gather, scatter, total_len};
 use crate::matching::IovList;
+use crate::messenger::{Addr, Backend, Node};
 use crate::messenger::{Messenger, PeerIdx};
 use crate::wire::{Chunk, RmaRefusal, Wire, CHUNK_LEN};
-use crate::{ErrorKind, PostError, RmaKind, WireNode};
+use crate::{ErrorKind, PostError, RmaKind};
 
 /// An atomic request. The result iov stays valid until the operation
 /// completes; operands are copied within the call.
@@ -131,13 +129,7 @@ pub(crate) fn update(
     atomic::apply(op, datatype, old, operand, compare)
 }
 
-impl<M, D> Messenger<M, D>
-where
-    M: Mailbox,
-    M::Addr: Hash,
-    D: DmaEngine,
-    D::Node: WireNode<M::Addr>,
-{
+impl<B: Backend> Messenger<B> {
     /// Posts an atomic operation. Refused at once only for a full transmit
     /// queue, an unsupported operation (`PostError::BadAddress` is not
     /// used: see [`PostError::Unsupported`]) or too many elements; key,
@@ -146,7 +138,7 @@ where
     /// # Safety
     /// The operand and compare iovs must be readable during the call; the
     /// result iov writable until the operation completes.
-    pub unsafe fn atomic(&mut self, req: AtomicReq<M::Addr>) -> Result<(), PostError> {
+    pub unsafe fn atomic(&mut self, req: AtomicReq<Addr<B>>) -> Result<(), PostError> {
         let Some(max) = atomic::valid(req.call, req.op, req.datatype) else {
             return Err(PostError::Unsupported);
         };
@@ -253,7 +245,7 @@ where
     pub(crate) fn atomic_one_sided(
         &mut self,
         op: usize,
-        node: D::Node,
+        node: Node<B>,
         target: u64,
         probed: Option<RegId>,
     ) -> bool {

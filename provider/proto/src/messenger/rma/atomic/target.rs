@@ -11,16 +11,13 @@
 //!
 //! Owns: `atomic_rx`.
 
-use std::hash::Hash;
-
-use unimem_dma::{DmaEngine, DmaError};
-use unimem_mailbox::Mailbox;
+use unimem_dma::DmaError;
 
 use super::AtomicArgs;
 use crate::atomic::{self, set_element, AtomicCall, AtomicOp, Datatype, ATOMIC_MAX_BYTES};
+use crate::messenger::Backend;
 use crate::messenger::{Messenger, PeerIdx};
 use crate::wire::{Chunk, RmaRefusal, Wire, CHUNK_LEN};
-use crate::WireNode;
 
 /// A peer's atomic whose operands are still arriving.
 pub(crate) struct PendingAtomic {
@@ -40,13 +37,7 @@ pub(crate) const MAX_PENDING_ATOMICS: usize = 4096;
 /// operands must not leave the others' atomics refused.
 pub(crate) const MAX_PENDING_ATOMICS_PER_PEER: usize = MAX_PENDING_ATOMICS * 3 / 4;
 
-impl<M, D> Messenger<M, D>
-where
-    M: Mailbox,
-    M::Addr: Hash,
-    D: DmaEngine,
-    D::Node: WireNode<M::Addr>,
-{
+impl<B: Backend> Messenger<B> {
     /// A peer asks us to apply an atomic; its operands follow.
     #[allow(clippy::too_many_arguments)]
     pub(crate) fn on_atomic_req(
