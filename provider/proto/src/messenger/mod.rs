@@ -463,7 +463,7 @@ impl<B: Backend> Messenger<B> {
 
     /// Fewer ids for rendezvous receives than the wire allows, to cross
     /// the limit in tests (the unit tests, and the fuzz harness,
-    /// `tests/fuzz.rs`, which is why it is public).
+    /// `tests/fuzz/`, which is why it is public).
     #[doc(hidden)]
     pub fn limit_rx_ids(&mut self, limit: usize) {
         self.rx_id_limit = limit;
