@@ -56,6 +56,7 @@ pub use recv::Held;
 pub use report::Stats;
 pub use rma::atomic::AtomicReq;
 pub use rma::RmaReq;
+pub use send::SendReq;
 
 use std::collections::VecDeque;
 use std::time::Instant;
@@ -64,9 +65,8 @@ use unimem_dma::{DmaEngine, DmaError};
 use unimem_mailbox::{Error as MailboxError, IdMap, Mailbox};
 
 use crate::dma::{DmaView, DomainDma, Token};
-use crate::matching::{IovList, Matcher};
+use crate::matching::Matcher;
 use crate::pool::BufferPool;
-use crate::wire::MatchInfo;
 use crate::{Event, PostError, ProtoConfig, RmaKind, WireNode};
 use ids::Slab;
 use peers::Peer;
@@ -110,36 +110,6 @@ pub type Node<B> = <<B as Backend>::Dma as DmaEngine>::Node;
 
 /// Index of a peer in the table: peers are never removed.
 type PeerIdx = usize;
-
-/// A send request. The iov stays valid until the send's completion (or,
-/// for an inject or a `copy` send, until the call returns).
-#[derive(Clone, Debug)]
-pub struct SendReq<A> {
-    pub dest: A,
-    pub iov: IovList,
-    pub info: MatchInfo,
-    pub context: usize,
-    pub completion: bool,
-    /// `fi_inject`: copied within the call, reported without a completion.
-    pub inject: bool,
-    /// `FI_INJECT`: the buffers may be reused once the call returns, so the
-    /// data is copied within it (an inject implies it).
-    pub copy: bool,
-    /// `FI_MATCH_COMPLETE` or `FI_DELIVERY_COMPLETE`: the send completes
-    /// only once the target has matched the message to a receive (its data
-    /// in the receive buffer) or queued it as unexpected (its data copied
-    /// into the target's memory). The target does both in one step, so
-    /// one condition serves both levels. Ignored for an inject, which has
-    /// no completion.
-    ///
-    /// Without it a send completes at `FI_TRANSMIT_COMPLETE`: an inline or
-    /// eager one when its message is in the target's mailbox (and its data
-    /// in the target's eager ring), which for a reliable endpoint is
-    /// transmit complete (and inject complete: the buffer is free). A
-    /// rendezvous send always completes on the target's `Fin`, sent once
-    /// the data is in the matched receive buffer: every level.
-    pub delivery_complete: bool,
-}
 
 /// The protocol state of one endpoint; see the [module docs](self). Each
 /// field is owned by the module named beside it: others read it, or change

@@ -13,7 +13,7 @@ pub(crate) mod rendezvous;
 use unimem_mailbox::{Error as MailboxError, Mailbox};
 
 use super::peers::DataItem;
-use super::{Messenger, PeerIdx, SendReq};
+use super::{Messenger, PeerIdx};
 use crate::dma::Token;
 use crate::iov::{gather, total_len};
 use crate::matching::IovList;
@@ -21,6 +21,36 @@ use crate::messenger::{Addr, Backend};
 use crate::pool::Buffer;
 use crate::wire::{inline_capacity, MatchInfo, Wire, EAGER_SEQ_MOD};
 use crate::PostError;
+
+/// A send request. The iov stays valid until the send's completion (or,
+/// for an inject or a `copy` send, until the call returns).
+#[derive(Clone, Debug)]
+pub struct SendReq<A> {
+    pub dest: A,
+    pub iov: IovList,
+    pub info: MatchInfo,
+    pub context: usize,
+    pub completion: bool,
+    /// `fi_inject`: copied within the call, reported without a completion.
+    pub inject: bool,
+    /// `FI_INJECT`: the buffers may be reused once the call returns, so the
+    /// data is copied within it (an inject implies it).
+    pub copy: bool,
+    /// `FI_MATCH_COMPLETE` or `FI_DELIVERY_COMPLETE`: the send completes
+    /// only once the target has matched the message to a receive (its data
+    /// in the receive buffer) or queued it as unexpected (its data copied
+    /// into the target's memory). The target does both in one step, so
+    /// one condition serves both levels. Ignored for an inject, which has
+    /// no completion.
+    ///
+    /// Without it a send completes at `FI_TRANSMIT_COMPLETE`: an inline or
+    /// eager one when its message is in the target's mailbox (and its data
+    /// in the target's eager ring), which for a reliable endpoint is
+    /// transmit complete (and inject complete: the buffer is free). A
+    /// rendezvous send always completes on the target's `Fin`, sent once
+    /// the data is in the matched receive buffer: every level.
+    pub delivery_complete: bool,
+}
 
 /// Where the data of a send is until it leaves.
 pub(crate) enum Payload {

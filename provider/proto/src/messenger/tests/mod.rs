@@ -26,13 +26,13 @@ use unimem_mailbox::{MailboxAddr, Profile, ShmMailbox};
 use super::untrusted::FENCE_AFTER;
 use super::*;
 use crate::atomic::{AtomicCall, AtomicOp, Datatype};
-use crate::matching::PostedRecv;
+use crate::matching::{IovList, PostedRecv};
 use crate::test_job;
 use crate::testing::{
     config, engine, expose_in, fresh_key, mailbox, messenger, messenger_profile, messenger_with,
     pattern, Shm, EAGER, FRAGMENT,
 };
-use crate::wire::{inline_capacity, Wire, MORE_LEN};
+use crate::wire::{inline_capacity, MatchInfo, Wire, MORE_LEN};
 use crate::{AccessCounts, ErrorKind, OpError, RecvDone, RmaKind};
 
 /// How long a loop waits for something that must happen before it calls
