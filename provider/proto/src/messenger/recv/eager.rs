@@ -5,8 +5,7 @@
 //! Moves through [`RxRing`](super::super::peers::RxRing) (the ring's memory
 //! and our place in it).
 
-use super::super::{Messenger, PeerIdx};
-use crate::messenger::{Addr, Backend};
+use super::super::{Addr, Backend, Messenger, PeerIdx};
 use crate::wire::{MatchInfo, Wire, EAGER_SEQ_MOD};
 
 impl<B: Backend> Messenger<B> {

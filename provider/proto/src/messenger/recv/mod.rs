@@ -10,10 +10,9 @@ pub(crate) mod eager;
 pub(crate) mod parted;
 pub(crate) mod rendezvous;
 
-use super::{Messenger, PeerIdx};
+use super::{Addr, Backend, Messenger, PeerIdx};
 use crate::iov::scatter;
 use crate::matching::{Cancelled, Placement, PostedRecv, Unexpected};
-use crate::messenger::{Addr, Backend};
 use crate::wire::{MatchInfo, Wire};
 use crate::{ErrorKind, Event, OpError, RecvDone, UNEXPECTED_OVERHEAD};
 

@@ -5,8 +5,7 @@
 //!
 //! Owns: each peer's `parted` (the message being put together).
 
-use super::super::{Messenger, PeerIdx};
-use crate::messenger::{Addr, Backend};
+use super::super::{Addr, Backend, Messenger, PeerIdx};
 use crate::wire::{InlineBytes, MatchInfo, MAX_PARTED_LEN, MORE_LEN};
 
 /// A message in parts, as far as it arrived.

@@ -19,11 +19,10 @@ use std::collections::{HashMap, VecDeque};
 use unimem_dma::DmaError;
 
 use super::super::send::Waiter;
-use super::super::{Messenger, PeerIdx};
+use super::super::{Addr, Backend, Messenger, PeerIdx};
 use super::Held;
 use crate::iov::scatter;
 use crate::matching::{Placement, Unexpected};
-use crate::messenger::{Addr, Backend};
 use crate::pool::Buffer;
 use crate::wire::{MatchInfo, Wire};
 use crate::{AccessCounts, ErrorKind, Event, RmaKind};

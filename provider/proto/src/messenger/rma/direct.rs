@@ -41,8 +41,7 @@ use crate::dma::DmaSession;
 use crate::iov::{gather, scatter};
 use crate::matching::IovList;
 use crate::messenger::peers::Lane;
-use crate::messenger::{Addr, Backend};
-use crate::messenger::{Messenger, PeerIdx};
+use crate::messenger::{Addr, Backend, Messenger, PeerIdx};
 use crate::{PostError, RmaKind};
 
 /// What the target's key granted a direct operation.

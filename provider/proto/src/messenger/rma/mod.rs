@@ -32,11 +32,10 @@ pub(crate) mod target;
 
 use unimem_dma::{Access, DmaEngine, DmaError, RegId};
 
-use super::{Messenger, PeerIdx};
+use super::{Addr, Backend, Messenger, Node, PeerIdx};
 use crate::dma::DmaSession;
 use crate::iov::{gather, total_len};
 use crate::matching::IovList;
-use crate::messenger::{Addr, Backend, Node};
 use crate::{ErrorKind, Event, PostError, RmaKind};
 
 /// An RMA request. The local iov stays valid until the operation

@@ -10,10 +10,9 @@
 use unimem_dma::RegId;
 
 use super::super::send::Waiter;
-use super::super::{Messenger, PeerIdx};
+use super::super::{Backend, Messenger, PeerIdx};
 use super::RmaState;
 use crate::iov::{gather, scatter};
-use crate::messenger::Backend;
 use crate::wire::Wire;
 use crate::{AccessCounts, ErrorKind, RmaKind};
 

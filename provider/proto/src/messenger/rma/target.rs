@@ -25,9 +25,8 @@ use unimem_dma::{Access, DmaError};
 use super::super::peers::DataItem;
 use super::super::recv::rendezvous::{RxXfer, XferPurpose, NO_SEND_ID};
 use super::super::send::{Payload, TxClass, TxKind, TxOp};
-use super::super::{Messenger, PeerIdx};
+use super::super::{Addr, Backend, Messenger, PeerIdx};
 use crate::matching::{IovList, Placement};
-use crate::messenger::{Addr, Backend};
 use crate::wire::{MatchInfo, RmaRefusal, Wire};
 use crate::{AccessCounts, ErrorKind, Event, RmaKind};
 

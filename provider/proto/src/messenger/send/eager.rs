@@ -21,11 +21,10 @@ use unimem_mailbox::Message;
 
 use super::super::peers::DataItem;
 
-use super::super::{Messenger, PeerIdx};
+use super::super::{Backend, Messenger, PeerIdx};
 use super::{EagerState, Payload, TxKind, TxOp, Waiter};
 use crate::iov::gather;
 use crate::matching::IovList;
-use crate::messenger::Backend;
 use crate::wire::{MatchInfo, Wire, EAGER_SEQ_MOD};
 
 impl<B: Backend> Messenger<B> {

@@ -10,10 +10,9 @@
 use unimem_mailbox::{Error as MailboxError, Mailbox, Message};
 
 use super::super::peers::DataItem;
-use super::super::{post_error, Messenger, PeerIdx, SendReq};
+use super::super::{post_error, Addr, Backend, Messenger, PeerIdx, SendReq};
 use super::{TxClass, TxKind, TxOp};
 use crate::iov::gather;
-use crate::messenger::{Addr, Backend};
 use crate::wire::{InlineBytes, Wire, MAX_INLINE_PARTS, MAX_PARTED_LEN, MORE_LEN};
 use crate::PostError;
 

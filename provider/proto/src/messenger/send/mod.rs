@@ -13,11 +13,10 @@ pub(crate) mod rendezvous;
 use unimem_mailbox::{Error as MailboxError, Mailbox};
 
 use super::peers::DataItem;
-use super::{Messenger, PeerIdx};
+use super::{Addr, Backend, Messenger, PeerIdx};
 use crate::dma::Token;
 use crate::iov::{gather, total_len};
 use crate::matching::IovList;
-use crate::messenger::{Addr, Backend};
 use crate::pool::Buffer;
 use crate::wire::{inline_capacity, MatchInfo, Wire, EAGER_SEQ_MOD};
 use crate::PostError;

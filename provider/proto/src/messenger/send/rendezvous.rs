@@ -12,11 +12,10 @@
 
 use unimem_dma::DmaError;
 
-use super::super::{Messenger, PeerIdx};
+use super::super::{Backend, Messenger, PeerIdx};
 use super::{Payload, TxKind, Waiter};
 use crate::iov::gather;
 use crate::matching::IovList;
-use crate::messenger::Backend;
 
 /// A grant received for a rendezvous send.
 #[derive(Clone, Copy, Debug)]

@@ -28,8 +28,7 @@ use super::{RmaOp, RmaState};
 use crate::atomic::{self, element, set_element, AtomicCall, AtomicOp, Datatype, ATOMIC_MAX_BYTES};
 use crate::iov::{gather, scatter, total_len};
 use crate::matching::IovList;
-use crate::messenger::{Addr, Backend, Node};
-use crate::messenger::{Messenger, PeerIdx};
+use crate::messenger::{Addr, Backend, Messenger, Node, PeerIdx};
 use crate::wire::{Chunk, RmaRefusal, Wire, CHUNK_LEN};
 use crate::{ErrorKind, PostError, RmaKind};
 

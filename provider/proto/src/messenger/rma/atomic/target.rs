@@ -15,8 +15,7 @@ use unimem_dma::DmaError;
 
 use super::AtomicArgs;
 use crate::atomic::{self, set_element, AtomicCall, AtomicOp, Datatype, ATOMIC_MAX_BYTES};
-use crate::messenger::Backend;
-use crate::messenger::{Messenger, PeerIdx};
+use crate::messenger::{Backend, Messenger, PeerIdx};
 use crate::wire::{Chunk, RmaRefusal, Wire, CHUNK_LEN};
 
 /// A peer's atomic whose operands are still arriving.
