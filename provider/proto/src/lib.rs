@@ -35,8 +35,14 @@ pub mod messenger;
 pub mod pool;
 pub mod wire;
 
+/// The tests' harness, shared by the unit tests and the fuzz harness (see
+/// its module docs); compiled for tests only.
+#[cfg(any(test, feature = "testing"))]
+#[doc(hidden)]
+pub mod testing;
+
 pub use dma::{DmaView, DomainDma};
-pub use messenger::{AtomicReq, Messenger, RmaReq, Stats};
+pub use messenger::{AtomicReq, Backend, Messenger, RmaReq, Stats};
 
 use std::time::Duration;
 
@@ -336,11 +342,7 @@ impl WireNode<MailboxAddr> for NodeId {
 }
 
 #[cfg(test)]
-pub(crate) fn test_job() -> JobId {
-    // One process has one dmable region, of one job: every unit test of the
-    // crate that touches DMA shares this job.
-    JobId::from_name(&format!("provider-unit-{}", std::process::id()))
-}
+pub(crate) use testing::test_job;
 
 /// The unit tests' allocator: the system's, counting each thread's
 /// allocations, so that a test can check a path allocates nothing.

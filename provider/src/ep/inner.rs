@@ -27,7 +27,7 @@ use unimem_proto as proto;
 
 /// The protocol over the node's hardware: the shared-memory emulation for
 /// peers of this host, the network backend for peers of others.
-pub type Messenger = proto::Messenger<NodeMailbox, NodeDma>;
+pub type Messenger = proto::Messenger<(NodeMailbox, NodeDma)>;
 
 /// The endpoint's messenger, with what the endpoint keeps beside it under
 /// the same lock: the answer of its last source lookup. It derefs to the

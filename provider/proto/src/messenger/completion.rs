@@ -5,24 +5,13 @@
 //! `outstanding_sends`. Touches `tx_ops`, the bounce pool and the matcher's
 //! multi-receive accounting.
 
-use std::hash::Hash;
-
-use unimem_dma::DmaEngine;
-use unimem_mailbox::Mailbox;
-
 use super::send::{EagerState, Payload, TxClass, TxKind};
-use super::Messenger;
+use super::{Addr, Backend, Messenger};
 use crate::matching::{MultiDone, Placement, PostedRecv};
 use crate::wire::{MatchInfo, Wire};
-use crate::{AccessCounts, ErrorKind, Event, OpError, RecvDone, RmaKind, WireNode};
+use crate::{AccessCounts, ErrorKind, Event, OpError, RecvDone, RmaKind};
 
-impl<M, D> Messenger<M, D>
-where
-    M: Mailbox,
-    M::Addr: Hash,
-    D: DmaEngine,
-    D::Node: WireNode<M::Addr>,
-{
+impl<B: Backend> Messenger<B> {
     /// Gives back the bounce buffer a finished send held, if any (a DMA in
     /// flight holds its own, in its waiter).
     pub(crate) fn release_bounce(&mut self, kind: &TxKind) {
@@ -142,7 +131,7 @@ where
     pub(crate) fn complete_recv(
         &mut self,
         placement: Placement,
-        src: M::Addr,
+        src: Addr<B>,
         info: MatchInfo,
         msg_len: usize,
         copied: usize,
@@ -173,7 +162,7 @@ where
     pub(crate) fn complete_recv_error(
         &mut self,
         placement: Placement,
-        src: Option<M::Addr>,
+        src: Option<Addr<B>>,
         info: MatchInfo,
         olen: usize,
         kind: ErrorKind,
@@ -205,9 +194,9 @@ where
     pub(crate) fn fail_posted(
         &mut self,
         tagged: bool,
-        recv: &PostedRecv<M::Addr>,
+        recv: &PostedRecv<Addr<B>>,
         kind: ErrorKind,
-        src: Option<M::Addr>,
+        src: Option<Addr<B>>,
         multi_released: bool,
     ) {
         self.events.push_back(Event::Error(OpError {

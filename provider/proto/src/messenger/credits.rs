@@ -6,22 +6,10 @@
 //! Owns: the `credits` of each peer's [`TxRing`](super::peers::TxRing)
 //! and the `owed` of each [`RxRing`](super::peers::RxRing).
 
-use std::hash::Hash;
-
-use unimem_dma::DmaEngine;
-use unimem_mailbox::Mailbox;
-
-use super::{Messenger, PeerIdx};
+use super::{Backend, Messenger, PeerIdx};
 use crate::wire::Wire;
-use crate::WireNode;
 
-impl<M, D> Messenger<M, D>
-where
-    M: Mailbox,
-    M::Addr: Hash,
-    D: DmaEngine,
-    D::Node: WireNode<M::Addr>,
-{
+impl<B: Backend> Messenger<B> {
     /// Credits owed to `peer`, taken for piggybacking (at most 255). None
     /// while we throttle it: its eager messages wait, and what it has in
     /// flight stays within its ring.

@@ -6,29 +6,21 @@
 //! Owns: the peer-check clock (`calls_since_clock`, `next_peer_check`) and
 //! `peers_lost`. Touches every queue and table that can name the dead peer.
 
-use std::hash::Hash;
 use std::sync::atomic::AtomicU64;
 use std::time::Instant;
 
-use unimem_dma::DmaEngine;
 use unimem_mailbox::shm::rate_limited;
 use unimem_mailbox::{Error as MailboxError, Mailbox};
 
 use super::peers::DataItem;
-use super::{Messenger, PeerIdx};
-use crate::{ErrorKind, WireNode};
+use super::{Addr, Backend, Messenger, PeerIdx};
+use crate::ErrorKind;
 
 /// Progress calls between two looks at the clock for the peer check: a
 /// clock read on every call would cost the fast path.
 pub(crate) const CALLS_PER_CLOCK_READ: u32 = 64;
 
-impl<M, D> Messenger<M, D>
-where
-    M: Mailbox,
-    M::Addr: Hash,
-    D: DmaEngine,
-    D::Node: WireNode<M::Addr>,
-{
+impl<B: Backend> Messenger<B> {
     /// The peer is gone: everything in flight with it fails. What it sent
     /// before it went is taken in first: a peer that acknowledges our send
     /// and closes at once (MPI at its end) has its FIN in our mailbox, and
@@ -127,7 +119,7 @@ where
     /// endpoint behind the address, or its process dead: a look at its
     /// mailbox, for cold paths). A lookup that fails otherwise (out of
     /// file descriptors, say) is not taken for gone.
-    pub fn lost(&mut self, addr: &M::Addr) -> bool {
+    pub fn lost(&mut self, addr: &Addr<B>) -> bool {
         match self.known_peer(addr) {
             Some(peer) => self.peers[peer].dead,
             None => matches!(

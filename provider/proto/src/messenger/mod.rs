@@ -30,9 +30,14 @@
 //!   and stages fragments;
 //! - `credits`: eager credits spent, owed and returned;
 //! - `rma`: one-sided writes and reads, by DMA when the target range is
-//!   dmable, else with the target's help (`rma::target`);
+//!   dmable (`rma::one_sided`, small ones within their call in
+//!   `rma::direct`), else with the target's help (`rma::target`); atomics
+//!   in `rma::atomic`, their target's side in `rma::atomic::target`;
 //! - `completion`: events for finished and failed operations;
 //! - `progress`: the progress loop and the dispatch of mailbox messages;
+//! - `untrusted`: invalid peer messages dropped and counted, peers fenced
+//!   or refused;
+//! - `report`: what the messenger carried and has in flight, for the log;
 //! - `ids`: the `Slab` of ids that travel on the wire.
 
 mod completion;
@@ -45,22 +50,23 @@ mod recv;
 mod report;
 mod rma;
 mod send;
+mod untrusted;
 
 pub use recv::Held;
+pub use report::Stats;
 pub use rma::atomic::AtomicReq;
 pub use rma::RmaReq;
+pub use send::SendReq;
 
 use std::collections::VecDeque;
-use std::hash::Hash;
 use std::time::Instant;
 
 use unimem_dma::{DmaEngine, DmaError};
 use unimem_mailbox::{Error as MailboxError, IdMap, Mailbox};
 
 use crate::dma::{DmaView, DomainDma, Token};
-use crate::matching::{IovList, Matcher};
+use crate::matching::Matcher;
 use crate::pool::BufferPool;
-use crate::wire::MatchInfo;
 use crate::{Event, PostError, ProtoConfig, RmaKind, WireNode};
 use ids::Slab;
 use peers::Peer;
@@ -70,75 +76,71 @@ use rma::RmaOp;
 use send::rendezvous::Grant;
 use send::TxOp;
 use send::Waiter;
+use untrusted::DroppedMessages;
+
+/// What a messenger runs on: a mailbox, and a DMA engine whose node (where
+/// a peer's memory is) travels in a Hello, read back knowing the mailbox
+/// address it came from. The one bound the protocol puts on the pair,
+/// written here once: every `impl<B: Backend> Messenger<B>` block has it.
+///
+/// Any pair `(M, D)` that fits is a backend (the provider's
+/// `(NodeMailbox, NodeDma)`, the tests' `(ShmMailbox, ShmDmaEngine)`):
+/// naming the pair is naming the backend, and each messenger is
+/// monomorphised for its mailbox and engine as before.
+pub trait Backend {
+    type Mailbox: Mailbox;
+    type Dma: DmaEngine<Node: WireNode<<Self::Mailbox as Mailbox>::Addr>>;
+}
+
+impl<M, D> Backend for (M, D)
+where
+    M: Mailbox,
+    D: DmaEngine<Node: WireNode<M::Addr>>,
+{
+    type Mailbox = M;
+    type Dma = D;
+}
+
+/// A backend's mailbox address: how a peer is named.
+pub type Addr<B> = <<B as Backend>::Mailbox as Mailbox>::Addr;
+/// A backend's route to a peer's mailbox.
+pub(crate) type Route<B> = <<B as Backend>::Mailbox as Mailbox>::Peer;
+/// A backend's DMA node: where a peer's memory is.
+pub type Node<B> = <<B as Backend>::Dma as DmaEngine>::Node;
 
 /// Index of a peer in the table: peers are never removed.
 type PeerIdx = usize;
 
-/// Invalid messages of one peer after which it is fenced: its operations
-/// fail as if it were dead, and its messages are dropped. One stray
-/// message is a bug worth a warning; this many, a peer not to trust.
-pub(crate) const FENCE_AFTER: u32 = 16;
-
-/// A send request. The iov stays valid until the send's completion (or,
-/// for an inject or a `copy` send, until the call returns).
-#[derive(Clone, Debug)]
-pub struct SendReq<A> {
-    pub dest: A,
-    pub iov: IovList,
-    pub info: MatchInfo,
-    pub context: usize,
-    pub completion: bool,
-    /// `fi_inject`: copied within the call, reported without a completion.
-    pub inject: bool,
-    /// `FI_INJECT`: the buffers may be reused once the call returns, so the
-    /// data is copied within it (an inject implies it).
-    pub copy: bool,
-    /// `FI_MATCH_COMPLETE` or `FI_DELIVERY_COMPLETE`: the send completes
-    /// only once the target has matched the message to a receive (its data
-    /// in the receive buffer) or queued it as unexpected (its data copied
-    /// into the target's memory). The target does both in one step, so
-    /// one condition serves both levels. Ignored for an inject, which has
-    /// no completion.
-    ///
-    /// Without it a send completes at `FI_TRANSMIT_COMPLETE`: an inline or
-    /// eager one when its message is in the target's mailbox (and its data
-    /// in the target's eager ring), which for a reliable endpoint is
-    /// transmit complete (and inject complete: the buffer is free). A
-    /// rendezvous send always completes on the target's `Fin`, sent once
-    /// the data is in the matched receive buffer: every level.
-    pub delivery_complete: bool,
-}
-
 /// The protocol state of one endpoint; see the [module docs](self). Each
 /// field is owned by the module named beside it: others read it, or change
 /// it through that module's methods.
-pub struct Messenger<M: Mailbox, D: DmaEngine> {
-    mbx: M,
+pub struct Messenger<B: Backend> {
+    mbx: B::Mailbox,
     /// This messenger's view of its domain's DMA engine and cache.
-    dma: DmaView<D>,
+    dma: DmaView<B::Dma>,
     cfg: ProtoConfig,
     /// Size of an eager ring slot (and of a bounce buffer): `eager_size`
     /// rounded up to a power of two.
     slot_size: usize,
     // peers
-    peers: Vec<Peer<M::Addr, M::Peer, D::Node>>,
-    by_addr: IdMap<M::Addr, PeerIdx>,
+    peers: Vec<Peer<Addr<B>, Route<B>, Node<B>>>,
+    by_addr: IdMap<Addr<B>, PeerIdx>,
     /// The peer looked up last: most traffic goes to or comes from the same
     /// peer as the message before, and this spares hashing its address.
-    last_peer: Option<(M::Addr, PeerIdx)>,
+    last_peer: Option<(Addr<B>, PeerIdx)>,
     /// Peers with queued messages, flushed by progress.
     active: Vec<PeerIdx>,
     /// The other half of `active`, swapped in while it is flushed, so that
     /// neither ever gives its allocation back (progress).
     active_spare: Vec<PeerIdx>,
     // recv
-    matcher: Matcher<M::Addr, Held>,
+    matcher: Matcher<Addr<B>, Held>,
     // send
     tx_ops: Slab<TxOp>,
     bounce_pool: BufferPool,
     // completion
     outstanding_sends: usize,
-    events: VecDeque<Event<M::Addr>>,
+    events: VecDeque<Event<Addr<B>>>,
     /// Whether a send that asks for no CQ entry (an inject, a selective
     /// send) is reported all the same: only a send counter needs it, and
     /// MPI's small sends are injects with none bound.
@@ -151,10 +153,10 @@ pub struct Messenger<M: Mailbox, D: DmaEngine> {
     /// Whether any is counted (one load for the endpoint's every drain).
     silent_any: bool,
     // recv::rendezvous
-    rx_xfers: Slab<RxXfer<M::Addr>>,
+    rx_xfers: Slab<RxXfer<Addr<B>>>,
     /// Transfers a peer started (matched requests to send, its writes to
     /// us) waiting for a free id, in order.
-    rx_backlog: VecDeque<RxXfer<M::Addr>>,
+    rx_backlog: VecDeque<RxXfer<Addr<B>>>,
     /// How many ids `rx_xfers` may hand out: all a wire id can name.
     rx_id_limit: usize,
     rx_staging: BufferPool,
@@ -163,7 +165,7 @@ pub struct Messenger<M: Mailbox, D: DmaEngine> {
     rma_ops: Slab<RmaOp>,
     rma_pending: VecDeque<usize>,
     // rma::atomic
-    atomic_rx: IdMap<(PeerIdx, u16), rma::atomic::PendingAtomic>,
+    atomic_rx: IdMap<(PeerIdx, u16), rma::atomic::target::PendingAtomic>,
     // rma::target
     deferred_reads: VecDeque<DeferredRead>,
     // recv::rendezvous
@@ -199,63 +201,6 @@ pub struct Messenger<M: Mailbox, D: DmaEngine> {
     dropped: DroppedMessages,
 }
 
-/// Peer messages dropped as invalid, warned about at most once a second.
-#[derive(Debug, Default)]
-pub(crate) struct DroppedMessages {
-    total: u64,
-    since_warning: u64,
-    last_warning: Option<Instant>,
-}
-
-/// What a messenger carried, for the log: messages, and which path its RMA
-/// and atomic operations took.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct Stats {
-    /// Sends completed.
-    pub sends: u64,
-    /// Receives completed with their data.
-    pub receives: u64,
-    /// RMA and atomics moved by DMA (or the atomic unit) with no action of
-    /// the target.
-    pub one_sided: u64,
-    /// Of the one-sided ones, those done inside their call by loads and
-    /// stores (the direct path of small operations).
-    pub direct: u64,
-    /// Carried out by the target's progress (target memory not dmable).
-    pub assisted: u64,
-    /// Eager messages whose data we stored into the receiver's slot with
-    /// the CPU (a peer of this host), not put by DMA.
-    pub stored: u64,
-    /// Of both, atomics.
-    pub atomics: u64,
-    /// Notices of one-sided accesses sent to targets whose key counts them
-    /// (`FI_RMA_EVENT`).
-    pub notices: u64,
-    /// Rendezvous receives whose data we read from the sender's offered
-    /// buffer (the receiver waited), not granted to the sender.
-    pub pulls: u64,
-    /// Transfers of the domain's engine copied by its own thread while
-    /// their submitter went on (filled in by [`Messenger::stats`]).
-    pub moved_async: u64,
-    /// Most unexpected message data held from one sender at once (bytes,
-    /// with the per-message overhead).
-    pub unexpected_peak: usize,
-    /// Times a sender was asked to throttle (it held too much of that).
-    pub throttles: u64,
-    /// The domain's registration cache: lookups served and not, and
-    /// registrations found stale (their owner freed the memory since) and
-    /// made again (filled in by [`Messenger::stats`]).
-    pub regcache_hits: u64,
-    pub regcache_misses: u64,
-    pub stale_registrations: u64,
-    /// Peers met so far (each made on first contact), and the dmable
-    /// memory set aside: the eager rings of those peers, and the
-    /// endpoint's own buffers (bounce and staging), whatever the peers.
-    pub peers: usize,
-    pub ring_bytes: usize,
-    pub buffer_bytes: usize,
-}
-
 fn post_error(e: MailboxError) -> PostError {
     match e {
         MailboxError::Busy => PostError::Again,
@@ -265,17 +210,15 @@ fn post_error(e: MailboxError) -> PostError {
     }
 }
 
-impl<M, D> Messenger<M, D>
-where
-    M: Mailbox,
-    M::Addr: Hash,
-    D: DmaEngine,
-    D::Node: WireNode<M::Addr>,
-{
+impl<B: Backend> Messenger<B> {
     /// A messenger over mailbox `mbx`, using its domain's DMA (`dma`: its
     /// engine, and its registration cache, shared with the domain's other
     /// messengers).
-    pub fn new(mbx: M, dma: &DomainDma<D>, mut cfg: ProtoConfig) -> Result<Self, DmaError> {
+    pub fn new(
+        mbx: B::Mailbox,
+        dma: &DomainDma<B::Dma>,
+        mut cfg: ProtoConfig,
+    ) -> Result<Self, DmaError> {
         let dma = dma.view();
         // What the wire can carry: an eager length in 27 bits, a fragment
         // length in 32.
@@ -341,17 +284,21 @@ where
 
     /// A messenger with a DMA engine and registration cache of its own,
     /// shared with no other (tests; a domain of one endpoint).
-    pub fn with_private_dma(mbx: M, engine: D, cfg: ProtoConfig) -> Result<Self, DmaError> {
+    pub fn with_private_dma(
+        mbx: B::Mailbox,
+        engine: B::Dma,
+        cfg: ProtoConfig,
+    ) -> Result<Self, DmaError> {
         let dma = DomainDma::new(engine, unimem_regcache::Config::default());
         Self::new(mbx, &dma, cfg)
     }
 
     /// The domain's DMA this messenger uses.
-    pub fn domain_dma(&self) -> &DomainDma<D> {
+    pub fn domain_dma(&self) -> &DomainDma<B::Dma> {
         self.dma.domain()
     }
 
-    pub fn addr(&self) -> M::Addr {
+    pub fn addr(&self) -> Addr<B> {
         self.mbx.addr()
     }
 
@@ -385,7 +332,7 @@ where
     }
 
     /// The next finished operation, if any.
-    pub fn next_event(&mut self) -> Option<Event<M::Addr>> {
+    pub fn next_event(&mut self) -> Option<Event<Addr<B>>> {
         self.events.pop_front()
     }
 
@@ -433,63 +380,6 @@ where
     /// Whether operations are still in flight (sends, RMA, transfers).
     pub fn busy(&self) -> bool {
         self.outstanding_sends > 0 || !self.rx_xfers.is_empty() || !self.rx_backlog.is_empty()
-    }
-
-    /// What the messenger carried so far.
-    pub fn stats(&self) -> Stats {
-        let domain = self.dma.domain();
-        let cache = domain.regcache_stats();
-        Stats {
-            regcache_hits: cache.hits,
-            regcache_misses: cache.misses,
-            stale_registrations: domain.stale_registrations(),
-            moved_async: domain.moved_async(),
-            peers: self.peers.len(),
-            ring_bytes: self
-                .peers
-                .iter()
-                .filter_map(|p| p.rx.as_ref())
-                .map(|rx| rx.memory.len())
-                .sum(),
-            buffer_bytes: self.bounce_pool.memory_len()
-                + self.tx_staging.memory_len()
-                + self.rx_staging.memory_len(),
-            ..self.stats
-        }
-    }
-
-    /// How many peer messages were dropped as invalid so far.
-    pub fn dropped_messages(&self) -> u64 {
-        self.dropped.total
-    }
-
-    /// Drops a message of `peer` that does not fit what it may send
-    /// (`what` says which), with a rate-limited warning: a broken or
-    /// hostile peer must not flood the log, nor be acted upon.
-    ///
-    /// Each drop counts against the peer: after [`FENCE_AFTER`] of them it
-    /// is fenced (progress, [`Self::dispatch`]).
-    pub(crate) fn drop_invalid(&mut self, peer: PeerIdx, what: &str) {
-        if let Some(state) = self.peers.get_mut(peer) {
-            state.violations = state.violations.saturating_add(1);
-        }
-        let dropped = &mut self.dropped;
-        dropped.total += 1;
-        dropped.since_warning += 1;
-        let now = Instant::now();
-        if dropped
-            .last_warning
-            .is_some_and(|last| now.duration_since(last).as_secs() < 1)
-        {
-            return;
-        }
-        let addr = self.peers.get(peer).map(|p| p.addr);
-        let count = std::mem::take(&mut dropped.since_warning);
-        dropped.last_warning = Some(now);
-        match addr {
-            Some(addr) => tracing::warn!(%addr, count, "dropped invalid peer message(s): {what}"),
-            None => tracing::warn!(count, "dropped invalid peer message(s): {what}"),
-        }
     }
 
     /// A peer announces the high 32 bits of the length of its next
@@ -543,7 +433,7 @@ where
 
     /// Fewer ids for rendezvous receives than the wire allows, to cross
     /// the limit in tests (the unit tests, and the fuzz harness,
-    /// `tests/fuzz.rs`, which is why it is public).
+    /// `tests/fuzz/`, which is why it is public).
     #[doc(hidden)]
     pub fn limit_rx_ids(&mut self, limit: usize) {
         self.rx_id_limit = limit;
@@ -552,71 +442,6 @@ where
     /// How many peers were found dead so far.
     pub fn peers_lost(&self) -> usize {
         self.peers_lost
-    }
-
-    /// What waits for what inside, for the fuzz harness's failure reports.
-    #[doc(hidden)]
-    pub fn debug_state(&self) -> String {
-        let peers: Vec<String> = self
-            .peers
-            .iter()
-            .enumerate()
-            .filter(|(_, p)| !p.dead)
-            .map(|(i, p)| {
-                format!(
-                    "peer {i}: ids {} staging {} reads {} atomics {} control {} data {} throttled {} throttling {} tx credits {:?}",
-                    p.rx_ids,
-                    p.staging_held,
-                    p.reads_served,
-                    p.atomics_pending,
-                    p.control.len(),
-                    p.data.len(),
-                    p.throttled,
-                    p.throttling,
-                    p.tx.as_ref().map(|t| t.credits)
-                )
-            })
-            .collect();
-        // The transfers (the first hundred), with their peer's state.
-        let xfers: Vec<String> = self
-            .rx_xfers
-            .ids_where(|_| true)
-            .into_iter()
-            .take(100)
-            .filter_map(|id| self.rx_xfers.get(id).map(|x| (id, x)))
-            .map(|(id, x)| {
-                format!(
-                    "{id}: peer {}{} {:?} sid {} granted/done/all {}/{}/{} direct {}",
-                    x.peer,
-                    if self.peers[x.peer].dead {
-                        " (dead)"
-                    } else {
-                        ""
-                    },
-                    x.purpose,
-                    x.send_id,
-                    x.next_grant,
-                    x.done,
-                    x.fragments,
-                    x.direct
-                )
-            })
-            .collect();
-        format!(
-            "xfers [{}] sends {} rx_xfers {} backlog {} deferred grants {:?} deferred fragments {} deferred reads {} rma pending {} staging rx {} tx {} dma waiters {}; {}",
-            xfers.join(", "),
-            self.outstanding_sends,
-            self.rx_xfers.len(),
-            self.rx_backlog.len(),
-            self.deferred_grants,
-            self.deferred_fragments.len(),
-            self.deferred_reads.len(),
-            self.rma_pending.len(),
-            self.rx_staging.available(),
-            self.tx_staging.available(),
-            self.dma_waiters.len(),
-            peers.join("; ")
-        )
     }
 }
 

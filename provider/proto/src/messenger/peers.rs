@@ -8,14 +8,13 @@
 //! only to set up eager rings (allocation, and registration of the peer's).
 
 use std::collections::VecDeque;
-use std::hash::Hash;
 use std::sync::atomic::AtomicU64;
 
-use unimem_dma::{DmaBuf, DmaEngine, RegId};
+use unimem_dma::{DmaBuf, RegId};
 use unimem_mailbox::shm::rate_limited;
 use unimem_mailbox::{Error as MailboxError, Mailbox, Message};
 
-use super::{post_error, Messenger, PeerIdx};
+use super::{post_error, Addr, Backend, Messenger, Node, PeerIdx, Route};
 use crate::wire::{Wire, ID_BITS, MAX_EAGER_LEN, NODE_LEN, PROTOCOL_VERSION};
 use crate::{PostError, WireNode};
 
@@ -169,16 +168,10 @@ pub(crate) struct Peer<A, R, N> {
     pub(crate) lane: Option<Lane>,
 }
 
-impl<M, D> Messenger<M, D>
-where
-    M: Mailbox,
-    M::Addr: Hash,
-    D: DmaEngine,
-    D::Node: WireNode<M::Addr>,
-{
+impl<B: Backend> Messenger<B> {
     /// A known peer's index. Peers are never removed, so the cached last
     /// lookup stays right.
-    pub(crate) fn known_peer(&mut self, addr: &M::Addr) -> Option<PeerIdx> {
+    pub(crate) fn known_peer(&mut self, addr: &Addr<B>) -> Option<PeerIdx> {
         if let Some((last, index)) = self.last_peer {
             if last == *addr {
                 return Some(index);
@@ -189,7 +182,7 @@ where
         Some(index)
     }
 
-    pub(crate) fn peer_index(&mut self, addr: &M::Addr) -> Result<PeerIdx, PostError> {
+    pub(crate) fn peer_index(&mut self, addr: &Addr<B>) -> Result<PeerIdx, PostError> {
         if let Some(index) = self.known_peer(addr) {
             return Ok(index);
         }
@@ -207,7 +200,7 @@ where
     /// endpoint behind the address, or its process dead), it is added
     /// dead. When the lookup itself fails (out of file descriptors, say),
     /// nothing is known: `None`, and it is not taken for dead.
-    pub(crate) fn watch_peer(&mut self, addr: M::Addr) -> Option<PeerIdx> {
+    pub(crate) fn watch_peer(&mut self, addr: Addr<B>) -> Option<PeerIdx> {
         match self.mbx.connect(&addr) {
             Ok(route) => Some(self.add_peer(addr, Some(route))),
             Err(MailboxError::Dead | MailboxError::Invalid) => Some(self.add_peer(addr, None)),
@@ -220,7 +213,7 @@ where
 
     /// The peer a message came from, known or not. If it cannot be reached
     /// back, its messages are still delivered.
-    pub(crate) fn peer_for_source(&mut self, src: &M::Addr) -> PeerIdx {
+    pub(crate) fn peer_for_source(&mut self, src: &Addr<B>) -> PeerIdx {
         if let Some(index) = self.known_peer(src) {
             return index;
         }
@@ -239,7 +232,7 @@ where
         self.add_peer(*src, route)
     }
 
-    pub(crate) fn add_peer(&mut self, addr: M::Addr, route: Option<M::Peer>) -> PeerIdx {
+    pub(crate) fn add_peer(&mut self, addr: Addr<B>, route: Option<Route<B>>) -> PeerIdx {
         let index = self.peers.len();
         let dead = route.is_none();
         self.peers.push(Peer {
@@ -378,53 +371,6 @@ where
         self.eager_by_rendezvous(peer, limit);
     }
 
-    /// Refuses `peer`, whose `what` is `theirs` where ours is `ours`: one
-    /// log line naming both, then it is dead to us (its operations fail
-    /// with an error, its messages are dropped).
-    pub(crate) fn refuse_peer(&mut self, peer: PeerIdx, what: &str, ours: u64, theirs: u64) {
-        let addr = self.peers[peer].addr;
-        // One line per peer, but a process can open new peers at will.
-        static LAST: AtomicU64 = AtomicU64::new(0);
-        rate_limited(
-            &LAST,
-            || tracing::warn!(%addr, "peer refused: its {what} is {theirs}, ours {ours}"),
-        );
-        // Not told: a peer of another version would misread the `Cut`,
-        // and one of ours refuses us too, by the same checks.
-        self.cut_off(peer);
-    }
-
-    /// Cuts `peer` off: it counts as dead, and its messages are dropped.
-    /// It may be alive and innocent (another process broke its memory),
-    /// so it is told, once and best effort (a full mailbox drops it): its
-    /// operations with us then fail instead of waiting for us.
-    pub(crate) fn fence(&mut self, peer: PeerIdx) {
-        if !self.peers[peer].refused {
-            if let Some(route) = &self.peers[peer].route {
-                let _ = self.mbx.send(route, &Wire::Cut.encode());
-            }
-        }
-        self.cut_off(peer);
-    }
-
-    /// `peer` counts as dead, and its messages are dropped.
-    fn cut_off(&mut self, peer: PeerIdx) {
-        self.peers[peer].refused = true;
-        self.fail_peer(peer);
-    }
-
-    /// `peer` cut us off: it drops what we send, so everything with it
-    /// fails now, as with a dead peer.
-    pub(crate) fn on_cut(&mut self, peer: PeerIdx) {
-        let addr = self.peers[peer].addr;
-        static LAST: AtomicU64 = AtomicU64::new(0);
-        rate_limited(
-            &LAST,
-            || tracing::warn!(%addr, "a peer cut us off (it found our messages or memory invalid): operations with it fail"),
-        );
-        self.fail_peer(peer);
-    }
-
     pub(crate) fn queue_control(&mut self, peer: PeerIdx, message: Message) {
         self.peers[peer].control.push_back(message);
         self.mark_active(peer);
@@ -453,7 +399,7 @@ where
             // A peer of version 1 says hello first, without parameters.
             return self.refuse_peer(peer, "protocol version", PROTOCOL_VERSION.into(), 1);
         }
-        let Some(node) = D::Node::from_hello(node, &self.peers[peer].addr) else {
+        let Some(node) = <Node<B>>::from_hello(node, &self.peers[peer].addr) else {
             self.drop_invalid(peer, "hello naming another process's node");
             return;
         };

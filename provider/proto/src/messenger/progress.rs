@@ -6,25 +6,17 @@
 //! Owns: `dma_waiters` (what each DMA in flight is for) and the spare half
 //! of `active`. Touches everything, through the other modules' handlers.
 
-use std::hash::Hash;
-
-use unimem_dma::{DmaEngine, DmaError, RegId};
+use unimem_dma::{DmaError, RegId};
 use unimem_mailbox::{Mailbox, Message};
 
 use super::send::rendezvous::Grant;
 use super::send::{EagerState, TxKind, Waiter};
-use super::{Messenger, PeerIdx, FENCE_AFTER};
+use super::untrusted::FENCE_AFTER;
+use super::{Addr, Backend, Messenger, Node, PeerIdx};
 use crate::dma::{DmaSession, Token};
 use crate::wire::Wire;
-use crate::WireNode;
 
-impl<M, D> Messenger<M, D>
-where
-    M: Mailbox,
-    M::Addr: Hash,
-    D: DmaEngine,
-    D::Node: WireNode<M::Addr>,
-{
+impl<B: Backend> Messenger<B> {
     /// Advances everything: DMA completions, arrived messages, deferred work,
     /// credits and queued sends.
     pub fn progress(&mut self) {
@@ -108,8 +100,8 @@ where
     /// (reaped under the same lock) is acted on once the waiter is in.
     pub(crate) fn submit_granted(
         &mut self,
-        (node, addr, len): (D::Node, u64, usize),
-        mut transfer: impl FnMut(&mut DmaSession<'_, D>, RegId, Token) -> Result<(), DmaError>,
+        (node, addr, len): (Node<B>, u64, usize),
+        mut transfer: impl FnMut(&mut DmaSession<'_, B::Dma>, RegId, Token) -> Result<(), DmaError>,
         waiter: Waiter,
     ) -> Result<(), DmaError> {
         let token = self.dma_waiters.next_id();
@@ -222,7 +214,7 @@ where
     }
 
     /// Hands one arrived mailbox message to its handler.
-    pub(crate) fn dispatch(&mut self, src: M::Addr, message: &Message) {
+    pub(crate) fn dispatch(&mut self, src: Addr<B>, message: &Message) {
         // The commonest message, a whole inline one, goes from the
         // mailbox's bytes to the receive buffer: no `Wire` built, no copy
         // of its payload on the way (delivering never counts a violation).

@@ -5,22 +5,10 @@
 //! Moves through [`RxRing`](super::super::peers::RxRing) (the ring's memory
 //! and our place in it).
 
-use std::hash::Hash;
-
-use unimem_dma::DmaEngine;
-use unimem_mailbox::Mailbox;
-
-use super::super::{Messenger, PeerIdx};
+use super::super::{Addr, Backend, Messenger, PeerIdx};
 use crate::wire::{MatchInfo, Wire, EAGER_SEQ_MOD};
-use crate::WireNode;
 
-impl<M, D> Messenger<M, D>
-where
-    M: Mailbox,
-    M::Addr: Hash,
-    D: DmaEngine,
-    D::Node: WireNode<M::Addr>,
-{
+impl<B: Backend> Messenger<B> {
     /// An eager message from `peer`: its `len` bytes are in the next slot.
     /// With `ack`, its sender waits for a `Fin` naming that send id: it is
     /// sent once the message is delivered into a posted receive or copied
@@ -33,7 +21,7 @@ where
     pub(crate) fn on_eager(
         &mut self,
         peer: PeerIdx,
-        src: M::Addr,
+        src: Addr<B>,
         info: MatchInfo,
         len: u32,
         seq: u8,

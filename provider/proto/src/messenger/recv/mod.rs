@@ -10,16 +10,11 @@ pub(crate) mod eager;
 pub(crate) mod parted;
 pub(crate) mod rendezvous;
 
-use std::hash::Hash;
-
-use unimem_dma::DmaEngine;
-use unimem_mailbox::Mailbox;
-
-use super::{Messenger, PeerIdx};
+use super::{Addr, Backend, Messenger, PeerIdx};
 use crate::iov::scatter;
 use crate::matching::{Cancelled, Placement, PostedRecv, Unexpected};
 use crate::wire::{MatchInfo, Wire};
-use crate::{ErrorKind, Event, OpError, RecvDone, WireNode, UNEXPECTED_OVERHEAD};
+use crate::{ErrorKind, Event, OpError, RecvDone, UNEXPECTED_OVERHEAD};
 
 /// What an unexpected message keeps until a receive takes it.
 pub enum Held {
@@ -38,19 +33,13 @@ impl std::fmt::Debug for Held {
     }
 }
 
-impl<M, D> Messenger<M, D>
-where
-    M: Mailbox,
-    M::Addr: Hash,
-    D: DmaEngine,
-    D::Node: WireNode<M::Addr>,
-{
+impl<B: Backend> Messenger<B> {
     /// A message of `peer` whose `len` bytes are at `data` (a mailbox
     /// message or an eager slot, both ours until this returns).
     pub(crate) fn deliver(
         &mut self,
         peer: PeerIdx,
-        src: M::Addr,
+        src: Addr<B>,
         info: MatchInfo,
         len: usize,
         data: *const u8,
@@ -111,7 +100,7 @@ where
     ///
     /// # Safety
     /// `recv.iov` must stay valid until the receive completes.
-    pub unsafe fn post_recv(&mut self, tagged: bool, recv: PostedRecv<M::Addr>) {
+    pub unsafe fn post_recv(&mut self, tagged: bool, recv: PostedRecv<Addr<B>>) {
         let context = recv.context;
         let multi = recv.multi_recv;
         let src = recv.src.map(|src| (src, self.known_peer(&src)));
@@ -153,7 +142,7 @@ where
     pub(crate) fn take_unexpected(
         &mut self,
         placement: Placement,
-        message: Unexpected<M::Addr, Held>,
+        message: Unexpected<Addr<B>, Held>,
     ) {
         match message.body {
             Held::Data { bytes, peer } => {
@@ -179,7 +168,7 @@ where
     /// `FI_PEEK` (with `claim`, `FI_CLAIM` too; with `discard`, drops the
     /// message): reports the first unexpected message `probe` accepts, or a
     /// `NoMessage` error.
-    pub fn peek(&mut self, tagged: bool, probe: PostedRecv<M::Addr>, claim: bool, discard: bool) {
+    pub fn peek(&mut self, tagged: bool, probe: PostedRecv<Addr<B>>, claim: bool, discard: bool) {
         let found = self
             .matcher
             .peek(tagged, &probe, claim && !discard)
@@ -216,7 +205,7 @@ where
         context: usize,
         completion: bool,
         tagged: bool,
-        src: M::Addr,
+        src: Addr<B>,
         info: MatchInfo,
         len: usize,
     ) {
@@ -239,7 +228,7 @@ where
     ///
     /// # Safety
     /// As for [`Self::post_recv`].
-    pub unsafe fn claim(&mut self, tagged: bool, recv: PostedRecv<M::Addr>, discard: bool) -> bool {
+    pub unsafe fn claim(&mut self, tagged: bool, recv: PostedRecv<Addr<B>>, discard: bool) -> bool {
         let Some(message) = self.matcher.take_claimed(tagged, recv.context) else {
             return false;
         };
@@ -260,7 +249,7 @@ where
     }
 
     /// Drops an unexpected message; a rendezvous sender is told it is done.
-    pub(crate) fn discard(&mut self, message: Unexpected<M::Addr, Held>) {
+    pub(crate) fn discard(&mut self, message: Unexpected<Addr<B>, Held>) {
         match message.body {
             Held::Rts { peer, send_id } => {
                 self.queue_control(peer, Wire::Fin { send_id }.encode());

@@ -5,14 +5,8 @@
 //!
 //! Owns: each peer's `parted` (the message being put together).
 
-use std::hash::Hash;
-
-use unimem_dma::DmaEngine;
-use unimem_mailbox::Mailbox;
-
-use super::super::{Messenger, PeerIdx};
+use super::super::{Addr, Backend, Messenger, PeerIdx};
 use crate::wire::{InlineBytes, MatchInfo, MAX_PARTED_LEN, MORE_LEN};
-use crate::WireNode;
 
 /// A message in parts, as far as it arrived.
 pub(crate) struct Parted {
@@ -22,13 +16,7 @@ pub(crate) struct Parted {
     bytes: [u8; MAX_PARTED_LEN],
 }
 
-impl<M, D> Messenger<M, D>
-where
-    M: Mailbox,
-    M::Addr: Hash,
-    D: DmaEngine,
-    D::Node: WireNode<M::Addr>,
-{
+impl<B: Backend> Messenger<B> {
     /// The first part of a message of `len` bytes from `peer` (the wire
     /// checked `len` against what its parts can carry).
     pub(crate) fn on_inline_first(
@@ -58,7 +46,7 @@ where
     }
 
     /// The next part of `peer`'s message in parts: delivered once whole.
-    pub(crate) fn on_inline_more(&mut self, peer: PeerIdx, src: M::Addr, payload: &[u8; MORE_LEN]) {
+    pub(crate) fn on_inline_more(&mut self, peer: PeerIdx, src: Addr<B>, payload: &[u8; MORE_LEN]) {
         let Some(parted) = self.peers[peer].parted.as_mut() else {
             self.drop_invalid(peer, "part of no message in parts");
             return;

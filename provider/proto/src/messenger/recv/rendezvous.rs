@@ -15,19 +15,17 @@
 //! receive-side staging pool.
 
 use std::collections::{HashMap, VecDeque};
-use std::hash::Hash;
 
-use unimem_dma::{DmaEngine, DmaError};
-use unimem_mailbox::Mailbox;
+use unimem_dma::DmaError;
 
 use super::super::send::Waiter;
-use super::super::{Messenger, PeerIdx};
+use super::super::{Addr, Backend, Messenger, PeerIdx};
 use super::Held;
 use crate::iov::scatter;
 use crate::matching::{Placement, Unexpected};
 use crate::pool::Buffer;
 use crate::wire::{MatchInfo, Wire};
-use crate::{AccessCounts, ErrorKind, Event, RmaKind, WireNode};
+use crate::{AccessCounts, ErrorKind, Event, RmaKind};
 
 /// What a transfer in `rx_xfers` fills.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -68,19 +66,13 @@ pub(crate) struct RxXfer<A> {
     pub(crate) outstanding: Vec<u32>,
 }
 
-impl<M, D> Messenger<M, D>
-where
-    M: Mailbox,
-    M::Addr: Hash,
-    D: DmaEngine,
-    D::Node: WireNode<M::Addr>,
-{
+impl<B: Backend> Messenger<B> {
     /// Starts receive `placement` of `peer`'s send `send_id`, reading it
     /// from `offer` (the sender's buffer) if it can.
     pub(crate) fn start_rx_xfer(
         &mut self,
         peer: PeerIdx,
-        src: M::Addr,
+        src: Addr<B>,
         (send_id, offer): (u16, Option<(u64, u16)>),
         info: MatchInfo,
         msg_len: usize,
@@ -159,7 +151,7 @@ where
     /// may, or its peer's hold its share: an id is never reused while in
     /// use (ids are 16 bits on the wire). It then has no id yet, and
     /// `usize::MAX` is returned.
-    pub(crate) fn insert_rx_xfer(&mut self, xfer: RxXfer<M::Addr>) -> usize {
+    pub(crate) fn insert_rx_xfer(&mut self, xfer: RxXfer<Addr<B>>) -> usize {
         if xfer.purpose != XferPurpose::RmaRead
             && (!self.xfer_id_free(xfer.peer)
                 || self.rx_backlog.iter().any(|w| w.peer == xfer.peer))
@@ -171,7 +163,7 @@ where
     }
 
     /// [`Self::insert_rx_xfer`] once `xfer` may have an id.
-    fn start_xfer_now(&mut self, xfer: RxXfer<M::Addr>) -> usize {
+    fn start_xfer_now(&mut self, xfer: RxXfer<Addr<B>>) -> usize {
         let (empty, waits) = (xfer.fragments == 0, xfer.send_id == NO_SEND_ID);
         if xfer.purpose != XferPurpose::RmaRead {
             self.peers[xfer.peer].rx_ids += 1;
@@ -447,7 +439,7 @@ where
 
     /// Reports a transfer that ends without its data (its staging buffers
     /// already released).
-    pub(crate) fn fail_xfer(&mut self, xfer: RxXfer<M::Addr>, kind: ErrorKind) {
+    pub(crate) fn fail_xfer(&mut self, xfer: RxXfer<Addr<B>>, kind: ErrorKind) {
         match xfer.purpose {
             XferPurpose::Recv => {
                 self.complete_recv_error(xfer.placement, Some(xfer.src), xfer.info, 0, kind)
@@ -491,7 +483,7 @@ where
         self.rx_backlog = kept;
     }
 
-    pub(crate) fn release_staged(&mut self, xfer: &RxXfer<M::Addr>) {
+    pub(crate) fn release_staged(&mut self, xfer: &RxXfer<Addr<B>>) {
         for &staging in xfer.staged.values() {
             self.rx_staging.put(staging);
         }
@@ -503,7 +495,7 @@ where
     pub(crate) fn on_rts(
         &mut self,
         peer: PeerIdx,
-        src: M::Addr,
+        src: Addr<B>,
         info: MatchInfo,
         send_id: u16,
         len: usize,

@@ -32,10 +32,7 @@
 //! pass an earlier one of the general path still in flight; an atomic may
 //! not pass a write.
 
-use std::hash::Hash;
-
 use unimem_dma::{Access, DmaEngine, DmaError, RegId};
-use unimem_mailbox::Mailbox;
 
 use super::atomic::{update, AtomicReq};
 use super::{resolve_access, RmaReq};
@@ -44,8 +41,8 @@ use crate::dma::DmaSession;
 use crate::iov::{gather, scatter};
 use crate::matching::IovList;
 use crate::messenger::peers::Lane;
-use crate::messenger::{Messenger, PeerIdx};
-use crate::{PostError, RmaKind, WireNode};
+use crate::messenger::{Addr, Backend, Messenger, PeerIdx};
+use crate::{PostError, RmaKind};
 
 /// What the target's key granted a direct operation.
 struct Granted {
@@ -56,13 +53,7 @@ struct Granted {
     notify: bool,
 }
 
-impl<M, D> Messenger<M, D>
-where
-    M: Mailbox,
-    M::Addr: Hash,
-    D: DmaEngine,
-    D::Node: WireNode<M::Addr>,
-{
+impl<B: Backend> Messenger<B> {
     /// Does write or read `req` of `len` bytes with `peer` at once, if it
     /// may go the direct path; false (nothing done) if not.
     ///
@@ -72,7 +63,7 @@ where
         &mut self,
         kind: RmaKind,
         peer: PeerIdx,
-        req: &RmaReq<M::Addr>,
+        req: &RmaReq<Addr<B>>,
         len: usize,
     ) -> bool {
         let store = kind == RmaKind::Write;
@@ -107,7 +98,7 @@ where
     /// `src` must point to `len` readable bytes during the call.
     pub unsafe fn inject_write(
         &mut self,
-        dest: M::Addr,
+        dest: Addr<B>,
         (src, len): (*const u8, usize),
         (key, addr): (u64, u64),
         data: Option<u64>,
@@ -191,7 +182,7 @@ where
     pub(crate) unsafe fn atomic_direct(
         &mut self,
         peer: PeerIdx,
-        req: &AtomicReq<M::Addr>,
+        req: &AtomicReq<Addr<B>>,
         len: usize,
     ) -> bool {
         let Some(node) = self.peers[peer].node else {

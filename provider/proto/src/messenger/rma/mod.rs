@@ -15,6 +15,11 @@
 //!   rendezvous send that the target grants into its range, a read a
 //!   rendezvous in which the target sends its range to our transfer.
 //!
+//! Here: posting, resolving the key, and ending an operation. Its DMAs and
+//! what the target is told afterwards are in [`one_sided`]; the hand-over
+//! of a target-assisted one, and the target's side, in [`target`]; small
+//! operations done within their call in `direct`; atomics in [`atomic`].
+//!
 //! Owns: `rma_ops` (one-sided operations and those waiting for the
 //! target's node) and `rma_pending` (those with work left: resolving, or
 //! pieces waiting for a staging buffer). Hands target-assisted operations
@@ -22,23 +27,16 @@
 
 pub(crate) mod atomic;
 mod direct;
+mod one_sided;
 pub(crate) mod target;
 
-use std::collections::HashMap;
-use std::hash::Hash;
-
 use unimem_dma::{Access, DmaEngine, DmaError, RegId};
-use unimem_mailbox::Mailbox;
 
-use super::peers::DataItem;
-use super::recv::rendezvous::{RxXfer, XferPurpose, NO_SEND_ID};
-use super::send::{Payload, TxClass, TxKind, TxOp, Waiter};
-use super::{Messenger, PeerIdx};
+use super::{Addr, Backend, Messenger, Node, PeerIdx};
 use crate::dma::DmaSession;
-use crate::iov::{gather, scatter, total_len};
-use crate::matching::{IovList, Placement};
-use crate::wire::{MatchInfo, Wire};
-use crate::{AccessCounts, ErrorKind, Event, PostError, RmaKind, WireNode};
+use crate::iov::{gather, total_len};
+use crate::matching::IovList;
+use crate::{ErrorKind, Event, PostError, RmaKind};
 
 /// An RMA request. The local iov stays valid until the operation
 /// completes (until the call returns for an inject).
@@ -134,13 +132,7 @@ impl RmaOp {
     }
 }
 
-impl<M, D> Messenger<M, D>
-where
-    M: Mailbox,
-    M::Addr: Hash,
-    D: DmaEngine,
-    D::Node: WireNode<M::Addr>,
-{
+impl<B: Backend> Messenger<B> {
     /// Posts an RMA write (`kind` Write) or read. Never waits for the
     /// target; refused only when `tx_size` operations are outstanding.
     /// Errors the target's key gives (bad key, range, rights) come as an
@@ -149,7 +141,7 @@ where
     /// # Safety
     /// `req.iov` must stay valid until the operation completes (until this
     /// call returns for an inject).
-    pub unsafe fn rma(&mut self, kind: RmaKind, req: RmaReq<M::Addr>) -> Result<(), PostError> {
+    pub unsafe fn rma(&mut self, kind: RmaKind, req: RmaReq<Addr<B>>) -> Result<(), PostError> {
         let len = total_len(&req.iov);
         let inject = req.inject && kind == RmaKind::Write;
         let peer = self.admit_rma(&req.dest, len, inject)?;
@@ -168,7 +160,7 @@ where
     #[inline(always)]
     pub(crate) fn admit_rma(
         &mut self,
-        dest: &M::Addr,
+        dest: &Addr<B>,
         len: usize,
         inject: bool,
     ) -> Result<PeerIdx, PostError> {
@@ -198,7 +190,7 @@ where
         &mut self,
         kind: RmaKind,
         peer: PeerIdx,
-        req: RmaReq<M::Addr>,
+        req: RmaReq<Addr<B>>,
         len: usize,
     ) {
         let inject = req.inject && kind == RmaKind::Write;
@@ -272,7 +264,7 @@ where
     /// or hands it to the target-assisted path. `Some` if it is now
     /// one-sided, with the registration of its whole target range when the
     /// cache keeps it (so that its first DMA need not look it up again).
-    fn resolve_rma(&mut self, op: usize, node: D::Node) -> Option<Option<RegId>> {
+    fn resolve_rma(&mut self, op: usize, node: Node<B>) -> Option<Option<RegId>> {
         let rma = self.rma_ops.get(op).expect("checked by the caller");
         let (key, addr, len) = (rma.key, rma.addr, rma.len);
         let element = rma.atomic.as_ref().map(|a| a.element_size());
@@ -356,224 +348,6 @@ where
         }
     }
 
-    /// Hands `op` over to the rendezvous: its target range (at `target`)
-    /// is not dmable.
-    fn assist_rma(&mut self, op: usize, target: u64) {
-        let rma = self.rma_ops.remove(op).expect("checked by the caller");
-        let peer = rma.peer;
-        match rma.kind {
-            RmaKind::Write => {
-                let payload = match rma._copy {
-                    Some(bytes) => Payload::Copy(bytes),
-                    None => Payload::User(rma.local),
-                };
-                let send = self.tx_ops.insert(TxOp {
-                    class: TxClass::Write { data: rma.data },
-                    peer,
-                    context: rma.context,
-                    info: MatchInfo::default(),
-                    len: rma.len,
-                    completion: rma.completion,
-                    ack: false,
-                    kind: TxKind::Rendezvous(payload),
-                });
-                self.peers[peer].writes_assisted += 1;
-                if rma.len > u32::MAX as usize {
-                    self.peers[peer]
-                        .data
-                        .push_back(DataItem::LenHigh { op: send });
-                }
-                self.peers[peer].data.push_back(DataItem::RmaWrite {
-                    op: send,
-                    key: rma.key,
-                    addr: target,
-                });
-                self.mark_active(peer);
-            }
-            RmaKind::Read | RmaKind::Atomic | RmaKind::AtomicFetch => {
-                debug_assert_eq!(rma.kind, RmaKind::Read, "atomics go their own way");
-                if self.rx_xfers.len() >= self.rx_id_limit {
-                    // Only with a tx_size past half the ids, all in use.
-                    tracing::warn!("no free transfer id for an RMA read; it fails");
-                    self.outstanding_sends -= 1;
-                    self.events.push_back(Event::RmaError {
-                        context: rma.context,
-                        kind: RmaKind::Read,
-                        error: ErrorKind::Invalid,
-                    });
-                    return;
-                }
-                let (fragments, direct) = self.xfer_shape(peer, &rma.local, rma.len);
-                let src = self.peers[peer].addr;
-                let recv_id = self.insert_rx_xfer(RxXfer {
-                    purpose: XferPurpose::RmaRead,
-                    peer,
-                    src,
-                    send_id: NO_SEND_ID,
-                    info: MatchInfo::default(),
-                    placement: Placement {
-                        context: rma.context,
-                        iov: rma.local,
-                        completion: rma.completion,
-                        multi: None,
-                    },
-                    msg_len: rma.len,
-                    xfer_len: rma.len,
-                    fragments,
-                    next_grant: 0,
-                    done: 0,
-                    direct,
-                    offer: None,
-                    staged: HashMap::new(),
-                    outstanding: Vec::new(),
-                });
-                if rma.len > u32::MAX as usize {
-                    let high = Wire::LenHigh {
-                        id: recv_id as u16,
-                        read: true,
-                        high: (rma.len as u64 >> 32) as u32,
-                    };
-                    self.queue_control(peer, high.encode());
-                }
-                let read = Wire::RmaRead {
-                    key: rma.key,
-                    addr: target,
-                    len: rma.len as u32,
-                    recv_id: recv_id as u16,
-                };
-                self.queue_control(peer, read.encode());
-            }
-        }
-    }
-
-    /// Submits the DMAs of one-sided `op` as far as staging buffers allow;
-    /// false if some wait for one. `probed` registers the whole target
-    /// range (see `resolve_rma`): the first piece uses it.
-    fn submit_pieces(&mut self, op: usize, mut probed: Option<RegId>) -> bool {
-        // A dmable local buffer moves in one DMA; any other, a staging
-        // buffer at a time. (Asked once: the question takes the domain's
-        // DMA lock.)
-        let whole = self.rma_ops.get(op).is_some_and(|rma| {
-            rma.local.len() == 1
-                && self
-                    .dma
-                    .is_dmable(rma.local[0].0 as *const u8, rma.len.max(1))
-        });
-        loop {
-            let Some(rma) = self.rma_ops.get(op) else {
-                return true;
-            };
-            let RmaState::Direct { target, next, .. } = rma.state else {
-                return true;
-            };
-            if next == rma.len {
-                return true;
-            }
-            let (peer, kind) = (rma.peer, rma.kind);
-            let Some(node) = self.peers[peer].node else {
-                return true;
-            };
-            let (local, len, staging) = if whole {
-                (rma.local[0].0 + next, rma.len - next, None)
-            } else {
-                let Some(staging) = self.tx_staging.get() else {
-                    return false;
-                };
-                let at = self.tx_staging.addr(staging);
-                let len = self.cfg.fragment_size.min(rma.len - next);
-                if kind == RmaKind::Write {
-                    // SAFETY: the iov is valid until the operation
-                    // completes; the staging buffer holds fragment_size
-                    // >= len bytes.
-                    unsafe { gather(&rma.local, next, at, len) };
-                }
-                (at as usize, len, Some(staging))
-            };
-            let remote = target + next as u64;
-            let token = self.dma_waiters.next_id();
-            let mut dma = self.dma.lock();
-            let rma = self.rma_ops.get(op).expect("checked above");
-            let submitted = dma.with_registration(
-                probed.take(),
-                (node, remote, len),
-                |dma| rma.still_allowed(dma, node),
-                |dma, reg| {
-                    if kind == RmaKind::Write {
-                        dma.put(local as *const u8, len, reg, remote, token)
-                    } else {
-                        dma.get(local as *mut u8, len, reg, remote, token)
-                    }
-                },
-            );
-            drop(dma);
-            if let Err(e) = submitted {
-                tracing::warn!(%node, "RMA DMA refused: {e}");
-                if let Some(staging) = staging {
-                    self.tx_staging.put(staging);
-                }
-                self.fail_peer(peer);
-                return true;
-            }
-            let id = self.dma_waiters.insert(Waiter::Rma {
-                op,
-                offset: next,
-                len,
-                staging,
-            });
-            debug_assert_eq!(id, token);
-            let rma = self.rma_ops.get_mut(op).expect("checked above");
-            if let RmaState::Direct {
-                next, in_flight, ..
-            } = &mut rma.state
-            {
-                *next += len;
-                *in_flight += 1;
-            }
-        }
-    }
-
-    /// A DMA of one-sided `op` completed: `len` bytes at `offset`.
-    pub(crate) fn on_rma_piece_done(
-        &mut self,
-        op: usize,
-        offset: usize,
-        len: usize,
-        staging: Option<crate::pool::Buffer>,
-    ) {
-        let Some(rma) = self.rma_ops.get_mut(op) else {
-            if let Some(staging) = staging {
-                self.tx_staging.put(staging);
-            }
-            return;
-        };
-        if let Some(staging) = staging {
-            if rma.kind == RmaKind::Read {
-                // SAFETY: the staging buffer holds the piece (its DMA
-                // completed); the iov is valid until the read completes.
-                unsafe { scatter(&rma.local, offset, self.tx_staging.addr(staging), len) };
-            }
-            self.tx_staging.put(staging);
-        }
-        let RmaState::Direct {
-            next,
-            in_flight,
-            failed,
-            ..
-        } = &mut rma.state
-        else {
-            return;
-        };
-        *in_flight -= 1;
-        if *in_flight > 0 {
-            return;
-        }
-        if *failed {
-            self.end_rma(op, Some(ErrorKind::PeerUnreachable));
-        } else if *next == rma.len {
-            self.end_rma(op, None);
-        }
-    }
-
     /// Ends `op`, done (with the target's CQ data on its way) or failed.
     fn end_rma(&mut self, op: usize, error: Option<ErrorKind>) {
         let Some(rma) = self.rma_ops.remove(op) else {
@@ -603,50 +377,6 @@ where
                 self.report_rma(context, kind, rma.completion);
             }
         }
-    }
-
-    /// Tells the target of a finished access of ours what it asks to know:
-    /// the access (`notice`: read, write) when its key counts them, and
-    /// `fi_writedata`'s CQ data (`data`, for a write of `len` bytes).
-    #[inline]
-    pub(crate) fn tell_target(
-        &mut self,
-        peer: PeerIdx,
-        key: u64,
-        notice: Option<(bool, bool)>,
-        data: Option<u64>,
-        len: usize,
-    ) {
-        if let Some((read, write)) = notice {
-            self.stats.notices += 1;
-            self.queue_notice(peer, AccessCounts::one(key, read, write));
-        }
-        if let Some(data) = data {
-            let done = Wire::RemoteData {
-                data,
-                len: len as u64,
-            };
-            self.queue_control(peer, done.encode());
-        }
-    }
-
-    /// Queues a notice of `counts` to `peer`: into the notice last queued,
-    /// when it is the last control message and of the same key (a stream
-    /// of puts tells its target once, not once per put, without passing
-    /// anything queued between them).
-    fn queue_notice(&mut self, peer: PeerIdx, counts: AccessCounts) {
-        if let Some(last) = self.peers[peer].control.back_mut() {
-            if let Some(Wire::RemoteNotice(queued)) = Wire::decode(last) {
-                if let Some(sum) = (queued.key == counts.key)
-                    .then(|| queued.merged(&counts))
-                    .flatten()
-                {
-                    *last = Wire::RemoteNotice(sum).encode();
-                    return;
-                }
-            }
-        }
-        self.queue_control(peer, Wire::RemoteNotice(counts).encode());
     }
 
     /// Moves on the operations that waited (for a node, a staging buffer).

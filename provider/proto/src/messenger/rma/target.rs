@@ -1,5 +1,6 @@
 //! The target's side of RMA to its memory that is not dmable, and the
-//! initiator's handling of the target's answers.
+//! initiator's: the hand-over of such an operation to the rendezvous
+//! (`assist_rma`) and its handling of the target's answers.
 //!
 //! Every request is checked against our own key table before we act on
 //! it, as a peer's message is untrusted: the key must exist, grant the
@@ -18,17 +19,16 @@
 //! through the rendezvous' own methods.
 
 use std::collections::HashMap;
-use std::hash::Hash;
 
-use unimem_dma::{Access, DmaEngine, DmaError};
-use unimem_mailbox::Mailbox;
+use unimem_dma::{Access, DmaError};
 
+use super::super::peers::DataItem;
 use super::super::recv::rendezvous::{RxXfer, XferPurpose, NO_SEND_ID};
 use super::super::send::{Payload, TxClass, TxKind, TxOp};
-use super::super::{Messenger, PeerIdx};
+use super::super::{Addr, Backend, Messenger, PeerIdx};
 use crate::matching::{IovList, Placement};
 use crate::wire::{MatchInfo, RmaRefusal, Wire};
-use crate::{AccessCounts, Event, WireNode};
+use crate::{AccessCounts, ErrorKind, Event, RmaKind};
 
 /// A peer's read waiting for a place in our transmit queue.
 pub(crate) struct DeferredRead {
@@ -39,13 +39,7 @@ pub(crate) struct DeferredRead {
     recv_id: u16,
 }
 
-impl<M, D> Messenger<M, D>
-where
-    M: Mailbox,
-    M::Addr: Hash,
-    D: DmaEngine,
-    D::Node: WireNode<M::Addr>,
-{
+impl<B: Backend> Messenger<B> {
     /// Checks a peer's request for `[addr, addr + len)` of our key `key`;
     /// whether the key counts such an access (`Access::counts`).
     pub(crate) fn check_own_range(
@@ -75,7 +69,7 @@ where
     pub(crate) fn on_rma_write(
         &mut self,
         peer: PeerIdx,
-        src: M::Addr,
+        src: Addr<B>,
         key: u64,
         addr: u64,
         len: u64,
@@ -246,6 +240,96 @@ where
             recv_id,
         };
         self.queue_control(peer, ready.encode());
+    }
+
+    /// Hands `op` over to the rendezvous: its target range (at `target`)
+    /// is not dmable.
+    pub(super) fn assist_rma(&mut self, op: usize, target: u64) {
+        let rma = self.rma_ops.remove(op).expect("checked by the caller");
+        let peer = rma.peer;
+        match rma.kind {
+            RmaKind::Write => {
+                let payload = match rma._copy {
+                    Some(bytes) => Payload::Copy(bytes),
+                    None => Payload::User(rma.local),
+                };
+                let send = self.tx_ops.insert(TxOp {
+                    class: TxClass::Write { data: rma.data },
+                    peer,
+                    context: rma.context,
+                    info: MatchInfo::default(),
+                    len: rma.len,
+                    completion: rma.completion,
+                    ack: false,
+                    kind: TxKind::Rendezvous(payload),
+                });
+                self.peers[peer].writes_assisted += 1;
+                if rma.len > u32::MAX as usize {
+                    self.peers[peer]
+                        .data
+                        .push_back(DataItem::LenHigh { op: send });
+                }
+                self.peers[peer].data.push_back(DataItem::RmaWrite {
+                    op: send,
+                    key: rma.key,
+                    addr: target,
+                });
+                self.mark_active(peer);
+            }
+            RmaKind::Read | RmaKind::Atomic | RmaKind::AtomicFetch => {
+                debug_assert_eq!(rma.kind, RmaKind::Read, "atomics go their own way");
+                if self.rx_xfers.len() >= self.rx_id_limit {
+                    // Only with a tx_size past half the ids, all in use.
+                    tracing::warn!("no free transfer id for an RMA read; it fails");
+                    self.outstanding_sends -= 1;
+                    self.events.push_back(Event::RmaError {
+                        context: rma.context,
+                        kind: RmaKind::Read,
+                        error: ErrorKind::Invalid,
+                    });
+                    return;
+                }
+                let (fragments, direct) = self.xfer_shape(peer, &rma.local, rma.len);
+                let src = self.peers[peer].addr;
+                let recv_id = self.insert_rx_xfer(RxXfer {
+                    purpose: XferPurpose::RmaRead,
+                    peer,
+                    src,
+                    send_id: NO_SEND_ID,
+                    info: MatchInfo::default(),
+                    placement: Placement {
+                        context: rma.context,
+                        iov: rma.local,
+                        completion: rma.completion,
+                        multi: None,
+                    },
+                    msg_len: rma.len,
+                    xfer_len: rma.len,
+                    fragments,
+                    next_grant: 0,
+                    done: 0,
+                    direct,
+                    offer: None,
+                    staged: HashMap::new(),
+                    outstanding: Vec::new(),
+                });
+                if rma.len > u32::MAX as usize {
+                    let high = Wire::LenHigh {
+                        id: recv_id as u16,
+                        read: true,
+                        high: (rma.len as u64 >> 32) as u32,
+                    };
+                    self.queue_control(peer, high.encode());
+                }
+                let read = Wire::RmaRead {
+                    key: rma.key,
+                    addr: target,
+                    len: rma.len as u32,
+                    recv_id: recv_id as u16,
+                };
+                self.queue_control(peer, read.encode());
+            }
+        }
     }
 
     /// The target of our read `recv_id` serves it with its send `send_id`.

@@ -17,27 +17,17 @@
 //! [`credits`](super::super::credits)'). Submits DMA through the
 //! messenger's DMA handle.
 
-use std::hash::Hash;
-
-use unimem_dma::DmaEngine;
-use unimem_mailbox::{Mailbox, Message};
+use unimem_mailbox::Message;
 
 use super::super::peers::DataItem;
 
-use super::super::{Messenger, PeerIdx};
+use super::super::{Backend, Messenger, PeerIdx};
 use super::{EagerState, Payload, TxKind, TxOp, Waiter};
 use crate::iov::gather;
 use crate::matching::IovList;
 use crate::wire::{MatchInfo, Wire, EAGER_SEQ_MOD};
-use crate::WireNode;
 
-impl<M, D> Messenger<M, D>
-where
-    M: Mailbox,
-    M::Addr: Hash,
-    D: DmaEngine,
-    D::Node: WireNode<M::Addr>,
-{
+impl<B: Backend> Messenger<B> {
     /// If the DMA of an injected eager send started within its call, waits
     /// for it (its modeled time, a few microseconds at most) and sends the
     /// announcement now: an inject that can leave at once does, so that a

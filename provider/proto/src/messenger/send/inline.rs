@@ -7,29 +7,20 @@
 //! Owns: nothing; it uses the peer's data queue and `tx_ops` when the
 //! message has to wait.
 
-use std::hash::Hash;
-
-use unimem_dma::DmaEngine;
 use unimem_mailbox::{Error as MailboxError, Mailbox, Message};
 
 use super::super::peers::DataItem;
-use super::super::{post_error, Messenger, PeerIdx, SendReq};
+use super::super::{post_error, Addr, Backend, Messenger, PeerIdx, SendReq};
 use super::{TxClass, TxKind, TxOp};
 use crate::iov::gather;
 use crate::wire::{InlineBytes, Wire, MAX_INLINE_PARTS, MAX_PARTED_LEN, MORE_LEN};
-use crate::{PostError, WireNode};
+use crate::PostError;
 
-impl<M, D> Messenger<M, D>
-where
-    M: Mailbox,
-    M::Addr: Hash,
-    D: DmaEngine,
-    D::Node: WireNode<M::Addr>,
-{
+impl<B: Backend> Messenger<B> {
     pub(crate) fn send_inline(
         &mut self,
         peer: PeerIdx,
-        req: &SendReq<M::Addr>,
+        req: &SendReq<Addr<B>>,
         len: usize,
     ) -> Result<(), PostError> {
         let mut payload = InlineBytes::zeroed(len);
@@ -61,7 +52,7 @@ where
     pub(crate) fn send_parted(
         &mut self,
         peer: PeerIdx,
-        req: &SendReq<M::Addr>,
+        req: &SendReq<Addr<B>>,
         len: usize,
         first: usize,
     ) -> Result<(), PostError> {
@@ -92,7 +83,7 @@ where
     pub(super) fn send_messages(
         &mut self,
         peer: PeerIdx,
-        req: &SendReq<M::Addr>,
+        req: &SendReq<Addr<B>>,
         len: usize,
         messages: &[Message],
     ) -> Result<(), PostError> {

@@ -10,19 +10,46 @@ pub(crate) mod eager;
 pub(crate) mod inline;
 pub(crate) mod rendezvous;
 
-use std::hash::Hash;
-
-use unimem_dma::DmaEngine;
 use unimem_mailbox::{Error as MailboxError, Mailbox};
 
 use super::peers::DataItem;
-use super::{Messenger, PeerIdx, SendReq};
+use super::{Addr, Backend, Messenger, PeerIdx};
 use crate::dma::Token;
 use crate::iov::{gather, total_len};
 use crate::matching::IovList;
 use crate::pool::Buffer;
 use crate::wire::{inline_capacity, MatchInfo, Wire, EAGER_SEQ_MOD};
-use crate::{PostError, WireNode};
+use crate::PostError;
+
+/// A send request. The iov stays valid until the send's completion (or,
+/// for an inject or a `copy` send, until the call returns).
+#[derive(Clone, Debug)]
+pub struct SendReq<A> {
+    pub dest: A,
+    pub iov: IovList,
+    pub info: MatchInfo,
+    pub context: usize,
+    pub completion: bool,
+    /// `fi_inject`: copied within the call, reported without a completion.
+    pub inject: bool,
+    /// `FI_INJECT`: the buffers may be reused once the call returns, so the
+    /// data is copied within it (an inject implies it).
+    pub copy: bool,
+    /// `FI_MATCH_COMPLETE` or `FI_DELIVERY_COMPLETE`: the send completes
+    /// only once the target has matched the message to a receive (its data
+    /// in the receive buffer) or queued it as unexpected (its data copied
+    /// into the target's memory). The target does both in one step, so
+    /// one condition serves both levels. Ignored for an inject, which has
+    /// no completion.
+    ///
+    /// Without it a send completes at `FI_TRANSMIT_COMPLETE`: an inline or
+    /// eager one when its message is in the target's mailbox (and its data
+    /// in the target's eager ring), which for a reliable endpoint is
+    /// transmit complete (and inject complete: the buffer is free). A
+    /// rendezvous send always completes on the target's `Fin`, sent once
+    /// the data is in the matched receive buffer: every level.
+    pub delivery_complete: bool,
+}
 
 /// Where the data of a send is until it leaves.
 pub(crate) enum Payload {
@@ -123,13 +150,7 @@ pub(crate) enum Waiter {
     },
 }
 
-impl<M, D> Messenger<M, D>
-where
-    M: Mailbox,
-    M::Addr: Hash,
-    D: DmaEngine,
-    D::Node: WireNode<M::Addr>,
-{
+impl<B: Backend> Messenger<B> {
     /// Posts a send. Never blocks, and never waits for the peer: a send
     /// that cannot leave yet (no credit, a full mailbox, no bounce buffer,
     /// first contact not done) is queued, in order, and leaves from
@@ -139,7 +160,7 @@ where
     /// # Safety
     /// `req.iov` must stay valid until the send completes (until this call
     /// returns for an inject or a `copy` send).
-    pub unsafe fn send(&mut self, req: SendReq<M::Addr>) -> Result<(), PostError> {
+    pub unsafe fn send(&mut self, req: SendReq<Addr<B>>) -> Result<(), PostError> {
         let len = total_len(&req.iov);
         let copy = req.inject || req.copy;
         if len > self.cfg.max_msg_size || (copy && len > self.cfg.eager_size) {

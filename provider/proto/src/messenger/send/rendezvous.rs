@@ -10,16 +10,12 @@
 //!
 //! [`DmaSession::cached_registration`]: crate::dma::DmaSession::cached_registration
 
-use std::hash::Hash;
+use unimem_dma::DmaError;
 
-use unimem_dma::{DmaEngine, DmaError};
-use unimem_mailbox::Mailbox;
-
-use super::super::{Messenger, PeerIdx};
+use super::super::{Backend, Messenger, PeerIdx};
 use super::{Payload, TxKind, Waiter};
 use crate::iov::gather;
 use crate::matching::IovList;
-use crate::WireNode;
 
 /// A grant received for a rendezvous send.
 #[derive(Clone, Copy, Debug)]
@@ -35,13 +31,7 @@ pub(crate) struct Grant {
     pub(crate) token: u16,
 }
 
-impl<M, D> Messenger<M, D>
-where
-    M: Mailbox,
-    M::Addr: Hash,
-    D: DmaEngine,
-    D::Node: WireNode<M::Addr>,
-{
+impl<B: Backend> Messenger<B> {
     /// Puts one granted fragment; false if no staging buffer is free.
     pub(crate) fn put_fragment(&mut self, grant: Grant) -> bool {
         let Some(tx) = self.tx_ops.get(grant.op) else {
