@@ -138,11 +138,22 @@ pub fn process_start_time(pid: u32) -> Option<u64> {
 /// descriptors, `/proc` unreadable): "unknown", which liveness checks must
 /// never take for "dead".
 pub fn read_start_time(pid: u32) -> io::Result<Option<u64>> {
+    use std::io::{Read, Write};
     if pid == 0 {
         return Ok(None);
     }
-    let stat = match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
-        Ok(stat) => stat,
+    // Without allocating: peers are checked from the data path's polls,
+    // which allocate nothing. The path fits std's on-stack C string, the
+    // file (52 numeric fields and a name of 15 bytes at most) the buffer.
+    let mut path = [0u8; 32];
+    let path_len = {
+        let mut at = &mut path[..];
+        write!(at, "/proc/{pid}/stat")?;
+        32 - at.len()
+    };
+    let path = std::str::from_utf8(&path[..path_len]).map_err(|_| io::ErrorKind::InvalidData)?;
+    let mut file = match std::fs::File::open(path) {
+        Ok(file) => file,
         Err(e)
             if e.raw_os_error() == Some(libc::ENOENT) || e.raw_os_error() == Some(libc::ESRCH) =>
         {
@@ -150,7 +161,23 @@ pub fn read_start_time(pid: u32) -> io::Result<Option<u64>> {
         }
         Err(e) => return Err(e),
     };
-    Ok(parse_start_time(&stat))
+    let mut stat = [0u8; 2048];
+    let mut len = 0;
+    loop {
+        match file.read(&mut stat[len..]) {
+            Ok(0) => break,
+            Ok(n) => len += n,
+            // The process went away while we read.
+            Err(e) if e.raw_os_error() == Some(libc::ESRCH) => return Ok(None),
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+        if len == stat.len() {
+            return Err(io::ErrorKind::InvalidData.into());
+        }
+    }
+    let stat = std::str::from_utf8(&stat[..len]).map_err(|_| io::ErrorKind::InvalidData)?;
+    Ok(parse_start_time(stat))
 }
 
 /// Field 22 of a `/proc/<pid>/stat` text; `None` for a zombie or a text

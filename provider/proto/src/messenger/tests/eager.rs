@@ -406,8 +406,13 @@ fn stored_injects_wait_for_a_full_mailbox_in_order() {
 fn small_and_eager_messages_allocate_nothing() {
     use crate::counting_alloc::allocations;
 
-    let mut a = messenger();
-    let mut b = messenger();
+    // Peers checked at every look: the check is on the same polls.
+    let cfg = ProtoConfig {
+        peer_check: Some(Duration::ZERO),
+        ..config()
+    };
+    let mut a = messenger_with(64, cfg.clone());
+    let mut b = messenger_with(64, cfg);
     first_contact(&mut a, &mut b);
     let data = pattern(EAGER, 3);
     let mut buf = vec![0u8; EAGER];
