@@ -26,7 +26,7 @@ pub const HEAP_ABI_MAGIC: u64 = u64::from_le_bytes(*b"UMHEAPv3");
 /// Version of [`HeapAbi`] (also in the symbol's name). 3: `exposed`.
 pub const HEAP_ABI_VERSION: u32 = 3;
 /// Version of the layout of a region's shared objects (directory and
-/// segments, see `region.rs`): both libraries must read the same layout.
+/// segments, see `region/`): both libraries must read the same layout.
 /// Bump it with any change of `Directory`, `SegmentEntry`,
 /// `DIRECTORY_OFFSET`, `MAX_SEGMENTS`, the generation tables (`gens.rs`)
 /// or the object names. 2: generation tables, page-aligned allocations.

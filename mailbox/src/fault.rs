@@ -39,7 +39,7 @@ static REPORTED: AtomicU64 = AtomicU64::new(0);
 static INSTALL: Once = Once::new();
 static mut PREVIOUS: Option<libc::sigaction> = None;
 
-/// Offset of `ObjectHeader::closed` (see `shm.rs`).
+/// Offset of `ObjectHeader::closed` (see `shm/mod.rs`).
 pub(crate) const CLOSED_OFFSET: usize = 12;
 
 /// A registration, undone when dropped (before the mapping goes).

@@ -2,7 +2,7 @@
 //! another libfabric provider (`tcp` by default), opened through the core
 //! that loaded us, as libfabric's utility providers open their core
 //! providers. Everything here is a thin, checked call through the opened
-//! objects' operation tables; the caller (`nic.rs`) serializes the calls.
+//! objects' operation tables; the caller (`nic/`) serializes the calls.
 //!
 //! The core hides providers that `FI_PROVIDER` filters out (with
 //! `FI_PROVIDER=unimem`, `tcp` is one), except from a lookup that asks for
