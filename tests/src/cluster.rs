@@ -733,6 +733,8 @@ pub struct Cluster {
     env: Vec<(String, String)>,
     pub peers: Vec<FabricPeer>,
     _dir: ProviderDir,
+    /// Dropped after the children are gone (see [`crate::reclaim`]).
+    _reclaims: crate::reclaim::Shared,
 }
 
 impl Cluster {
@@ -780,6 +782,7 @@ impl Cluster {
             env,
             peers: Vec::new(),
             _dir: dir,
+            _reclaims: crate::reclaim::shared(),
         }
     }
 

@@ -23,8 +23,9 @@ fn exists(host: &str) -> bool {
             .exists()
 }
 
-/// Held by a test that uses the test hosts: one at a time per test
-/// binary, as a test may cut a host's link.
+/// Held by a test that uses the test hosts: one at a time in the test
+/// binary (fabric and MPI tests alike), as a test may cut a host's link
+/// and each checks what its processes left in the hosts' `/dev/shm`.
 pub fn exclusive() -> std::sync::MutexGuard<'static, ()> {
     static USE: Mutex<()> = Mutex::new(());
     USE.lock().unwrap_or_else(|e| e.into_inner())

@@ -621,6 +621,7 @@ impl Job {
     /// Starts the job (after taking [`job_lock`]).
     pub fn spawn(&self) -> RunningJob {
         let guard = job_lock();
+        let reclaims = crate::reclaim::shared();
         warn_if_provider_stale();
         static SERIAL: AtomicUsize = AtomicUsize::new(0);
         let unimem_job = self.unimem_job.clone().unwrap_or_else(|| {
@@ -665,6 +666,7 @@ impl Job {
             status: None,
             mpich_files_before,
             _guard: guard,
+            _reclaims: reclaims,
         }
     }
 
@@ -986,6 +988,9 @@ pub struct RunningJob {
     /// MPICH's shared-memory files in /dev/shm before the job.
     mpich_files_before: Vec<String>,
     _guard: MutexGuard<'static, ()>,
+    /// Dropped after the job's processes are gone and their objects
+    /// reclaimed (see [`crate::reclaim`]).
+    _reclaims: crate::reclaim::Shared,
 }
 
 impl RunningJob {

@@ -1,5 +1,5 @@
 //! `fabric-peer`: one libfabric application on the unimem provider, driven
-//! over stdin/stdout by the fabric tests (`tests/tests/fabric_*.rs`, through
+//! over stdin/stdout by the fabric tests (`tests/tests/integration/fabric/`, through
 //! `unimem_tests::cluster`). The provider is loaded by the real libfabric
 //! core from `FI_PROVIDER_PATH`; everything else comes from the environment.
 //!

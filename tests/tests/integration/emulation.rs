@@ -3,13 +3,12 @@
 //! others.
 
 use std::collections::HashMap;
-use std::sync::{RwLock, RwLockReadGuard, RwLockWriteGuard};
 use std::time::{Duration, Instant};
 
 use unimem_dma::{DmaEngine, DmaError, DmaRegion, RegId, RegionConfig, ShmDmaEngine};
 use unimem_mailbox::shm::{list_objects, reclaim_dead_objects};
 use unimem_mailbox::{Error, JobId, Mailbox, NodeId, Profile, ShmMailbox, ShmMailboxConfig};
-use unimem_tests::{fill_pattern, fnv1a, pattern_byte, unstamp, Peer};
+use unimem_tests::{fill_pattern, fnv1a, pattern_byte, reclaim, unstamp, Peer};
 
 const NODE: &str = env!("CARGO_BIN_EXE_unimem-node");
 
@@ -17,25 +16,26 @@ const NODE: &str = env!("CARGO_BIN_EXE_unimem-node");
 /// it a hang. Not a time requirement: on a loaded machine things are slow.
 const HANG_GUARD: Duration = Duration::from_secs(60);
 
-/// One job for the whole test binary: a process has one dmable region, and
-/// it belongs to one job.
+/// One job for all these tests: a process has one dmable region
+/// (`DmaRegion::for_process`), and it belongs to one job. No other module
+/// of the test binary makes one in this process.
 fn job_name() -> String {
     format!("emulation-test-{}", std::process::id())
 }
 
 /// Every process that opens a mailbox first reclaims the objects of dead
-/// processes of this user, in every job. The dead-node tests check that a
+/// processes of this user, in every job, and so does the provider of
+/// every other test of this binary. The dead-node tests check that a
 /// killed node's objects are still there before they reclaim them, so no
-/// other test may start a child meanwhile: child-spawning tests hold this
-/// shared, the dead-node tests exclusively.
-static CHILDREN: RwLock<()> = RwLock::new(());
-
-fn children_may_reclaim() -> RwLockReadGuard<'static, ()> {
-    CHILDREN.read().unwrap_or_else(|e| e.into_inner())
+/// other test may start a child meanwhile: child-spawning tests hold
+/// [`reclaim::shared`] (as every [`Peer`] does), the dead-node tests
+/// [`reclaim::alone`].
+fn children_may_reclaim() -> reclaim::Shared {
+    reclaim::shared()
 }
 
-fn nothing_else_reclaims() -> RwLockWriteGuard<'static, ()> {
-    CHILDREN.write().unwrap_or_else(|e| e.into_inner())
+fn nothing_else_reclaims() -> reclaim::Alone {
+    reclaim::alone()
 }
 
 fn job() -> JobId {

@@ -44,12 +44,16 @@ fn still_works(c: &mut Cluster, tx: usize, rx: usize) {
 // ---------------------------------------------------------------------------
 // A private /dev/shm of a given size
 
-/// Runs the ignored test `inner` of this binary in a new mount namespace
+/// Runs the ignored test `inner` of this module in a new mount namespace
 /// whose `/dev/shm` is a fresh tmpfs of `size` (root only, as the suite
 /// runs), and returns its output. The inner test sees the size in
 /// `UNIMEM_PRIVATE_SHM`.
 fn in_private_shm(size: &str, inner: &str) -> std::process::Output {
     let exe = std::env::current_exe().expect("test binary");
+    // The test's full name: its module path less the binary's name.
+    let (_, module) = module_path!().split_once("::").expect("a module");
+    let inner = format!("{module}::{inner}");
+    let inner = inner.as_str();
     let output = Command::new("timeout")
         .args([
             "-k",
@@ -394,6 +398,8 @@ fn out_of_range_tunables_are_refused() {
 /// `fi_info -e` tells each range.
 #[test]
 fn fi_info_lists_the_ranges() {
+    // fi_info loads the provider, which reclaims dead processes' objects.
+    let _reclaims = unimem_tests::reclaim::shared();
     let dir = tempdir("fi-info");
     std::os::unix::fs::symlink(
         unimem_tests::cluster::provider_library(),

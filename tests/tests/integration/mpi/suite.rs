@@ -276,6 +276,8 @@ fn suite_4_ranks_am() {
 /// through the network backend.
 #[test]
 fn suite_4_ranks_on_two_hosts_native() {
+    // The fabric tests across hosts cut links: not meanwhile.
+    let _hosts = unimem_tests::hosts::exclusive();
     unimem_tests::hosts::ensure();
     run_on(
         Mpi::Mpich,
@@ -290,6 +292,8 @@ fn suite_4_ranks_on_two_hosts_native() {
 
 #[test]
 fn suite_4_ranks_on_two_hosts_am() {
+    // The fabric tests across hosts cut links: not meanwhile.
+    let _hosts = unimem_tests::hosts::exclusive();
     unimem_tests::hosts::ensure();
     run_on(
         Mpi::Mpich,
