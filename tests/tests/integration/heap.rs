@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 
 use unimem_mailbox::shm::list_objects;
 use unimem_mailbox::JobId;
-use unimem_tests::cluster::{carried_pulls, Cluster, Msg, Order};
+use unimem_tests::cluster::{carried_pulls, Msg, Order};
 use unimem_tests::{heap, mpi};
 
 /// A heapcheck run that takes longer than this is taken for a hang.
@@ -144,7 +144,7 @@ fn the_heap_does_not_load_libfabric() {
 /// One message of 1 MiB (a rendezvous) from p0 to p1, with or without the
 /// heap; returns both sides' stderr (libfabric's log at debug level).
 fn one_large_message(test: &str, with_heap: bool) -> Vec<String> {
-    let mut c = Cluster::new(env!("CARGO_BIN_EXE_fabric-peer"), test);
+    let mut c = crate::fabric::cluster(test);
     c.env("FI_LOG_LEVEL", "debug");
     if with_heap {
         c.preload_heap();

@@ -18,9 +18,7 @@ use unimem_mailbox::{JobId, Mailbox, MailboxAddr, ShmMailbox, ShmMailboxConfig};
 use unimem_tests::cluster::{is_provider_warning, Cluster, Msg, Order, EAGER, SEGMENT};
 use unimem_tests::mpi::{self, Job, Mpi};
 
-fn cluster(test: &str) -> Cluster {
-    Cluster::new(env!("CARGO_BIN_EXE_fabric-peer"), test)
-}
+use crate::fabric::cluster;
 
 /// A job name of our own, so that the test can name the children's objects.
 fn own_job(c: &mut Cluster, test: &str) -> String {

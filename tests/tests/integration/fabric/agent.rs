@@ -14,7 +14,7 @@ use unimem_tests::payload;
 
 /// Every process with the agent (the tunable), or without (`None`).
 fn cluster(test: &str, agent: Option<&str>) -> Cluster {
-    let mut c = Cluster::new(env!("CARGO_BIN_EXE_fabric-peer"), test);
+    let mut c = super::cluster(test);
     c.env("FABRIC_PEER_CNTR", "1");
     c.env("FI_LOG_LEVEL", "info");
     match agent {

@@ -15,7 +15,7 @@ use unimem_tests::payload;
 /// (the default makes every block dmable): a region of at least that is
 /// dmable, a smaller one is ordinary memory.
 fn cluster(test: &str) -> Cluster {
-    let mut c = Cluster::new(env!("CARGO_BIN_EXE_fabric-peer"), test);
+    let mut c = super::cluster(test);
     c.env("FABRIC_PEER_CNTR", "1");
     c.preload_heap();
     c.env("FI_UNIMEM_HEAP_THRESHOLD", "64k");
@@ -357,7 +357,7 @@ fn stale_revoked_and_forged_accesses_move_no_byte() {
 /// next write renews once, and still lands in the region alone.
 #[test]
 fn a_small_region_stays_direct_while_its_neighbours_come_and_go() {
-    let mut c = Cluster::new(env!("CARGO_BIN_EXE_fabric-peer"), "direct-churn");
+    let mut c = super::cluster("direct-churn");
     c.env("FABRIC_PEER_CNTR", "1");
     c.preload_heap();
     c.env("FI_LOG_LEVEL", "info");

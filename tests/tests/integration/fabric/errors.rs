@@ -6,9 +6,7 @@
 use unimem_tests::cluster::{is_provider_warning, Cluster, Msg, Order, EAGER, SEGMENT};
 use unimem_tests::fabric::rc;
 
-fn cluster(test: &str) -> Cluster {
-    Cluster::new(env!("CARGO_BIN_EXE_fabric-peer"), test)
-}
+use super::cluster;
 
 /// A warning from the provider on stderr containing every one of `parts`.
 fn assert_warned(stderr: &str, parts: &[&str]) {

@@ -23,7 +23,7 @@ use unimem_tests::hosts;
 fn cluster(test: &str, on: &[usize]) -> Cluster {
     let names = hosts::ensure();
     let on: Vec<&str> = on.iter().map(|&i| names[i].as_str()).collect();
-    let mut c = Cluster::new(env!("CARGO_BIN_EXE_fabric-peer"), test);
+    let mut c = super::cluster(test);
     // Nothing but the filter: the backend opens by itself (no launcher
     // says the job is on one host); libfabric 1.17 needs tcp listed.
     c.env("FI_PROVIDER", "unimem,tcp")

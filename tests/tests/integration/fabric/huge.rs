@@ -8,7 +8,7 @@
 use std::sync::Mutex;
 use std::time::Duration;
 
-use unimem_tests::cluster::{set_answer_timeout, Cluster, Msg, Order};
+use unimem_tests::cluster::{set_answer_timeout, Msg, Order};
 
 /// One huge transfer at a time: each holds two copies of its message.
 static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
@@ -18,7 +18,7 @@ fn transfer(test: &str, msg: Msg) {
     // Filling, moving and checking 5 GiB in a debug build takes minutes
     // on a loaded machine: a hang guard, not a time requirement.
     set_answer_timeout(Duration::from_secs(400));
-    let mut c = Cluster::new(env!("CARGO_BIN_EXE_fabric-peer"), test);
+    let mut c = super::cluster(test);
     c.env("FABRIC_PEER_WAIT", "300");
     c.env("FABRIC_PEER_WATCHDOG", "600");
     c.spawn(2).connect_all();

@@ -11,7 +11,7 @@
 //! (`puts_never_land_in_memory_freed_since_it_was_granted`) and the engine
 //! (`unimem-dma`'s `tests/invalidation.rs`).
 
-use unimem_tests::cluster::{Cluster, Msg, Order};
+use unimem_tests::cluster::{Msg, Order};
 
 /// Sizes above the heap's threshold (64 KiB), in and out of page
 /// multiples and fragment multiples (256 KiB), so that buffers move by
@@ -26,7 +26,7 @@ const LENS: [usize; 6] = [
 ];
 
 fn churn(test: &str, profile: &str, rounds: usize) {
-    let mut c = Cluster::new(env!("CARGO_BIN_EXE_fabric-peer"), test);
+    let mut c = super::cluster(test);
     c.preload_heap();
     c.env("FI_UNIMEM_PROFILE", profile);
     c.env("FI_LOG_LEVEL", "info");

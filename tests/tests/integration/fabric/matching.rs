@@ -11,9 +11,7 @@ use unimem_tests::cluster::{Cluster, Completion, Kind, Msg, Order, EAGER, SEGMEN
 use unimem_tests::fabric::FI_ADDR_NOTAVAIL;
 use unimem_tests::payload;
 
-fn cluster(test: &str) -> Cluster {
-    Cluster::new(env!("CARGO_BIN_EXE_fabric-peer"), test)
-}
+use super::cluster;
 
 /// Posts one receive on child `rx`: `from` is a fi_addr or "any", `tag`
 /// a `(tag, ignore)` pair for the tagged interface.

@@ -7,11 +7,9 @@
 //! checksum of a seeded pattern), with its length, tag, CQ data, flags and
 //! source, and the guard bytes past each receive buffer.
 
-use unimem_tests::cluster::{carried_pulls, Cluster, Msg, Order, EAGER, SEGMENT};
+use unimem_tests::cluster::{carried_pulls, Msg, Order, EAGER, SEGMENT};
 
-fn cluster(test: &str) -> Cluster {
-    Cluster::new(env!("CARGO_BIN_EXE_fabric-peer"), test)
-}
+use super::cluster;
 
 /// A way of sending, and the most it carries inside one 192-bit mailbox
 /// message (24 bytes, 2 of header; a tag and CQ data take 8 bytes each).

@@ -15,3 +15,11 @@ mod posting;
 mod rma;
 mod traffic;
 mod untrusted;
+
+use unimem_tests::cluster::Cluster;
+
+/// `fabric-peer` processes for test `test`, in a job of their own
+/// ([`Cluster::new`]); each module adds its own settings.
+pub(crate) fn cluster(test: &str) -> Cluster {
+    Cluster::new(env!("CARGO_BIN_EXE_fabric-peer"), test)
+}

@@ -10,9 +10,7 @@
 use unimem_tests::cluster::{Cluster, Completion, Msg, Order, EAGER};
 use unimem_tests::fabric::rc;
 
-fn cluster(test: &str) -> Cluster {
-    Cluster::new(env!("CARGO_BIN_EXE_fabric-peer"), test)
-}
+use super::cluster;
 
 const SEND_CTX: u64 = 5_000;
 const RECV_CTX: u64 = 6_000;

@@ -8,9 +8,7 @@
 
 use unimem_tests::cluster::Cluster;
 
-fn cluster(test: &str) -> Cluster {
-    Cluster::new(env!("CARGO_BIN_EXE_fabric-peer"), test)
-}
+use super::cluster;
 
 /// Sender 0 sends `count` messages to receiver 1.
 fn one_way(test: &str, count: u64, options: &str) {

@@ -7,12 +7,10 @@
 //! deadline).
 
 use unimem_fi::base::ffi;
-use unimem_tests::cluster::{is_provider_warning, Cluster, Msg, Order, EAGER, SEGMENT};
+use unimem_tests::cluster::{is_provider_warning, Msg, Order, EAGER, SEGMENT};
 use unimem_tests::fabric::rc;
 
-fn cluster(test: &str) -> Cluster {
-    Cluster::new(env!("CARGO_BIN_EXE_fabric-peer"), test)
-}
+use super::cluster;
 
 /// Sizes around both sides' thresholds, and messages of many fragments.
 fn messages(small: usize, large: usize) -> Vec<Msg> {

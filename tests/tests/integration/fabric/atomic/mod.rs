@@ -42,7 +42,7 @@ enum Memory {
 }
 
 fn cluster(test: &str, memory: Memory) -> Cluster {
-    let mut c = Cluster::new(env!("CARGO_BIN_EXE_fabric-peer"), test);
+    let mut c = super::cluster(test);
     // Counters bound with FI_WRITE and FI_READ (how a test learns that an
     // inject is done); the endpoints' close lines (info level).
     c.env("FABRIC_PEER_CNTR", "1");

@@ -27,7 +27,7 @@ mod errors;
 mod progress;
 
 fn cluster(test: &str) -> Cluster {
-    let mut c = Cluster::new(env!("CARGO_BIN_EXE_fabric-peer"), test);
+    let mut c = super::cluster(test);
     // Counters bound with FI_WRITE and FI_READ: how a test learns that an
     // inject (which has no completion) is done.
     c.env("FABRIC_PEER_CNTR", "1");
