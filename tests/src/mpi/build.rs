@@ -11,7 +11,23 @@ use std::process::Command;
 use std::sync::{Mutex, OnceLock};
 use std::time::SystemTime;
 
-use super::{mpicc, provider_library, repo_root, DEFAULT_CFLAGS};
+use super::{mpicc, provider_library, repo_root, Mpi, DEFAULT_CFLAGS};
+
+impl Mpi {
+    /// Builds `source` with this MPI's `mpicc` (Intel MPI's needs
+    /// `I_MPI_ROOT`), [`DEFAULT_CFLAGS`] and `flags` into `out_dir`, unless
+    /// the program there is up to date.
+    pub fn build(self, source: &Path, out_dir: &Path, flags: &[&str]) -> PathBuf {
+        let mut build = Build::new(source, out_dir).flags(flags);
+        if self != Mpi::Mpich {
+            build = build.compiler(self.bin("mpicc"));
+        }
+        if matches!(self, Mpi::Impi | Mpi::ImpiSystem) {
+            build = build.env("I_MPI_ROOT", self.venv());
+        }
+        build.build()
+    }
+}
 
 /// How to build one C program; [`build`] covers the common case.
 #[derive(Clone, Debug)]

@@ -4,8 +4,6 @@
 use std::hash::Hash;
 use std::path::{Path, PathBuf};
 
-use super::Build;
-
 /// The repository: the parent of this crate.
 pub fn repo_root() -> PathBuf {
     let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
@@ -69,20 +67,6 @@ impl Mpi {
             path.display()
         );
         path
-    }
-
-    /// Builds `source` with this MPI's `mpicc` (Intel MPI's needs
-    /// `I_MPI_ROOT`), [`DEFAULT_CFLAGS`] and `flags` into `out_dir`, unless
-    /// the program there is up to date.
-    pub fn build(self, source: &Path, out_dir: &Path, flags: &[&str]) -> PathBuf {
-        let mut build = Build::new(source, out_dir).flags(flags);
-        if self != Mpi::Mpich {
-            build = build.compiler(self.bin("mpicc"));
-        }
-        if matches!(self, Mpi::Impi | Mpi::ImpiSystem) {
-            build = build.env("I_MPI_ROOT", self.venv());
-        }
-        build.build()
     }
 }
 
