@@ -13,8 +13,8 @@
 //! wrapper over libfabric's calls), [`payload`] (message contents and
 //! checks) and [`cluster`] (the children, driven from a test). The MPI
 //! tests use [`mpi`], the tests across hosts [`hosts`]. Since every test
-//! shares the binary's process, [`reclaim`] keeps the tests that watch a
-//! killed process's objects apart from the processes of all the others.
+//! shares the binary's process and the machine, [`solo`] keeps the tests
+//! that need the machine to themselves apart from the others.
 //!
 //! [`layers`] is the import-circle checker that the `layers` tests
 //! (`tests/integration/layers.rs`) run over the workspace.
@@ -26,7 +26,7 @@ pub mod hosts;
 pub mod layers;
 pub mod mpi;
 pub mod payload;
-pub mod reclaim;
+pub mod solo;
 
 use std::io::{BufRead, BufReader, Write};
 use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
@@ -111,13 +111,13 @@ pub struct Peer {
     child: Child,
     stdin: Option<ChildStdin>,
     stdout: BufReader<ChildStdout>,
-    /// Dropped after the child is gone (see [`reclaim`]).
-    _reclaims: reclaim::Shared,
+    /// Dropped after the child is gone (see [`solo`]).
+    _solo: solo::Shared,
 }
 
 impl Peer {
     pub fn spawn(program: &str, args: &[&str]) -> Peer {
-        let reclaims = reclaim::shared();
+        let solo = solo::shared();
         let mut child = Command::new(program)
             .args(args)
             .stdin(Stdio::piped())
@@ -130,7 +130,7 @@ impl Peer {
             child,
             stdin,
             stdout,
-            _reclaims: reclaims,
+            _solo: solo,
         }
     }
 

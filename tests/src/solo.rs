@@ -1,15 +1,23 @@
 //! One test binary runs every multi-process test, so a test's processes
-//! share this user's `/dev/shm` with every other test's. A process that
-//! opens a mailbox, finds a peer dead or unloads the provider reclaims
-//! what dead processes left there, in every job. The few tests that check
-//! that a killed process's objects are still there before they reclaim
-//! them hold [`alone`]; whatever starts such processes holds [`shared`]
-//! meanwhile. [`Peer`](crate::Peer), [`Cluster`](crate::cluster::Cluster)
-//! and a running [`mpi`](crate::mpi) job take it themselves.
+//! share the machine, this user's `/dev/shm` and the test hosts with every
+//! other test's (each test file used to be a process of its own, run
+//! alone). The tests that need no other test's processes meanwhile hold
+//! [`alone`]; whatever starts processes holds [`shared`] while they run:
+//! [`Peer`](crate::Peer), [`Cluster`](crate::cluster::Cluster) and a
+//! running [`mpi`](crate::mpi) job take it themselves.
 //!
-//! Sharers never wait for a test that waits to be alone (no reader of this
-//! lock can deadlock behind a waiting writer while it holds another
-//! guard): the one waiting runs once the sharers of the moment are done.
+//! Alone are the tests that check that a killed process's objects are
+//! still there before they reclaim them (a process of this user that opens
+//! a mailbox, finds a peer dead or unloads the provider reclaims what dead
+//! processes left, in every job), the tests on the test hosts
+//! ([`hosts::exclusive`](crate::hosts::exclusive): they cut links and
+//! time how soon that is noticed) and the 5 GiB transfers (11 GiB of
+//! memory).
+//!
+//! Sharers never wait for a test that waits to be alone (no holder of one
+//! guard can deadlock behind a waiting test while it takes another): the
+//! one waiting runs once the sharers of the moment are done. Take `alone`
+//! before any other lock a sharer may hold.
 
 use std::cell::Cell;
 use std::sync::{Condvar, Mutex, MutexGuard};
@@ -34,8 +42,8 @@ fn state() -> MutexGuard<'static, State> {
     STATE.lock().unwrap_or_else(|e| e.into_inner())
 }
 
-/// Held while processes that may reclaim dead ones' objects run.
-#[must_use = "the processes may reclaim only while it is held"]
+/// Held while a test's processes run.
+#[must_use = "other tests are held off only while it is held"]
 pub struct Shared {
     counted: bool,
 }
@@ -63,7 +71,7 @@ impl Drop for Shared {
     }
 }
 
-/// Held by a test during which no process but its own may reclaim.
+/// Held by a test during which no other test's processes run.
 #[must_use = "other tests' processes are held off only while it is held"]
 pub struct Alone(());
 

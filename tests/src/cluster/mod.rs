@@ -66,8 +66,8 @@ pub struct Cluster {
     env: Vec<(String, String)>,
     pub peers: Vec<FabricPeer>,
     _dir: ProviderDir,
-    /// Dropped after the children are gone (see [`crate::reclaim`]).
-    _reclaims: crate::reclaim::Shared,
+    /// Dropped after the children are gone (see [`crate::solo`]).
+    _solo: crate::solo::Shared,
 }
 
 impl Cluster {
@@ -115,7 +115,7 @@ impl Cluster {
             env,
             peers: Vec::new(),
             _dir: dir,
-            _reclaims: crate::reclaim::shared(),
+            _solo: crate::solo::shared(),
         }
     }
 

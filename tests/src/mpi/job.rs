@@ -252,8 +252,9 @@ impl Job {
 
     /// Starts the job (after taking [`job_lock`]).
     pub fn spawn(&self) -> RunningJob {
+        // Shared first: a test that is alone may wait for the job lock.
+        let solo = crate::solo::shared();
         let guard = job_lock();
-        let reclaims = crate::reclaim::shared();
         warn_if_provider_stale();
         static SERIAL: AtomicUsize = AtomicUsize::new(0);
         let unimem_job = self.unimem_job.clone().unwrap_or_else(|| {
@@ -298,7 +299,7 @@ impl Job {
             status: None,
             mpich_files_before,
             _guard: guard,
-            _reclaims: reclaims,
+            _solo: solo,
         }
     }
 

@@ -39,8 +39,8 @@ pub struct RunningJob {
     pub(super) mpich_files_before: Vec<String>,
     pub(super) _guard: MutexGuard<'static, ()>,
     /// Dropped after the job's processes are gone and their objects
-    /// reclaimed (see [`crate::reclaim`]).
-    pub(super) _reclaims: crate::reclaim::Shared,
+    /// reclaimed (see [`crate::solo`]).
+    pub(super) _solo: crate::solo::Shared,
 }
 
 impl RunningJob {

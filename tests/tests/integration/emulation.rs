@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 use unimem_dma::{DmaEngine, DmaError, DmaRegion, RegId, RegionConfig, ShmDmaEngine};
 use unimem_mailbox::shm::{list_objects, reclaim_dead_objects};
 use unimem_mailbox::{Error, JobId, Mailbox, NodeId, Profile, ShmMailbox, ShmMailboxConfig};
-use unimem_tests::{fill_pattern, fnv1a, pattern_byte, reclaim, unstamp, Peer};
+use unimem_tests::{fill_pattern, fnv1a, pattern_byte, solo, unstamp, Peer};
 
 const NODE: &str = env!("CARGO_BIN_EXE_unimem-node");
 
@@ -28,14 +28,14 @@ fn job_name() -> String {
 /// every other test of this binary. The dead-node tests check that a
 /// killed node's objects are still there before they reclaim them, so no
 /// other test may start a child meanwhile: child-spawning tests hold
-/// [`reclaim::shared`] (as every [`Peer`] does), the dead-node tests
-/// [`reclaim::alone`].
-fn children_may_reclaim() -> reclaim::Shared {
-    reclaim::shared()
+/// [`solo::shared`] (as every [`Peer`] does), the dead-node tests
+/// [`solo::alone`].
+fn children_may_reclaim() -> solo::Shared {
+    solo::shared()
 }
 
-fn nothing_else_reclaims() -> reclaim::Alone {
-    reclaim::alone()
+fn nothing_else_reclaims() -> solo::Alone {
+    solo::alone()
 }
 
 fn job() -> JobId {

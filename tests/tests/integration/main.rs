@@ -5,12 +5,14 @@
 //! -- fabric::rma::` runs the RMA tests, `-- layers::` the import-layer
 //! checker (`scripts/check-layers`).
 //!
-//! Every test here shares one process and this user's `/dev/shm` with the
-//! others, so what used to be per file is per binary: test hosts are used
-//! by one test at a time ([`unimem_tests::hosts::exclusive`]), MPI jobs run
-//! one at a time ([`unimem_tests::mpi::job_lock`]), and the tests that need
-//! no other process to reclaim dead ones' objects hold
-//! [`unimem_tests::reclaim::alone`].
+//! Every test here shares one process, the machine, this user's
+//! `/dev/shm` and the test hosts with the others (each file used to be a
+//! process of its own, run alone), so what used to be per file is per
+//! binary: MPI jobs run one at a time ([`unimem_tests::mpi::job_lock`]),
+//! and the tests that need the machine to themselves (the test hosts', the
+//! 5 GiB transfers, and those that watch a killed process's objects) hold
+//! [`unimem_tests::solo::alone`], which holds off every other test's
+//! processes.
 
 mod emulation;
 mod fabric;

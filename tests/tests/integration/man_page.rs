@@ -305,7 +305,7 @@ fn every_variable_the_page_names_exists() {
 #[test]
 fn fi_info_lists_the_same_parameters() {
     // fi_info loads the provider, which reclaims dead processes' objects.
-    let _reclaims = unimem_tests::reclaim::shared();
+    let _solo = unimem_tests::solo::shared();
     let dir = std::env::temp_dir().join(format!("unimem-man-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).expect("temp dir");

@@ -397,7 +397,7 @@ fn out_of_range_tunables_are_refused() {
 #[test]
 fn fi_info_lists_the_ranges() {
     // fi_info loads the provider, which reclaims dead processes' objects.
-    let _reclaims = unimem_tests::reclaim::shared();
+    let _solo = unimem_tests::solo::shared();
     let dir = tempdir("fi-info");
     std::os::unix::fs::symlink(
         unimem_tests::cluster::provider_library(),

@@ -42,7 +42,7 @@ fn check(config: &str, npes: u32, dirs: &str, extra: &[&str]) {
         "no SOS build in {out}/{config}: scripts/sos build --out {out} --config {config}"
     );
     // Its PEs load the provider, which reclaims dead processes' objects.
-    let _reclaims = unimem_tests::reclaim::shared();
+    let _solo = unimem_tests::solo::shared();
     let uid = uid();
     let before = leftovers(&uid);
     let run = Command::new(repo().join("scripts/sos"))

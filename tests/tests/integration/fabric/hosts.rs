@@ -19,7 +19,8 @@ use unimem_tests::cluster::{Cluster, Msg, Order, EAGER, SEGMENT};
 use unimem_tests::hosts;
 
 /// A cluster whose children run in test hosts `on`, in turn. Tests take
-/// the hosts one at a time ([`hosts::exclusive`]): one cuts a link.
+/// the hosts alone ([`hosts::exclusive`]): one cuts a link, and some time
+/// how soon that is noticed.
 fn cluster(test: &str, on: &[usize]) -> Cluster {
     let names = hosts::ensure();
     let on: Vec<&str> = on.iter().map(|&i| names[i].as_str()).collect();

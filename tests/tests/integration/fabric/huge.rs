@@ -2,19 +2,18 @@
 //! through the real libfabric core: 2^31 + 100 bytes and 5 GiB, untagged
 //! and tagged with CQ data, every byte checked (checksum of the whole
 //! receive buffer, guard bytes after it). They need about 11 GiB of memory
-//! at once, so they run one at a time; they are long-running (tens of
+//! at once, so they run one at a time and alone in the test binary
+//! (`unimem_tests::solo::alone`); they are long-running (tens of
 //! seconds in a debug build) and CI runs them.
 
-use std::sync::Mutex;
 use std::time::Duration;
 
 use unimem_tests::cluster::{set_answer_timeout, Msg, Order};
 
-/// One huge transfer at a time: each holds two copies of its message.
-static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
-
 fn transfer(test: &str, msg: Msg) {
-    let _alone = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    // One huge transfer at a time, and no other test meanwhile: each holds
+    // two copies of its message.
+    let _alone = unimem_tests::solo::alone();
     // Filling, moving and checking 5 GiB in a debug build takes minutes
     // on a loaded machine: a hang guard, not a time requirement.
     set_answer_timeout(Duration::from_secs(400));
