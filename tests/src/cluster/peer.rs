@@ -1,6 +1,7 @@
 //! One child: a `fabric-peer` process, its commands and their answers, each
 //! with a deadline.
 
+use std::cell::Cell;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::process::{Child, ChildStdin, Command, Stdio};
 use std::sync::mpsc::{self, Receiver, RecvTimeoutError};
@@ -10,21 +11,22 @@ use std::time::{Duration, Instant};
 
 use super::{parse_num, Completion};
 
-/// Seconds set by [`set_answer_timeout`]; 0: the default.
-static ANSWER_TIMEOUT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+thread_local! {
+    /// Seconds set by [`set_answer_timeout`] for this thread's test; 0:
+    /// the default. Per test, not per process: every test of the binary
+    /// shares the process.
+    static ANSWER_TIMEOUT: Cell<u64> = const { Cell::new(0) };
+}
 
-/// Raises the deadline of every read from a child of this process's
+/// Raises the deadline of every read from a child of the calling test's
 /// clusters (tests of operations that take long by nature, such as
 /// messages of several GiB).
 pub fn set_answer_timeout(timeout: Duration) {
-    ANSWER_TIMEOUT.store(
-        timeout.as_secs().max(1),
-        std::sync::atomic::Ordering::Relaxed,
-    );
+    ANSWER_TIMEOUT.with(|set| set.set(timeout.as_secs().max(1)));
 }
 
 pub(super) fn timeout() -> Duration {
-    let set = ANSWER_TIMEOUT.load(std::sync::atomic::Ordering::Relaxed);
+    let set = ANSWER_TIMEOUT.with(Cell::get);
     let secs = std::env::var("UNIMEM_FABRIC_TIMEOUT")
         .ok()
         .and_then(|s| s.parse().ok())
