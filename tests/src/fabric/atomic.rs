@@ -70,6 +70,32 @@ fn iocs(buf: *const u8, count: usize, size: usize) -> Vec<ffi::fi_ioc> {
         .collect()
 }
 
+/// The names `fabric-peer`'s atomic commands (and the tests that drive
+/// them) give `enum fi_datatype`, in its order, with each element's size
+/// in bytes.
+pub const DATATYPE_NAMES: [(&str, usize); 14] = [
+    ("i8", 1),
+    ("u8", 1),
+    ("i16", 2),
+    ("u16", 2),
+    ("i32", 4),
+    ("u32", 4),
+    ("i64", 8),
+    ("u64", 8),
+    ("float", 4),
+    ("double", 8),
+    ("fcomplex", 8),
+    ("dcomplex", 16),
+    ("ldouble", 16),
+    ("ldcomplex", 32),
+];
+
+/// The names they give `enum fi_op`, in its order.
+pub const OP_NAMES: [&str; 19] = [
+    "min", "max", "sum", "prod", "lor", "land", "bor", "band", "lxor", "bxor", "read", "write",
+    "cswap", "cswap-ne", "cswap-le", "cswap-lt", "cswap-ge", "cswap-gt", "mswap",
+];
+
 /// The family of an atomic call (`*valid`: which query).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum AtomicFamily {

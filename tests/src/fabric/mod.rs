@@ -19,7 +19,7 @@ mod info;
 mod rma;
 
 pub use api::{api, Api};
-pub use atomic::{AtomicBufs, AtomicFamily, AtomicForm, AtomicTarget};
+pub use atomic::{AtomicBufs, AtomicFamily, AtomicForm, AtomicTarget, DATATYPE_NAMES, OP_NAMES};
 pub use cq::{CqEntry, CqError};
 pub use ep::{Match, TagMatch};
 pub use info::{Hints, Info};

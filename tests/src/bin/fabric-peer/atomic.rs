@@ -7,7 +7,9 @@ use std::time::Instant;
 
 use unimem_fi::base::ffi;
 use unimem_tests::cluster::parse_num;
-use unimem_tests::fabric::{AtomicBufs, AtomicFamily, AtomicForm, AtomicTarget, Ep};
+use unimem_tests::fabric::{
+    AtomicBufs, AtomicFamily, AtomicForm, AtomicTarget, Ep, DATATYPE_NAMES, OP_NAMES,
+};
 use unimem_tests::payload;
 
 use super::args::{send_flags, Args};
@@ -16,38 +18,18 @@ use super::{CmdResult, Peer, GUARD, GUARD_BYTE};
 
 /// A datatype word: `enum fi_datatype` and the element size in bytes.
 fn datatype_arg(word: &str) -> Result<(u32, usize), String> {
-    const NAMES: [(&str, usize); 14] = [
-        ("i8", 1),
-        ("u8", 1),
-        ("i16", 2),
-        ("u16", 2),
-        ("i32", 4),
-        ("u32", 4),
-        ("i64", 8),
-        ("u64", 8),
-        ("float", 4),
-        ("double", 8),
-        ("fcomplex", 8),
-        ("dcomplex", 16),
-        ("ldouble", 16),
-        ("ldcomplex", 32),
-    ];
-    let index = match NAMES.iter().position(|&(n, _)| n == word) {
+    let index = match DATATYPE_NAMES.iter().position(|&(n, _)| n == word) {
         Some(i) => i,
         None => parse_num(word).ok_or(format!("unknown datatype {word}"))? as usize,
     };
     // Beyond the names: a datatype nobody knows, 8 bytes for the buffers.
-    let size = NAMES.get(index).map_or(8, |&(_, size)| size);
+    let size = DATATYPE_NAMES.get(index).map_or(8, |&(_, size)| size);
     Ok((index as u32, size))
 }
 
 /// An operation word: `enum fi_op`.
 fn op_arg(word: &str) -> Result<u32, String> {
-    const NAMES: [&str; 19] = [
-        "min", "max", "sum", "prod", "lor", "land", "bor", "band", "lxor", "bxor", "read", "write",
-        "cswap", "cswap-ne", "cswap-le", "cswap-lt", "cswap-ge", "cswap-gt", "mswap",
-    ];
-    match NAMES.iter().position(|&n| n == word) {
+    match OP_NAMES.iter().position(|&n| n == word) {
         Some(i) => Ok(i as u32),
         None => parse_num(word)
             .map(|n| n as u32)

@@ -2,31 +2,20 @@
 //! queries and `fi_query_atomic` against the calls, for every datatype and
 //! operation.
 
+use unimem_tests::fabric::{DATATYPE_NAMES, OP_NAMES};
+
 use super::*;
 
-/// `enum fi_datatype` up to `FI_LONG_DOUBLE_COMPLEX`, then one beyond.
-const DATATYPES: [(&str, usize); 15] = [
-    ("i8", 1),
-    ("u8", 1),
-    ("i16", 2),
-    ("u16", 2),
-    ("i32", 4),
-    ("u32", 4),
-    ("i64", 8),
-    ("u64", 8),
-    ("float", 4),
-    ("double", 8),
-    ("fcomplex", 8),
-    ("dcomplex", 16),
-    ("ldouble", 16),
-    ("ldcomplex", 32),
-    ("14", 8),
-];
+/// `enum fi_datatype` up to `FI_LONG_DOUBLE_COMPLEX` (the names
+/// `fabric-peer` knows), then one beyond.
+fn datatypes() -> impl Iterator<Item = (&'static str, usize)> {
+    DATATYPE_NAMES.into_iter().chain([("14", 8)])
+}
+
 /// `enum fi_op`, then one beyond.
-const OPS: [&str; 20] = [
-    "min", "max", "sum", "prod", "lor", "land", "bor", "band", "lxor", "bxor", "read", "write",
-    "cswap", "cswap-ne", "cswap-le", "cswap-lt", "cswap-ge", "cswap-gt", "mswap", "19",
-];
+fn ops() -> impl Iterator<Item = &'static str> {
+    OP_NAMES.into_iter().chain(["19"])
+}
 
 /// Whether the provider supports `op` on datatype number `dt` in `family`
 /// (what its documentation promises: every operation on the integers;
@@ -60,8 +49,8 @@ fn the_queries_answer_what_the_calls_accept() {
     // Completed fi_atomic calls (an inject has no completion: its counter
     // says when it is done).
     let mut writes = 0u64;
-    for (dt, &(dt_name, size)) in DATATYPES.iter().enumerate() {
-        for op in OPS {
+    for (dt, (dt_name, size)) in datatypes().enumerate() {
+        for op in ops() {
             let v = c.cmd(0, format!("valid {dt_name} {op}"));
             for (family, name, qname) in [
                 (Family::Write, "write", "qwrite"),
