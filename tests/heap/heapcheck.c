@@ -1,5 +1,5 @@
 /* heapcheck: exercises libunimem-heap.so (preloaded) from a separate
- * process; run by tests/tests/heap.rs.
+ * process; run by tests/tests/integration/heap.rs.
  *
  *   heapcheck api | threads N | fork | realloc | exhaust
  *

@@ -23,11 +23,13 @@ fn exists(host: &str) -> bool {
             .exists()
 }
 
-/// Held by a test that uses the test hosts: one at a time per test
-/// binary, as a test may cut a host's link.
-pub fn exclusive() -> std::sync::MutexGuard<'static, ()> {
-    static USE: Mutex<()> = Mutex::new(());
-    USE.lock().unwrap_or_else(|e| e.into_inner())
+/// Held by a test that uses the test hosts: it runs alone in the test
+/// binary ([`solo::alone`](crate::solo::alone); fabric and MPI tests
+/// alike), as a test may cut a host's link and time how soon that is
+/// noticed, and each checks what its processes left in the hosts'
+/// `/dev/shm`.
+pub fn exclusive() -> crate::solo::Alone {
+    crate::solo::alone()
 }
 
 /// The names of the test hosts (`uh1`..), made if they are not there yet.

@@ -1,13 +1,23 @@
 //! Shared pieces of the multi-process tests and raw benchmarks: message
 //! stamping with checksums, byte patterns, process pinning and spawning.
 //!
-//! The fabric tests (`tests/fabric_*.rs`), which run the provider through
-//! the real libfabric core in `fabric-peer` processes, use three modules:
-//! [`fabric`] (a thin wrapper over libfabric's calls), [`payload`] (message
-//! contents and checks) and [`cluster`] (the children, driven from a test).
+//! The tests themselves are one test binary, `integration`
+//! (`tests/integration/main.rs`), a module per concern: `fabric::*`,
+//! `mpi::*`, `emulation`, `heap`, `shm_hardening`, `layers`, `man_page`,
+//! `sos`. A filter on the module path runs one concern
+//! (`cargo test -p unimem-tests --test integration -- fabric::rma::`);
+//! `docs/testing.md` is the map.
 //!
-//! [`layers`] is the import-circle checker that `tests/layers.rs` runs over
-//! the workspace.
+//! The fabric tests, which run the provider through the real libfabric
+//! core in `fabric-peer` processes, use three modules: [`fabric`] (a thin
+//! wrapper over libfabric's calls), [`payload`] (message contents and
+//! checks) and [`cluster`] (the children, driven from a test). The MPI
+//! tests use [`mpi`], the tests across hosts [`hosts`]. Since every test
+//! shares the binary's process and the machine, [`solo`] keeps the tests
+//! that need the machine to themselves apart from the others.
+//!
+//! [`layers`] is the import-circle checker that the `layers` tests
+//! (`tests/integration/layers.rs`) run over the workspace.
 
 pub mod cluster;
 pub mod fabric;
@@ -16,6 +26,7 @@ pub mod hosts;
 pub mod layers;
 pub mod mpi;
 pub mod payload;
+pub mod solo;
 
 use std::io::{BufRead, BufReader, Write};
 use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
@@ -100,10 +111,13 @@ pub struct Peer {
     child: Child,
     stdin: Option<ChildStdin>,
     stdout: BufReader<ChildStdout>,
+    /// Dropped after the child is gone (see [`solo`]).
+    _solo: solo::Shared,
 }
 
 impl Peer {
     pub fn spawn(program: &str, args: &[&str]) -> Peer {
+        let solo = solo::shared();
         let mut child = Command::new(program)
             .args(args)
             .stdin(Stdio::piped())
@@ -116,6 +130,7 @@ impl Peer {
             child,
             stdin,
             stdout,
+            _solo: solo,
         }
     }
 

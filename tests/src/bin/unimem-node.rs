@@ -201,77 +201,61 @@ fn dma_owner(job: JobId, len: usize) -> Result<(), String> {
     Ok(())
 }
 
-/// A small xorshift generator: the forger needs variety, not quality.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0
-    }
-
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n
-    }
-}
-
 /// One forged message: a well-formed wire message with values a sound
 /// peer would not send, or 24 random bytes.
-fn forged_message(rng: &mut Rng) -> [u8; 24] {
+fn forged_message(rng: &mut fastrand::Rng) -> [u8; 24] {
     use unimem_proto::wire::{Chunk, MatchInfo, RmaRefusal, Wire};
-    let id = rng.below(64) as u16;
-    let addr = rng.next();
-    let len = rng.below(1 << 20) as u32;
-    let wire = match rng.below(12) {
+    let id = rng.u16(..64);
+    let addr = rng.u64(..);
+    let len = rng.u32(..1 << 20);
+    let wire = match rng.u64(..12) {
         0 => Wire::Fin { send_id: id },
         1 => Wire::Grant {
             send_id: id,
-            fragment: rng.below(8) as u32,
+            fragment: rng.u32(..8),
             addr,
             len,
-            recv_id: rng.below(64) as u16,
-            recv_gen: rng.below(4) as u16,
-            token: rng.below(4) as u16,
+            recv_id: rng.u16(..64),
+            recv_gen: rng.u16(..4),
+            token: rng.u16(..4),
         },
         2 => Wire::FragDone {
             send_id: id,
-            fragment: rng.below(8) as u32,
-            recv_id: rng.below(64) as u16,
-            recv_gen: rng.below(4) as u16,
+            fragment: rng.u32(..8),
+            recv_id: rng.u16(..64),
+            recv_gen: rng.u16(..4),
         },
         3 => Wire::Eager {
             info: MatchInfo {
-                tag: Some(rng.below(4)),
+                tag: Some(rng.u64(..4)),
                 data: None,
             },
-            len: rng.below(20_000) as u32,
-            seq: rng.below(32) as u8,
-            credits: rng.below(256) as u8,
-            ack: (rng.below(2) == 0).then_some(id),
+            len: rng.u32(..20_000),
+            seq: rng.u8(..32),
+            credits: rng.u8(..),
+            ack: rng.bool().then_some(id),
         },
         4 => Wire::Hello {
-            node: std::array::from_fn(|_| rng.next() as u8),
+            node: std::array::from_fn(|_| rng.u8(..)),
             ring: addr,
-            slot_shift: rng.below(64) as u8,
-            slots: rng.next() as u16,
+            slot_shift: rng.u8(..64),
+            slots: rng.u16(..),
         },
         5 => Wire::Credit {
-            credits: rng.next() as u8,
+            credits: rng.u8(..),
         },
         6 => Wire::LenHigh {
             id,
-            read: rng.below(2) == 0,
-            high: rng.next() as u32,
+            read: rng.bool(),
+            high: rng.u32(..),
         },
         7 => Wire::ReadReady {
             send_id: id,
-            recv_id: rng.below(64) as u16,
+            recv_id: rng.u16(..64),
         },
         8 => Wire::RmaNack {
             id,
-            read: rng.below(2) == 0,
+            read: rng.bool(),
             error: RmaRefusal::Denied,
         },
         9 => Wire::AtomicResult {
@@ -279,13 +263,14 @@ fn forged_message(rng: &mut Rng) -> [u8; 24] {
             bytes: Chunk::new(&addr.to_le_bytes()),
         },
         10 => Wire::AtomicReply { id, refusal: None },
-        _ => return std::array::from_fn(|_| rng.next() as u8),
+        _ => return std::array::from_fn(|_| rng.u8(..)),
     };
     wire.encode()
 }
 
 fn forge(job: JobId, dest: &str, count: u64, seed: u64) -> Result<(), String> {
-    let mut rng = Rng(seed | 1);
+    // Seeded: a forger's run can be replayed with its seed.
+    let mut rng = fastrand::Rng::with_seed(seed);
     let mut busy = 0;
     let mut sent = 0;
     while sent < count {

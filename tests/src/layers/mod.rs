@@ -28,8 +28,9 @@
 //! crate (`graph.rs`). A [`CrateReport`] prints each crate's top-level
 //! modules in dependency order (lowest layer first) and the edges; its
 //! [`circles`](CrateReport::circles) list every circle with the places that
-//! make it. `tests/tests/layers.rs` runs the check on this workspace (alone:
-//! `scripts/check-layers`) and shows on small trees what it understands.
+//! make it. `tests/tests/integration/layers.rs` runs the check on this
+//! workspace (alone: `scripts/check-layers`) and shows on small trees what
+//! it understands.
 
 mod graph;
 mod resolve;

@@ -1,0 +1,5 @@
+//! MPI jobs over unimem, through `scripts/mpirun-unimem`
+//! (`unimem_tests::mpi`).
+
+mod faults;
+mod suite;
