@@ -5,7 +5,7 @@
 //! No link-time dependency on libfabric: types come from the headers at
 //! build time (`base::ffi`, the crate `unimem-fi-sys`), the few core
 //! functions we call are found at load time (`base::core`). The modules form layers, and every import
-//! points down (`tests/tests/layers.rs` keeps it so):
+//! points down (`tests/tests/integration/layers.rs` keeps it so):
 //!
 //! | layer | modules | role |
 //! |---|---|---|

@@ -3,7 +3,7 @@
 
 use std::collections::HashMap;
 
-use unimem_fi::base::ffi;
+use unimem_fi_sys as ffi;
 
 use super::{Cluster, Completion, Kind};
 use crate::fabric::Match;

@@ -5,7 +5,7 @@ use std::ffi::{c_void, CStr, CString};
 use std::os::raw::{c_char, c_int};
 use std::sync::OnceLock;
 
-use unimem_fi::base::ffi;
+use unimem_fi_sys as ffi;
 
 type GetinfoFn = unsafe extern "C" fn(
     u32,

@@ -4,7 +4,7 @@
 use std::ffi::c_void;
 use std::ptr::null_mut;
 
-use unimem_fi::base::ffi;
+use unimem_fi_sys as ffi;
 
 use super::{rc, Ep};
 

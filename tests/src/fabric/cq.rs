@@ -2,7 +2,7 @@
 
 use std::ptr::{null, null_mut};
 
-use unimem_fi::base::ffi;
+use unimem_fi_sys as ffi;
 
 use super::{rc, Cq, FI_ADDR_NOTAVAIL};
 

@@ -6,7 +6,7 @@ use std::ffi::{c_void, CStr};
 use std::os::raw::c_int;
 use std::ptr::null_mut;
 
-use unimem_fi::base::ffi;
+use unimem_fi_sys as ffi;
 
 use super::{check, rc, Ep, Object};
 

@@ -3,7 +3,7 @@
 use std::ffi::{CStr, CString};
 use std::ptr::{null, null_mut};
 
-use unimem_fi::base::ffi;
+use unimem_fi_sys as ffi;
 
 use super::Api;
 

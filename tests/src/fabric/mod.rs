@@ -27,15 +27,15 @@ pub use rma::{RmaCall, RmaTarget};
 
 use std::os::raw::c_int;
 
-use unimem_fi::base::ffi;
+use unimem_fi_sys as ffi;
 
 /// `FI_ADDR_UNSPEC`: any source.
 pub const FI_ADDR_UNSPEC: u64 = u64::MAX;
-pub use unimem_fi::base::ffi::FI_ADDR_NOTAVAIL;
+pub use unimem_fi_sys::FI_ADDR_NOTAVAIL;
 
 /// Negated libfabric error codes, as the calls return them.
 pub mod rc {
-    use unimem_fi::base::ffi;
+    use unimem_fi_sys as ffi;
     pub const EAGAIN: i32 = -ffi::FI_EAGAIN;
     pub const EAVAIL: i32 = -(ffi::FI_EAVAIL as i32);
     pub const EINVAL: i32 = -ffi::FI_EINVAL;

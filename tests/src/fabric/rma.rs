@@ -3,7 +3,7 @@
 use std::ffi::c_void;
 use std::ptr::{null, null_mut};
 
-use unimem_fi::base::ffi;
+use unimem_fi_sys as ffi;
 
 use super::Ep;
 

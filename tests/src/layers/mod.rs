@@ -43,7 +43,7 @@ use std::fmt::{self, Write as _};
 use std::path::Path;
 
 pub use graph::Graph;
-pub use workspace::SourceTree;
+pub use workspace::{crate_dependencies, SourceTree};
 
 use resolve::Crate;
 use workspace::Target;
@@ -103,6 +103,12 @@ impl fmt::Display for CrateReport {
         }
         Ok(())
     }
+}
+
+/// The workspace at `workspace_root` as the checker reads it (manifests
+/// and sources).
+pub fn read(workspace_root: &Path) -> SourceTree {
+    workspace::load(workspace_root)
 }
 
 /// Checks every crate (library, binaries) of the workspace at

@@ -226,6 +226,38 @@ struct TomlEntry {
     value: String,
 }
 
+/// Each member's package name and the workspace crates it depends on
+/// (`[dependencies]`, not dev or build ones), from the manifests in `tree`
+/// (as [`load`] reads them).
+pub fn crate_dependencies(tree: &SourceTree) -> BTreeMap<String, Vec<String>> {
+    let members: BTreeSet<String> = tree
+        .iter()
+        .filter(|(path, _)| path.ends_with("/Cargo.toml"))
+        .filter_map(|(_, toml)| Manifest::parse(toml).string("package", 0, "name"))
+        .collect();
+    tree.iter()
+        .filter(|(path, _)| path.ends_with("/Cargo.toml"))
+        .filter_map(|(_, toml)| {
+            let manifest = Manifest::parse(toml);
+            let name = manifest.string("package", 0, "name")?;
+            let deps = manifest
+                .0
+                .iter()
+                // `name = ...` or a dotted key, `name.workspace = true`.
+                .filter_map(|e| {
+                    e.key
+                        .split('.')
+                        .next()
+                        .filter(|_| e.table == "dependencies")
+                })
+                .filter(|key| members.contains(*key))
+                .map(str::to_owned)
+                .collect();
+            Some((name, deps))
+        })
+        .collect()
+}
+
 /// The keys of a manifest, in order.
 struct Manifest(Vec<TomlEntry>);
 

@@ -36,7 +36,6 @@ fn workspace_has_no_import_cycles() {
 /// without closing one (base reaching for an object, say).
 const PROVIDER_LAYERS: &[&[&str]] = &[
     &["base"],
-    &["net"],
     &["info"],
     &["state"],
     &[
@@ -44,6 +43,51 @@ const PROVIDER_LAYERS: &[&[&str]] = &[
     ],
     &["prov"],
 ];
+
+/// The workspace's crates, lowest first, as provider/ARCHITECTURE.md
+/// draws them: a crate depends only on crates of lower layers. A new crate
+/// must be placed here.
+const CRATE_LAYERS: &[&[&str]] = &[
+    &["unimem-fi-sys", "unimem-mailbox", "unimem-regcache"],
+    &["unimem-dma"],
+    &["unimem-heap", "unimem-proto"],
+    &["unimem-net"],
+    &["unimem-provider"],
+    &["unimem-tests"],
+];
+
+#[test]
+fn crates_depend_only_on_lower_layers() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .expect("the tests crate is in the workspace");
+    let deps = layers::crate_dependencies(&layers::read(root));
+    for name in [
+        "unimem-fi-sys",
+        "unimem-net",
+        "unimem-provider",
+        "unimem-proto",
+    ] {
+        assert!(deps.contains_key(name), "{name} is not a member: {deps:?}");
+    }
+    let rank = |name: &str| CRATE_LAYERS.iter().position(|l| l.contains(&name));
+    let mut wrong = Vec::new();
+    for (name, uses) in &deps {
+        let Some(own) = rank(name) else {
+            wrong.push(format!("{name}: in no layer of CRATE_LAYERS"));
+            continue;
+        };
+        for dep in uses {
+            if rank(dep).is_none_or(|r| r >= own) {
+                wrong.push(format!("{name} -> {dep} does not point down"));
+            }
+        }
+    }
+    assert!(wrong.is_empty(), "{}", wrong.join("\n"));
+    // The seam, not the provider, gives the tests their libfabric types.
+    assert!(!deps["unimem-tests"].iter().any(|d| d == "unimem-provider"));
+    assert!(deps["unimem-tests"].iter().any(|d| d == "unimem-fi-sys"));
+}
 
 #[test]
 fn provider_imports_point_down_its_layers() {

@@ -12,7 +12,7 @@ use std::process::{Command, Stdio};
 use std::time::Duration;
 
 use unimem_dma::{DmaEngine, DmaError, DmaRegion, RegionConfig, ShmDmaEngine};
-use unimem_fi::base::ffi;
+use unimem_fi_sys as ffi;
 use unimem_mailbox::shm::{list_objects, object_name};
 use unimem_mailbox::{JobId, Mailbox, MailboxAddr, ShmMailbox, ShmMailboxConfig};
 use unimem_tests::cluster::{is_provider_warning, Cluster, Msg, Order, EAGER, SEGMENT};
@@ -773,7 +773,7 @@ fn truncated_mailbox_is_contained() {
     let victim = addr_of(&c, 1);
     let name = object_name(JobId::from_name(&job), &victim.object_tail());
     shm_file(&name).set_len(0).unwrap();
-    let unreachable = -i64::from(unimem_fi::base::ffi::FI_EHOSTUNREACH);
+    let unreachable = -i64::from(unimem_fi_sys::FI_EHOSTUNREACH);
     assert_eq!(c.cmd(0, "try-send 1 10").num(), unreachable);
     assert_eq!(c.cmd(0, "try-send 1 100000").num(), unreachable);
     // The victim polls its own truncated ring, and answers.

@@ -3,7 +3,7 @@
 
 use std::collections::HashMap;
 
-use unimem_fi::base::ffi;
+use unimem_fi_sys as ffi;
 use unimem_tests::cluster::parse_num;
 use unimem_tests::fabric::{Match, FI_ADDR_UNSPEC};
 

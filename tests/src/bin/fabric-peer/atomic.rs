@@ -5,7 +5,7 @@ use std::collections::VecDeque;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Instant;
 
-use unimem_fi::base::ffi;
+use unimem_fi_sys as ffi;
 use unimem_tests::cluster::parse_num;
 use unimem_tests::fabric::{
     AtomicBufs, AtomicFamily, AtomicForm, AtomicTarget, Ep, DATATYPE_NAMES, OP_NAMES,

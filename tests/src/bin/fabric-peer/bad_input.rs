@@ -1,7 +1,7 @@
 //! Calls the provider must refuse: `getinfo` with given hints,
 //! `close-domain` while in use, `disabled-ep`.
 
-use unimem_fi::base::ffi;
+use unimem_fi_sys as ffi;
 use unimem_tests::fabric::{Hints, Info, Match, Object, FI_ADDR_UNSPEC};
 
 use super::args::{cap_bit, send_flags, Args};

@@ -5,7 +5,7 @@
 use std::collections::VecDeque;
 use std::time::{Duration, Instant};
 
-use unimem_fi::base::ffi;
+use unimem_fi_sys as ffi;
 use unimem_tests::cluster::{Completion, Kind};
 use unimem_tests::fabric::{rc, CqEntry, CqError, Ep, Match};
 use unimem_tests::payload;

@@ -3,7 +3,7 @@
 
 use std::collections::HashMap;
 
-use unimem_fi::base::ffi;
+use unimem_fi_sys as ffi;
 use unimem_tests::fabric::{Api, Av, Cntr, Cq, Domain, Ep, Fabric, Hints, Info, Mr, Object};
 
 use super::args::send_flags;

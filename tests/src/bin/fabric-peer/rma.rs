@@ -4,7 +4,7 @@
 
 use std::time::{Duration, Instant};
 
-use unimem_fi::base::ffi;
+use unimem_fi_sys as ffi;
 use unimem_tests::fabric::{Ep, Object, RmaCall, RmaTarget};
 use unimem_tests::payload;
 

@@ -4,7 +4,7 @@
 use std::collections::{HashMap, HashSet};
 use std::time::{Duration, Instant};
 
-use unimem_fi::base::ffi;
+use unimem_fi_sys as ffi;
 use unimem_tests::fabric::{rc, CqEntry, Match, FI_ADDR_NOTAVAIL, FI_ADDR_UNSPEC};
 use unimem_tests::payload;
 

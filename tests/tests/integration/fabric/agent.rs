@@ -8,7 +8,7 @@
 
 use std::time::{Duration, Instant};
 
-use unimem_fi::base::ffi;
+use unimem_fi_sys as ffi;
 use unimem_tests::cluster::{carried, Cluster, Kind, Msg, Order, Region, Reply, EAGER, SEGMENT};
 use unimem_tests::payload;
 

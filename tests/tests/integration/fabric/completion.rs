@@ -9,7 +9,7 @@
 //! `FI_COMMIT_COMPLETE` (persistent memory, which we have none of) is
 //! refused.
 
-use unimem_fi::base::ffi;
+use unimem_fi_sys as ffi;
 use unimem_tests::cluster::{Cluster, Completion, Msg, Order, EAGER};
 use unimem_tests::fabric::rc;
 

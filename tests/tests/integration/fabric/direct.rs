@@ -7,7 +7,7 @@
 //! close lines), so that an operation that silently took another path, or
 //! moved a byte it should not have, fails.
 
-use unimem_fi::base::ffi;
+use unimem_fi_sys as ffi;
 use unimem_tests::cluster::{carried, carried_direct, Cluster, Kind, Msg, Order, Region, EAGER};
 use unimem_tests::payload;
 

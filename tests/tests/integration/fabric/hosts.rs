@@ -14,7 +14,7 @@
 
 use std::time::{Duration, Instant};
 
-use unimem_fi::base::ffi;
+use unimem_fi_sys as ffi;
 use unimem_tests::cluster::{Cluster, Msg, Order, EAGER, SEGMENT};
 use unimem_tests::hosts;
 

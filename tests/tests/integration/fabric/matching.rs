@@ -6,7 +6,7 @@
 
 use std::collections::HashMap;
 
-use unimem_fi::base::ffi;
+use unimem_fi_sys as ffi;
 use unimem_tests::cluster::{Cluster, Completion, Kind, Msg, Order, EAGER, SEGMENT};
 use unimem_tests::fabric::FI_ADDR_NOTAVAIL;
 use unimem_tests::payload;

@@ -6,7 +6,7 @@
 //! arrives intact; nothing hangs (every command of the cluster has a
 //! deadline).
 
-use unimem_fi::base::ffi;
+use unimem_fi_sys as ffi;
 use unimem_tests::cluster::{is_provider_warning, Msg, Order, EAGER, SEGMENT};
 use unimem_tests::fabric::rc;
 

@@ -16,7 +16,7 @@
 //! region (so that a byte moved where it should not be is caught too); the
 //! result buffer's guard bytes must stay untouched.
 
-use unimem_fi::base::ffi;
+use unimem_fi_sys as ffi;
 use unimem_tests::cluster::{carried, Cluster, Reply};
 use unimem_tests::payload;
 

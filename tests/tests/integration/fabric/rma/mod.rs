@@ -14,7 +14,7 @@
 //! there a large region is dmable and RMA is one-sided (see
 //! `one_sided_rma_completes_while_the_target_sleeps`).
 
-use unimem_fi::base::ffi;
+use unimem_fi_sys as ffi;
 use unimem_tests::cluster::{
     carried, carried_notices, Cluster, Completion, Kind, Msg, Order, Region, EAGER, SEGMENT,
 };
