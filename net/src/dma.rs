@@ -64,6 +64,7 @@ struct NetHalf {
 
 impl NetHalf {
     /// The first completed transfer whose modeled time has come.
+    #[inline]
     fn pop_done(&mut self) -> Option<DmaId> {
         let at = self.floor.first_due(&self.done, monotonic_ns())?;
         let id = self.done.remove(at)?;
@@ -176,6 +177,7 @@ impl NodeDma {
         Ok(RegId(id))
     }
 
+    #[inline]
     fn transfer(
         &mut self,
         write: bool,
@@ -228,6 +230,7 @@ impl NodeDma {
 impl DmaEngine for NodeDma {
     type Node = NodeId;
 
+    #[inline]
     fn local_node(&self) -> NodeId {
         self.shm.local_node()
     }
@@ -236,6 +239,7 @@ impl DmaEngine for NodeDma {
         self.shm.alloc(len)
     }
 
+    #[inline]
     fn is_dmable(&self, addr: *const u8, len: usize) -> bool {
         self.shm.is_dmable(addr, len)
     }
@@ -313,6 +317,7 @@ impl DmaEngine for NodeDma {
         }
     }
 
+    #[inline]
     fn put(
         &mut self,
         local: *const u8,
@@ -326,6 +331,7 @@ impl DmaEngine for NodeDma {
         self.transfer(true, local.cast_mut(), len, reg, remote_addr)
     }
 
+    #[inline]
     fn put_granted(
         &mut self,
         local: *const u8,
@@ -340,10 +346,12 @@ impl DmaEngine for NodeDma {
         self.transfer(true, local.cast_mut(), len, reg, remote_addr)
     }
 
+    #[inline]
     fn grant_token(&self, addr: *const u8, len: usize) -> Option<u16> {
         self.shm.grant_token(addr, len)
     }
 
+    #[inline]
     fn get(
         &mut self,
         local: *mut u8,
@@ -357,6 +365,7 @@ impl DmaEngine for NodeDma {
         self.transfer(false, local, len, reg, remote_addr)
     }
 
+    #[inline]
     fn get_granted(
         &mut self,
         local: *mut u8,
@@ -373,6 +382,7 @@ impl DmaEngine for NodeDma {
         Err(DmaError::NoLoadStore)
     }
 
+    #[inline]
     fn poll(&mut self) -> Option<DmaId> {
         if let Some(id) = self.shm.poll() {
             return Some(id);
@@ -388,6 +398,7 @@ impl DmaEngine for NodeDma {
         net.pop_done()
     }
 
+    #[inline]
     fn atomic(
         &mut self,
         target: unimem_dma::ElementRange,
@@ -400,14 +411,17 @@ impl DmaEngine for NodeDma {
         Err(DmaError::OutOfBounds)
     }
 
+    #[inline]
     fn loads_reach(&self, node: NodeId) -> bool {
         !node.is_remote()
     }
 
+    #[inline]
     fn moved_async(&self) -> u64 {
         self.shm.moved_async()
     }
 
+    #[inline]
     fn load_store(
         &mut self,
         reg: RegId,
@@ -422,10 +436,12 @@ impl DmaEngine for NodeDma {
         Err(DmaError::NoLoadStore)
     }
 
+    #[inline]
     fn atomics_reach(&self, node: NodeId) -> bool {
         !node.is_remote()
     }
 
+    #[inline]
     fn resolve_key(&mut self, node: NodeId, key: u64) -> Result<Exposure, DmaError> {
         if !node.is_remote() {
             return self.shm.resolve_key(node, key);
@@ -434,6 +450,7 @@ impl DmaEngine for NodeDma {
         self.net()?.nic.key(nic, key)
     }
 
+    #[inline]
     fn lease_key(&mut self, node: NodeId, key: u64) -> Option<unimem_dma::KeyLease> {
         // A node of another host has no table here to look at.
         if node.is_remote() {

@@ -86,6 +86,7 @@ impl Mailbox for NodeMailbox {
 
     /// The address peers of every host use: with our interface's address
     /// when we have one (peers of this host drop it, see `canonical`).
+    #[inline]
     fn addr(&self) -> MailboxAddr {
         let mut addr = self.shm.addr();
         if let Some(net) = &self.net {
@@ -118,6 +119,7 @@ impl Mailbox for NodeMailbox {
         }
     }
 
+    #[inline]
     fn send(&self, peer: &NodePeer, message: &Message) -> Result<(), Error> {
         match peer {
             NodePeer::Local(peer) => self.shm.send(peer, message),
@@ -129,6 +131,7 @@ impl Mailbox for NodeMailbox {
         }
     }
 
+    #[inline]
     fn poll(&mut self) -> Option<(MailboxAddr, Message)> {
         if self.net.is_none() {
             return self.shm.poll();
@@ -141,6 +144,7 @@ impl Mailbox for NodeMailbox {
         }
     }
 
+    #[inline]
     fn has_message(&self) -> bool {
         if self.shm.has_message() {
             return true;
@@ -155,6 +159,7 @@ impl Mailbox for NodeMailbox {
         !net.inbox.is_empty()
     }
 
+    #[inline]
     fn peer_alive(&self, peer: &NodePeer) -> bool {
         match peer {
             NodePeer::Local(peer) => self.shm.peer_alive(peer),
