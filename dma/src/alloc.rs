@@ -151,13 +151,8 @@ mod tests {
     fn random_alloc_free_never_overlaps() {
         let mut a = RangeAllocator::new(1 << 16);
         let mut live: Vec<(usize, usize)> = Vec::new();
-        let mut seed = 0x9e37_79b9_7f4a_7c15u64;
-        let mut next = || {
-            seed ^= seed << 13;
-            seed ^= seed >> 7;
-            seed ^= seed << 17;
-            seed
-        };
+        let mut rng = fastrand::Rng::with_seed(0x9e37_79b9_7f4a_7c15);
+        let mut next = || rng.u64(..);
         for _ in 0..20_000 {
             if next() % 3 != 0 || live.is_empty() {
                 let len = (next() % 2048 + 1) as usize;

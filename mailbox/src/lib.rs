@@ -11,6 +11,7 @@
 //! and the timing profiles ([`profile`]).
 
 pub mod addr;
+pub mod codec;
 pub mod cpu;
 mod crash;
 pub mod doorbell;

@@ -58,7 +58,7 @@ static OFF_BECAUSE: Mutex<Option<String>> = Mutex::new(None);
 
 /// Says, once per process, that a peer of another host cannot be reached
 /// and why.
-pub fn warn_unreachable(peer: &MailboxAddr) {
+pub(crate) fn warn_unreachable(peer: &MailboxAddr) {
     static SAID: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
     if SAID.swap(true, std::sync::atomic::Ordering::Relaxed) {
         return;

@@ -3,8 +3,8 @@
 //! sender's network address, and is checked in full before it is used
 //! (a peer is untrusted input: a packet that does not parse is dropped).
 
+use unimem_mailbox::codec::{Put, Reader};
 use unimem_mailbox::{JobId, Message, NicAddr, MESSAGE_LEN};
-use unimem_proto::codec::{Put, Reader};
 
 /// Bytes of the header every packet starts with.
 pub const HEADER_LEN: usize = 8;
@@ -384,7 +384,7 @@ mod tests {
 
     /// Every packet kind, and a write, encodes to exactly these bytes
     /// (written from the codec as it stood before it moved to
-    /// `unimem_proto::codec`): header, then the fields little-endian.
+    /// `unimem_mailbox::codec`): header, then the fields little-endian.
     #[test]
     fn every_kind_keeps_its_bytes() {
         let header = |kind: &str| format!("{kind}00a00fc612000b");

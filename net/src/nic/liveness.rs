@@ -1,5 +1,5 @@
 //! Liveness: peers not heard from for `net_timeout_ms` are dead, and
-//! the interface's own thread, which keeps peers told that we are alive
+//! the network thread, which keeps peers told that we are alive
 //! and polls when nobody else has for a tick.
 
 use super::*;
@@ -80,7 +80,7 @@ pub(super) fn credit_absence(last_heard: Instant, absent: Duration, now: Instant
     last_heard.checked_add(absent).map_or(now, |t| t.min(now))
 }
 
-/// The interface's thread: polls when no endpoint has for a tick (the
+/// The network thread: polls when no endpoint has for a tick (the
 /// application computes, or waits elsewhere), and keeps peers informed.
 pub(super) fn run(nic: Weak<Nic>) {
     let mut last_alive = Instant::now();
@@ -128,7 +128,7 @@ mod tests {
     use super::*;
 
     #[test]
-    pub(super) fn a_look_on_time_is_no_absence() {
+    fn a_look_on_time_is_no_absence() {
         assert_eq!(absence(Duration::ZERO), Duration::ZERO);
         assert_eq!(absence(ALIVE_EVERY / 2), Duration::ZERO);
         assert_eq!(
@@ -138,7 +138,7 @@ mod tests {
     }
 
     #[test]
-    pub(super) fn an_absence_is_credited_to_a_peer_up_to_now() {
+    fn an_absence_is_credited_to_a_peer_up_to_now() {
         let now = Instant::now();
         let heard = now.checked_sub(Duration::from_secs(5)).expect("uptime");
         let credited = credit_absence(heard, Duration::from_secs(4), now);

@@ -16,13 +16,13 @@
 //!
 //! Whoever polls moves everything: an endpoint's progress (the data path,
 //! when it talks to other hosts), a thread waiting for an answer, and the
-//! interface's own thread when nobody else has for a millisecond.
+//! network thread when nobody else has for a millisecond.
 //! Completions of DMA go to the engine that started them.
 //!
 //! Here: the interface and what its callers ask of it; `state`: what sits
 //! behind its lock and what a packet or a completion does to it; `lookup`:
 //! questions to another process (its directory, its keys); `liveness`:
-//! who is dead, and the interface's own thread; `inbox`: messages sorted
+//! who is dead, and the network thread; `inbox`: messages sorted
 //! per mailbox.
 
 use std::collections::{HashMap, HashSet, VecDeque};
@@ -43,7 +43,7 @@ use unimem_fi_sys::{core, Error};
 
 /// Receive buffers kept posted.
 const RECV_BUFFERS: usize = 64;
-/// How often the interface's thread looks whether it must poll.
+/// How often the network thread looks whether it must poll.
 const TICK: Duration = Duration::from_millis(1);
 /// The thread's tick while no process of another host is known: a job of
 /// one host leaves it asleep (a first contact waits that long at most).
@@ -51,7 +51,7 @@ pub const IDLE_TICK: Duration = Duration::from_millis(20);
 /// How often a process tells the processes it talks to that it is alive.
 const ALIVE_EVERY: Duration = Duration::from_millis(500);
 /// The network is quiet for us once no mailbox message came or left for a
-/// whole tick (the interface's thread says so); the data path then polls
+/// whole tick (the network thread says so); the data path then polls
 /// the transport at most every `QUIET_POLL_NS`. An empty poll of a socket
 /// transport is a system call: done on every call, it slows the traffic
 /// with this host's neighbours of a process that also has peers on other
@@ -173,7 +173,7 @@ pub struct Nic {
     pid: u32,
     /// Processes of other hosts known: the data path polls only if any.
     remote_processes: AtomicUsize,
-    /// An endpoint polled since the interface's thread last looked.
+    /// An endpoint polled since the network thread last looked.
     polled: AtomicBool,
     /// When an endpoint last polled while the network was quiet (ns since
     /// `epoch`).
@@ -182,7 +182,7 @@ pub struct Nic {
     /// interface's thread last looked.
     active: AtomicBool,
     /// No mailbox message came or left over the network for a tick or more
-    /// (the interface's thread says so; a message says otherwise at once).
+    /// (the network thread says so; a message says otherwise at once).
     quiet: AtomicBool,
     epoch: Instant,
     next_req: AtomicU32,
@@ -351,7 +351,7 @@ impl Nic {
 
     /// Sends a mailbox message from our mailbox `from` to mailbox `index`
     /// of the process at `nic`. It leaves with the next poll (the caller's
-    /// progress, or the interface's thread within a tick), with the
+    /// progress, or the network thread within a tick), with the
     /// messages sent after it to the same mailbox: one packet for all.
     pub fn send_mailbox(
         &self,

@@ -27,7 +27,9 @@
 //! peer's queue, and only a full transmit queue (`tx_size`) refuses one.
 
 pub mod atomic;
-pub mod codec;
+/// The little-endian codec of the wire, which lives with the mailbox
+/// (the network packets share it).
+pub use unimem_mailbox::codec;
 pub mod dma;
 pub mod iov;
 pub mod matching;

@@ -1,4 +1,4 @@
-//! The test harness of the protocol core, one for its unit tests
+//! The test harness of the protocol, one for its unit tests
 //! (`messenger/tests/`) and its fuzz harness (`tests/fuzz/`): the small
 //! configuration that crosses every path with small buffers, messengers
 //! over the shared-memory emulation, keys, byte patterns, and the seeded

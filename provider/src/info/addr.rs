@@ -27,7 +27,11 @@ pub fn parse(text: &[u8]) -> Option<MailboxAddr> {
     if text.len() >= MAX_ADDR_LEN {
         return None;
     }
-    let addr = std::str::from_utf8(text).ok()?.parse().ok()?;
+    let addr: MailboxAddr = std::str::from_utf8(text).ok()?.parse().ok()?;
+    if addr.node.nic.is_none() {
+        // A node of this host: nothing to canonicalize (and no settings to read).
+        return Some(addr);
+    }
     Some(unimem_net::canonical(
         addr,
         &crate::base::net_settings(&crate::base::config::get()),

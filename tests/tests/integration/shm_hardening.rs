@@ -471,7 +471,7 @@ fn write_u64(file: &std::fs::File, at: u64, value: u64) {
     file.write_all_at(&value.to_le_bytes(), at).unwrap();
 }
 
-// The emulation's layouts (mailbox/src/shm_mailbox.rs, shm.rs, dma/src/region.rs).
+// The emulation's layouts (mailbox/src/shm_mailbox/ring.rs, shm/, dma/src/region/).
 const HEADER: u64 = 4096;
 const OBJECT_SIZE_FIELD: u64 = 24;
 const RING_DEPTH: u64 = 128;

@@ -1,4 +1,4 @@
-//! A fuzz harness for the protocol core, on stable Rust, with no dependency
+//! A fuzz harness for the protocol (the messenger), on stable Rust, with no dependency
 //! beyond the crate's own.
 //!
 //! Three messengers run in this process over the shared-memory emulation
@@ -404,7 +404,7 @@ fn campaign(seed: u64, execs: u64) -> Stats {
 }
 
 #[test]
-fn fuzz_the_protocol_core() {
+fn fuzz_the_protocol() {
     let seed = env_u64("UNIMEM_FUZZ_SEED").unwrap_or(0x5eed_f022);
     // The CI campaign: about ten seconds in a debug build.
     let default = if cfg!(debug_assertions) {

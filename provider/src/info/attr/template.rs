@@ -55,7 +55,7 @@ pub const RX_OP_FLAGS: u64 = FI_COMPLETION | FI_MULTI_RECV;
 
 /// Sends arrive in order; so are atomics applied, to each target location
 /// (one-sided ones when posted, the others in mailbox order, a one-sided one
-/// waiting behind those of the same target: see `messenger/rma/atomic.rs`).
+/// waiting behind those of the same target: see `messenger/rma/atomic/`).
 pub const MSG_ORDER: u64 = FI_ORDER_SAS
     | FI_ORDER_ATOMIC_RAR
     | FI_ORDER_ATOMIC_RAW

@@ -7,7 +7,7 @@
 //! guard bytes after them), in both timing profiles.
 //!
 //! That a put into memory freed since it was granted never lands is
-//! tested where the timing can be forced, in the protocol core
+//! tested where the timing can be forced, in the protocol (unimem-proto)
 //! (`puts_never_land_in_memory_freed_since_it_was_granted`) and the engine
 //! (`unimem-dma`'s `tests/invalidation.rs`).
 

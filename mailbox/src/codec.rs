@@ -1,6 +1,6 @@
 //! The one little-endian codec of everything the provider puts on a wire:
-//! the mailbox messages ([`crate::wire`]) and the network backend's packets
-//! (`provider/src/net/packet.rs`).
+//! the mailbox messages (`unimem_proto::wire`) and the network backend's packets
+//! (`net/src/packet.rs`).
 //!
 //! A writer puts fields in order ([`Put`]: into a growing `Vec<u8>`, or an
 //! [`ArrayWriter`] of fixed size, such as one mailbox message); a
