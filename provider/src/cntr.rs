@@ -17,7 +17,7 @@ use std::sync::Arc;
 
 use parking_lot::Mutex;
 
-use crate::base::ffi::{self, ret};
+use crate::base::ffi::{self, ret, Error};
 use crate::base::fid::{self, Children, Control, FiObject, FidObject, Parent, ParentRef};
 use crate::base::guard::{ffi_guard, ffi_guard_or};
 use crate::state::progress::ProgressList;
@@ -205,10 +205,10 @@ unsafe impl FiObject for CntrInner {
         tracing::warn!("{args}");
     }
 
-    fn on_close(cntr: &Cntr) -> Result<(), c_int> {
+    fn on_close(cntr: &Cntr) -> Result<(), Error> {
         if let Err(n) = fid::check_no_children(cntr.inner.children()) {
             tracing::warn!("fi_close(cntr): still bound to {n} endpoint(s) or poll set(s)");
-            return Err(ret::EBUSY);
+            return Err(Error::EBUSY);
         }
         // Dropping it releases the domain.
         tracing::debug!("cntr {cntr:p} closed");

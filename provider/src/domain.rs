@@ -12,7 +12,7 @@ use std::sync::Arc;
 
 use crate::av;
 use crate::base::core;
-use crate::base::ffi::{self, ret};
+use crate::base::ffi::{self, ret, Error};
 use crate::base::fid::{self, Bind, FiObject, FidObject, Parent, ParentRef};
 use crate::base::guard::ffi_guard;
 use crate::base::unsupported;
@@ -46,10 +46,10 @@ unsafe impl FiObject for DomainState {
         tracing::warn!("{args}");
     }
 
-    fn on_close(domain: &Domain) -> Result<(), c_int> {
+    fn on_close(domain: &Domain) -> Result<(), Error> {
         if let Err(n) = fid::check_no_children(domain.inner.children()) {
             tracing::warn!("fi_close(domain): {n} child object(s) still open");
-            return Err(ret::EBUSY);
+            return Err(Error::EBUSY);
         }
         // Dropping it releases our reference on the fabric.
         tracing::info!("domain {domain:p} closed");

@@ -316,10 +316,10 @@ unsafe impl FiObject for EqInner {
         tracing::warn!("{args}");
     }
 
-    fn on_close(eq: &Eq) -> Result<(), c_int> {
+    fn on_close(eq: &Eq) -> Result<(), Error> {
         if let Err(n) = fid::check_no_children(eq.inner.children()) {
             tracing::warn!("fi_close(eq): still bound to {n} object(s)");
-            return Err(ret::EBUSY);
+            return Err(Error::EBUSY);
         }
         // Dropping it closes the eventfd.
         tracing::debug!("eq {eq:p} closed");

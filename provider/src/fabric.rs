@@ -8,7 +8,7 @@ use std::os::raw::{c_int, c_void};
 use std::sync::Arc;
 
 use crate::base::config;
-use crate::base::ffi::{self, ret};
+use crate::base::ffi::{self, ret, Error};
 use crate::base::fid::{self, FiObject, FidObject, Parent};
 use crate::base::guard::ffi_guard;
 use crate::base::provider;
@@ -36,10 +36,10 @@ unsafe impl FiObject for FabricState {
         tracing::warn!("{args}");
     }
 
-    fn on_close(fabric: &Fabric) -> Result<(), c_int> {
+    fn on_close(fabric: &Fabric) -> Result<(), Error> {
         if let Err(n) = fid::check_no_children(fabric.inner.children()) {
             tracing::warn!("fi_close(fabric): {n} child object(s) still open");
-            return Err(ret::EBUSY);
+            return Err(Error::EBUSY);
         }
         tracing::info!("fabric {fabric:p} closed");
         Ok(())

@@ -36,7 +36,7 @@ use unimem_dma::{Access, DmaError, Exposure, KeyHandle, KeyTable};
 use unimem_mailbox::JobId;
 use unimem_proto::AccessCounts;
 
-use crate::base::ffi::{self, ret};
+use crate::base::ffi::{self, ret, Error};
 use crate::base::fid::{self, Bind, FiObject, FidObject, ParentRef};
 use crate::cntr::{Cntr, CntrInner};
 use crate::state::DomainState;
@@ -237,7 +237,7 @@ unsafe impl FiObject for MrInner {
         tracing::warn!("{args}");
     }
 
-    fn on_close(mr: &Mr) -> Result<(), c_int> {
+    fn on_close(mr: &Mr) -> Result<(), Error> {
         if let Some(map) = EXPOSED.lock().as_mut() {
             if map
                 .get(&mr.inner.key)

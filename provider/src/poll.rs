@@ -26,7 +26,7 @@ use std::sync::Arc;
 
 use parking_lot::Mutex;
 
-use crate::base::ffi::{self, ret};
+use crate::base::ffi::{self, ret, Error};
 use crate::base::fid::{self, FiObject, FidObject, ParentRef};
 use crate::base::guard::ffi_guard;
 use crate::cntr::{Cntr, CntrInner};
@@ -84,12 +84,12 @@ unsafe impl FiObject for PollState {
         tracing::warn!("{args}");
     }
 
-    fn on_close(set: &PollSet) -> Result<(), c_int> {
+    fn on_close(set: &PollSet) -> Result<(), Error> {
         let n = set.inner.members.lock().len();
         if n > 0 {
             // fi_poll(3): nothing may be associated with a closing set.
             tracing::warn!("fi_close(poll): {n} CQ(s)/counter(s) still in the set");
-            return Err(ret::EBUSY);
+            return Err(Error::EBUSY);
         }
         tracing::debug!("poll set {set:p} closed");
         Ok(())

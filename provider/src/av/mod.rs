@@ -38,7 +38,7 @@ use std::sync::Arc;
 use parking_lot::Mutex;
 use unimem_mailbox::{JobId, MailboxAddr};
 
-use crate::base::ffi::{self, ret};
+use crate::base::ffi::{self, ret, Error};
 use crate::base::fid::{self, Bind, Children, FiObject, FidObject, Parent, ParentRef};
 use crate::base::guard::{ffi_guard, ffi_guard_or};
 use crate::base::unsupported;
@@ -131,10 +131,10 @@ unsafe impl FiObject for AvInner {
         tracing::warn!("{args}");
     }
 
-    fn on_close(av: &Av) -> Result<(), c_int> {
+    fn on_close(av: &Av) -> Result<(), Error> {
         if let Err(n) = fid::check_no_children(av.inner.children()) {
             tracing::warn!("fi_close(av): still bound to {n} endpoint(s)");
-            return Err(ret::EBUSY);
+            return Err(Error::EBUSY);
         }
         // Dropping it releases the domain and the EQ.
         tracing::debug!("av {av:p} closed");

@@ -18,7 +18,7 @@ use std::ptr;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
-use crate::base::ffi::{self, ret};
+use crate::base::ffi::{self, ret, Error};
 use crate::base::guard::ffi_guard;
 use crate::base::unsupported;
 
@@ -53,8 +53,8 @@ pub unsafe trait FiObject: Send + Sync + Sized + 'static {
     fn warn(args: fmt::Arguments<'_>);
 
     /// `fi_close`: `Ok` lets the object go (logging that it closes), an
-    /// error code keeps it open (logging why).
-    fn on_close(obj: &FidObject<Self>) -> Result<(), c_int>;
+    /// error keeps it open (logging why).
+    fn on_close(obj: &FidObject<Self>) -> Result<(), Error>;
 }
 
 /// Objects with an `fi_bind` of their own ([`bind`]).
@@ -178,8 +178,8 @@ pub unsafe extern "C" fn close<S: FiObject>(fid: *mut ffi::fid) -> c_int {
         let Some(obj) = (unsafe { FidObject::<S>::from_fid(fid, "fi_close") }) else {
             return ret::EINVAL;
         };
-        if let Err(rc) = S::on_close(obj) {
-            return rc;
+        if let Err(e) = S::on_close(obj) {
+            return e.ret();
         }
         // SAFETY: a live object of ours, boxed by install(); the
         // application gives up its pointer with fi_close. Children and
@@ -384,9 +384,9 @@ mod tests {
             tracing::warn!("{args}");
         }
 
-        fn on_close(obj: &FidObject<Self>) -> Result<(), c_int> {
+        fn on_close(obj: &FidObject<Self>) -> Result<(), Error> {
             match obj.inner.busy.load(Ordering::Relaxed) {
-                true => Err(ret::EBUSY),
+                true => Err(Error::EBUSY),
                 false => Ok(()),
             }
         }

@@ -233,10 +233,10 @@ unsafe impl FiObject for CqInner {
         tracing::warn!("{args}");
     }
 
-    fn on_close(cq: &Cq) -> Result<(), c_int> {
+    fn on_close(cq: &Cq) -> Result<(), Error> {
         if let Err(n) = fid::check_no_children(cq.inner.children()) {
             tracing::warn!("fi_close(cq): still bound to {n} endpoint(s) or poll set(s)");
-            return Err(ret::EBUSY);
+            return Err(Error::EBUSY);
         }
         // Dropping it releases the domain.
         tracing::debug!("cq {cq:p} closed");

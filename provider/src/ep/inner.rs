@@ -4,7 +4,6 @@
 
 use std::collections::HashMap;
 use std::fmt;
-use std::os::raw::c_int;
 use std::sync::atomic::{AtomicBool, AtomicUsize};
 use std::sync::{Arc, OnceLock};
 
@@ -243,7 +242,7 @@ unsafe impl FiObject for EpInner {
 
     /// Leaves its domain's progress list (the domain holds the endpoint,
     /// which holds the domain: a cycle to break).
-    fn on_close(ep: &Ep) -> Result<(), c_int> {
+    fn on_close(ep: &Ep) -> Result<(), Error> {
         let me: Arc<dyn Progress> = ep.inner.clone();
         ep.inner.domain.progress().remove(&me);
         if ep.inner.agent {
