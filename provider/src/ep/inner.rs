@@ -99,13 +99,13 @@ impl Bindings {
     /// The address of AV entry `fi_addr`, for call `op`; refused with a
     /// warning if the AV has none.
     #[inline(always)]
-    pub(super) fn peer(&self, op: &str, fi_addr: u64) -> Result<MailboxAddr, isize> {
+    pub(super) fn peer(&self, op: &str, fi_addr: u64) -> Result<MailboxAddr, Error> {
         self.av
             .as_ref()
             .and_then(|av| av.lookup(fi_addr))
             .ok_or_else(|| {
                 tracing::warn!("{op}: fi_addr {fi_addr:#x} is not in the endpoint's AV");
-                ffi::Error::EINVAL.ssize()
+                Error::EINVAL
             })
     }
 
@@ -165,10 +165,10 @@ impl EpInner {
     /// The bindings of an enabled endpoint, for call `op`; refused with a
     /// warning if it is not enabled.
     #[inline]
-    pub(super) fn enabled(&self, op: &str) -> Result<&Bindings, isize> {
+    pub(super) fn enabled(&self, op: &str) -> Result<&Bindings, Error> {
         self.active.get().ok_or_else(|| {
             tracing::warn!("{op}: the endpoint is not enabled");
-            Error::EOPBADSTATE.ssize()
+            Error::EOPBADSTATE
         })
     }
 

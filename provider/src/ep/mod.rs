@@ -40,7 +40,7 @@ use unimem_mailbox::{JobId, MailboxAddr, ShmMailbox, ShmMailboxConfig};
 use unimem_net::NodeMailbox;
 
 use crate::base::config::Config;
-use crate::base::ffi::{self, ret};
+use crate::base::ffi::{self, ret, Error};
 use crate::base::fid::{self, ParentRef};
 use crate::base::lock::DomainMutex;
 use crate::base::unsupported;
@@ -75,7 +75,7 @@ fn proto_config(cfg: &Config) -> ProtoConfig {
 /// default `src_addr` of `fi_getinfo` (a service named after this process)
 /// only says "here": such endpoints get an address of their own, so that a
 /// process may open many.
-fn open_mailbox(cfg: &Config, src: Option<MailboxAddr>) -> Result<ShmMailbox, c_int> {
+fn open_mailbox(cfg: &Config, src: Option<MailboxAddr>) -> Result<ShmMailbox, Error> {
     let job = JobId::from_name(&cfg.job);
     let config = ShmMailboxConfig {
         job,
@@ -92,11 +92,11 @@ fn open_mailbox(cfg: &Config, src: Option<MailboxAddr>) -> Result<ShmMailbox, c_
     opened.map_err(|e| match e {
         unimem_mailbox::Error::Io(io) if io.kind() == std::io::ErrorKind::AlreadyExists => {
             tracing::warn!("fi_endpoint: address {src:?} is already in use by a live process");
-            ret::EADDRINUSE
+            Error::EADDRINUSE
         }
         e => {
             tracing::warn!("fi_endpoint: cannot open a mailbox: {e}");
-            ret::ENOMEM
+            Error::ENOMEM
         }
     })
 }
@@ -147,7 +147,7 @@ pub unsafe fn open(
     let cfg = domain.config();
     let mailbox = match open_mailbox(cfg, src) {
         Ok(mailbox) => mailbox,
-        Err(code) => return code,
+        Err(e) => return e.ret(),
     };
     let dma = match domain.dma() {
         Ok(dma) => dma,
