@@ -221,7 +221,7 @@ impl Control for CntrInner {
         // SAFETY: arg is what the command expects (caller).
         unsafe { wait::polled_control(cntr.inner.wait_obj, command, arg) }.unwrap_or_else(|r| {
             tracing::warn!("fi_control(cntr, {command}): {}", r.reason);
-            r.code
+            r.code.ret()
         })
     }
 }
@@ -237,16 +237,16 @@ static CNTR_OPS: ffi::fi_ops_cntr = ffi::fi_ops_cntr {
     seterr: Some(cntr_seterr),
 };
 
-fn check_attr(a: &ffi::fi_cntr_attr) -> Result<(), c_int> {
+fn check_attr(a: &ffi::fi_cntr_attr) -> Result<(), Error> {
     match a.events {
         ffi::FI_CNTR_EVENTS_COMP => {}
         FI_CNTR_EVENTS_BYTES => {
             tracing::warn!("fi_cntr_open: FI_CNTR_EVENTS_BYTES not supported");
-            return Err(ret::ENOSYS);
+            return Err(Error::ENOSYS);
         }
         other => {
             tracing::warn!("fi_cntr_open: unknown events {other}");
-            return Err(ret::EINVAL);
+            return Err(Error::EINVAL);
         }
     }
     wait::check_polled(a.wait_obj).map_err(|r| {
@@ -255,7 +255,7 @@ fn check_attr(a: &ffi::fi_cntr_attr) -> Result<(), c_int> {
     })?;
     if a.flags != 0 {
         tracing::warn!("fi_cntr_open: unsupported flags {:#x}", a.flags);
-        return Err(ret::EINVAL);
+        return Err(Error::EINVAL);
     }
     Ok(())
 }
@@ -277,8 +277,8 @@ pub unsafe fn open(
     }
     // SAFETY: non-NULL attr is a valid fi_cntr_attr (caller).
     let a = unsafe { attr.as_ref() }.copied().unwrap_or_default();
-    if let Err(rc) = check_attr(&a) {
-        return rc;
+    if let Err(e) = check_attr(&a) {
+        return e.ret();
     }
     let obj = Box::new(Cntr {
         fid: ffi::fid_cntr {

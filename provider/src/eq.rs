@@ -336,7 +336,7 @@ static EQ_OPS: ffi::fi_ops_eq = ffi::fi_ops_eq {
     strerror: Some(eq_strerror),
 };
 
-fn check_attr(a: &ffi::fi_eq_attr) -> Result<(), c_int> {
+fn check_attr(a: &ffi::fi_eq_attr) -> Result<(), Error> {
     match a.wait_obj {
         ffi::FI_WAIT_NONE | ffi::FI_WAIT_UNSPEC | ffi::FI_WAIT_YIELD | ffi::FI_WAIT_FD => {}
         ffi::FI_WAIT_SET | ffi::FI_WAIT_MUTEX_COND | ffi::FI_WAIT_POLLFD => {
@@ -344,17 +344,17 @@ fn check_attr(a: &ffi::fi_eq_attr) -> Result<(), c_int> {
                 "fi_eq_open: wait object {} not supported (use FI_WAIT_UNSPEC or FI_WAIT_FD)",
                 a.wait_obj
             );
-            return Err(ret::ENOSYS);
+            return Err(Error::ENOSYS);
         }
         other => {
             tracing::warn!("fi_eq_open: unknown wait object {other}");
-            return Err(ret::EINVAL);
+            return Err(Error::EINVAL);
         }
     }
     let unknown = a.flags & !(ffi::FI_WRITE | ffi::FI_AFFINITY);
     if unknown != 0 {
         tracing::warn!("fi_eq_open: unsupported flags {unknown:#x}");
-        return Err(ret::EINVAL);
+        return Err(Error::EINVAL);
     }
     if a.flags & ffi::FI_AFFINITY != 0 {
         tracing::info!("fi_eq_open: FI_AFFINITY ignored (no interrupts)");
@@ -379,8 +379,8 @@ pub unsafe fn open(
     }
     // SAFETY: non-NULL attr is a valid fi_eq_attr (caller).
     let a = unsafe { &*attr };
-    if let Err(rc) = check_attr(a) {
-        return rc;
+    if let Err(e) = check_attr(a) {
+        return e.ret();
     }
     let fd = if a.wait_obj == ffi::FI_WAIT_FD {
         // SAFETY: plain syscall; the result is checked.

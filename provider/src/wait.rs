@@ -32,16 +32,16 @@ use std::time::{Duration, Instant};
 use unimem_mailbox::doorbell::{self, Kick};
 use unimem_mailbox::node::monotonic_ns;
 
-use crate::base::ffi::{self, ret};
+use crate::base::ffi::{self, ret, Error};
 use crate::base::handover;
 use crate::state::agent;
 use crate::state::progress::{Pending, ProgressList};
 
-/// Why a request is refused: the error code to return and the reason for
+/// Why a request is refused: the error to return and the reason for
 /// the caller's warning (logged by the caller, under its own subsystem).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Refused {
-    pub code: c_int,
+    pub code: Error,
     pub reason: &'static str,
 }
 
@@ -50,16 +50,16 @@ pub fn check_polled(wait_obj: ffi::fi_wait_obj) -> Result<(), Refused> {
     match wait_obj {
         ffi::FI_WAIT_NONE | ffi::FI_WAIT_UNSPEC | ffi::FI_WAIT_YIELD => Ok(()),
         ffi::FI_WAIT_FD | ffi::FI_WAIT_POLLFD => Err(Refused {
-            code: ret::ENOSYS,
+            code: Error::ENOSYS,
             reason: "FI_WAIT_FD/POLLFD not supported: with manual progress nothing would \
                      signal the fd; use FI_WAIT_UNSPEC or FI_WAIT_YIELD",
         }),
         ffi::FI_WAIT_SET | ffi::FI_WAIT_MUTEX_COND => Err(Refused {
-            code: ret::ENOSYS,
+            code: Error::ENOSYS,
             reason: "wait sets and FI_WAIT_MUTEX_COND are not supported",
         }),
         _ => Err(Refused {
-            code: ret::EINVAL,
+            code: Error::EINVAL,
             reason: "unknown wait object",
         }),
     }
@@ -307,7 +307,7 @@ pub unsafe fn polled_control(
         ffi::FI_GETWAITOBJ => {
             if arg.is_null() {
                 return Err(Refused {
-                    code: ret::EINVAL,
+                    code: Error::EINVAL,
                     reason: "NULL argument",
                 });
             }
@@ -318,7 +318,7 @@ pub unsafe fn polled_control(
         // No fd or mutex to hand out: see the module table.
         ffi::FI_GETWAIT => Ok(ret::ENODATA),
         _ => Err(Refused {
-            code: ret::ENOSYS,
+            code: Error::ENOSYS,
             reason: "command not supported",
         }),
     }
@@ -339,9 +339,9 @@ mod tests {
             ffi::FI_WAIT_MUTEX_COND,
             ffi::FI_WAIT_POLLFD,
         ] {
-            assert_eq!(check_polled(no).map_err(|r| r.code), Err(ret::ENOSYS));
+            assert_eq!(check_polled(no).map_err(|r| r.code), Err(Error::ENOSYS));
         }
-        assert_eq!(check_polled(99).map_err(|r| r.code), Err(ret::EINVAL));
+        assert_eq!(check_polled(99).map_err(|r| r.code), Err(Error::EINVAL));
         assert_eq!(effective_polled(ffi::FI_WAIT_UNSPEC), ffi::FI_WAIT_YIELD);
     }
 

@@ -249,7 +249,7 @@ impl Control for CqInner {
         // SAFETY: arg is what the command expects (caller).
         unsafe { wait::polled_control(cq.inner.wait_obj, command, arg) }.unwrap_or_else(|r| {
             tracing::warn!("fi_control(cq, {command}): {}", r.reason);
-            r.code
+            r.code.ret()
         })
     }
 }
@@ -265,8 +265,8 @@ static CQ_OPS: ffi::fi_ops_cq = ffi::fi_ops_cq {
     strerror: Some(cq_strerror),
 };
 
-/// Check a `fi_cq_attr`: the format to use, or the error code.
-fn check_attr(a: &ffi::fi_cq_attr) -> Result<ffi::fi_cq_format, c_int> {
+/// Check a `fi_cq_attr`: the format to use, or the error.
+fn check_attr(a: &ffi::fi_cq_attr) -> Result<ffi::fi_cq_format, Error> {
     let format = match a.format {
         ffi::FI_CQ_FORMAT_UNSPEC => ffi::FI_CQ_FORMAT_CONTEXT,
         f @ (ffi::FI_CQ_FORMAT_CONTEXT
@@ -275,7 +275,7 @@ fn check_attr(a: &ffi::fi_cq_attr) -> Result<ffi::fi_cq_format, c_int> {
         | ffi::FI_CQ_FORMAT_TAGGED) => f,
         other => {
             tracing::warn!("fi_cq_open: unknown format {other}");
-            return Err(ret::EINVAL);
+            return Err(Error::EINVAL);
         }
     };
     wait::check_polled(a.wait_obj).map_err(|r| {
@@ -288,12 +288,12 @@ fn check_attr(a: &ffi::fi_cq_attr) -> Result<ffi::fi_cq_format, c_int> {
         && a.wait_cond != ffi::FI_CQ_COND_THRESHOLD
     {
         tracing::warn!("fi_cq_open: unknown wait condition {}", a.wait_cond);
-        return Err(ret::EINVAL);
+        return Err(Error::EINVAL);
     }
     let unknown = a.flags & !ffi::FI_AFFINITY;
     if unknown != 0 {
         tracing::warn!("fi_cq_open: unsupported flags {unknown:#x}");
-        return Err(ret::EINVAL);
+        return Err(Error::EINVAL);
     }
     if a.flags & ffi::FI_AFFINITY != 0 {
         // A hint by definition; there are no interrupts to steer.
@@ -320,7 +320,7 @@ pub unsafe fn open(
     let a = unsafe { &*attr };
     let format = match check_attr(a) {
         Ok(f) => f,
-        Err(rc) => return rc,
+        Err(e) => return e.ret(),
     };
     let config = domain.config();
     let size = if a.size == 0 { config.cq_size } else { a.size };
