@@ -324,7 +324,7 @@ pub unsafe fn register(
         op,
     ) {
         Ok(exposed) => exposed,
-        Err(code) => return code,
+        Err(e) => return e.ret(),
     };
     let obj = Box::new(Mr {
         fid: ffi::fid_mr {
@@ -372,7 +372,7 @@ fn expose(
     key: u64,
     virtual_address: bool,
     op: &str,
-) -> Result<Option<(KeyHandle, Access)>, c_int> {
+) -> Result<Option<(KeyHandle, Access)>, Error> {
     let mut rights = Access::empty();
     if access & ffi::FI_REMOTE_READ != 0 {
         rights = rights.union(Access::REMOTE_READ);
@@ -391,7 +391,7 @@ fn expose(
             "{op}: remote access to a region of {} buffers is not supported",
             ranges.len()
         );
-        return Err(ret::ENOSYS);
+        return Err(Error::ENOSYS);
     };
     // FI_RMA_EVENT with an endpoint's counter of remote accesses:
     // initiators tell us of those one-sided accesses (see MrInner::notify).
@@ -411,11 +411,11 @@ fn expose(
         }
         Err(DmaError::KeyInUse) => {
             tracing::warn!("{op}: key {key:#x} is already in use in this process");
-            Err(ret::ENOKEY)
+            Err(Error::ENOKEY)
         }
         Err(e) => {
             tracing::warn!("{op}: cannot expose the region for remote access: {e}");
-            Err(ret::ENOMEM)
+            Err(Error::ENOMEM)
         }
     }
 }

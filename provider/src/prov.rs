@@ -93,7 +93,7 @@ unsafe extern "C" fn getinfo_entry(
                 unsafe { *info = list };
                 ret::SUCCESS
             }
-            Err(rc) => rc,
+            Err(e) => e.ret(),
         }
     })
 }
