@@ -425,17 +425,13 @@ mod tests {
     fn open_cntr(
         dom: *mut ffi::fid_domain,
         attr: Option<ffi::fi_cntr_attr>,
-    ) -> Result<*mut ffi::fid_cntr, c_int> {
+    ) -> Result<*mut ffi::fid_cntr, Error> {
         let mut attr = attr;
         let ap = attr.as_mut().map_or(ptr::null_mut(), |a| a as *mut _);
         let mut c: *mut ffi::fid_cntr = ptr::null_mut();
         // SAFETY: dom is a live domain of ours; locals are live.
         let rc = unsafe { ((*(*dom).ops).cntr_open.unwrap())(dom, ap, &mut c, ptr::null_mut()) };
-        if rc == 0 {
-            Ok(c)
-        } else {
-            Err(rc)
-        }
+        crate::base::result_of(rc).map(|()| c)
     }
 
     #[test]
@@ -519,28 +515,28 @@ mod tests {
                     events: FI_CNTR_EVENTS_BYTES,
                     ..Default::default()
                 },
-                ret::ENOSYS,
+                Error::ENOSYS,
             ),
             (
                 ffi::fi_cntr_attr {
                     events: 9,
                     ..Default::default()
                 },
-                ret::EINVAL,
+                Error::EINVAL,
             ),
             (
                 ffi::fi_cntr_attr {
                     wait_obj: ffi::FI_WAIT_FD,
                     ..Default::default()
                 },
-                ret::ENOSYS,
+                Error::ENOSYS,
             ),
             (
                 ffi::fi_cntr_attr {
                     flags: 1,
                     ..Default::default()
                 },
-                ret::EINVAL,
+                Error::EINVAL,
             ),
         ];
         for (attr, rc) in bad {

@@ -360,7 +360,7 @@ mod tests {
     /// Open a fabric + domain with a minimal info; returns raw fids.
     fn open_both(
         info: &mut ffi::fi_info,
-    ) -> (*mut ffi::fid_fabric, Result<*mut ffi::fid_domain, c_int>) {
+    ) -> (*mut ffi::fid_fabric, Result<*mut ffi::fid_domain, Error>) {
         let mut fattr = ffi::fi_fabric_attr::default();
         let mut fab: *mut ffi::fid_fabric = ptr::null_mut();
         let mut dom: *mut ffi::fid_domain = ptr::null_mut();
@@ -372,7 +372,7 @@ mod tests {
             );
             ((*(*fab).ops).domain.unwrap())(fab, info, &mut dom, ptr::null_mut())
         };
-        (fab, if rc == 0 { Ok(dom) } else { Err(rc) })
+        (fab, crate::base::result_of(rc).map(|()| dom))
     }
 
     /// # Safety
@@ -454,7 +454,7 @@ mod tests {
             ..Default::default()
         };
         let (fab, dom) = open_both(&mut info);
-        assert_eq!(dom.err(), Some(ret::EINVAL));
+        assert_eq!(dom.err(), Some(Error::EINVAL));
         // SAFETY: fab is a live fabric of ours; passing NULL info is checked.
         unsafe {
             let mut d: *mut ffi::fid_domain = ptr::null_mut();

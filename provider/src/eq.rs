@@ -610,7 +610,7 @@ mod tests {
     fn open_eq(
         fab: *mut ffi::fid_fabric,
         wait_obj: ffi::fi_wait_obj,
-    ) -> Result<*mut ffi::fid_eq, c_int> {
+    ) -> Result<*mut ffi::fid_eq, Error> {
         let mut attr = ffi::fi_eq_attr {
             size: 32,
             flags: ffi::FI_WRITE,
@@ -621,11 +621,7 @@ mod tests {
         // SAFETY: fab is a live fabric of ours; locals are live.
         let rc =
             unsafe { ((*(*fab).ops).eq_open.unwrap())(fab, &mut attr, &mut eq, ptr::null_mut()) };
-        if rc == 0 {
-            Ok(eq)
-        } else {
-            Err(rc)
-        }
+        crate::base::result_of(rc).map(|()| eq)
     }
 
     /// # Safety
@@ -663,7 +659,7 @@ mod tests {
 
     /// # Safety
     /// `eq` must be a live EQ of ours.
-    unsafe fn read(eq: *mut ffi::fid_eq, flags: u64) -> Result<(u32, usize), isize> {
+    unsafe fn read(eq: *mut ffi::fid_eq, flags: u64) -> Result<(u32, usize), Error> {
         let mut e = entry(0);
         let mut event = u32::MAX;
         // SAFETY: e holds ENTRY bytes.
@@ -676,10 +672,10 @@ mod tests {
                 flags,
             )
         };
-        if n == ENTRY as isize {
-            Ok((event, e.context as usize))
-        } else {
-            Err(n)
+        match Error::from_ret(n) {
+            Some(e) => Err(e),
+            None if n == ENTRY as isize => Ok((event, e.context as usize)),
+            None => panic!("fi_eq_read returned {n}"),
         }
     }
 
@@ -697,8 +693,8 @@ mod tests {
                 assert_eq!(read(eq, ffi::FI_PEEK), Ok((ffi::FI_NOTIFY, i)));
                 assert_eq!(read(eq, 0), Ok((ffi::FI_NOTIFY, i)));
             }
-            assert_eq!(read(eq, 0), Err(Error::EAGAIN.ssize()));
-            assert_eq!(read(eq, ffi::FI_WRITE), Err(Error::EBADFLAGS.ssize()));
+            assert_eq!(read(eq, 0), Err(Error::EAGAIN));
+            assert_eq!(read(eq, ffi::FI_WRITE), Err(Error::EBADFLAGS));
             // Too small a buffer: refused, event kept.
             assert_eq!(write(eq, 7), ENTRY as isize);
             let mut small = [0u8; 4];
@@ -737,7 +733,7 @@ mod tests {
                 5 as *mut c_void,
                 2,
             );
-            assert_eq!(read(eq, 0), Err(Error::EAVAIL.ssize()));
+            assert_eq!(read(eq, 0), Err(Error::EAVAIL));
             let readerr = (*(*eq).ops).readerr.unwrap();
             let mut err = ffi::fi_eq_err_entry::default();
             let full = size_of::<ffi::fi_eq_err_entry>() as isize;
@@ -853,12 +849,12 @@ mod tests {
     #[test]
     fn open_checks_attributes() {
         let fab = open_fabric();
-        assert_eq!(open_eq(fab, ffi::FI_WAIT_SET).err(), Some(ret::ENOSYS));
+        assert_eq!(open_eq(fab, ffi::FI_WAIT_SET).err(), Some(Error::ENOSYS));
         assert_eq!(
             open_eq(fab, ffi::FI_WAIT_MUTEX_COND).err(),
-            Some(ret::ENOSYS)
+            Some(Error::ENOSYS)
         );
-        assert_eq!(open_eq(fab, 77).err(), Some(ret::EINVAL));
+        assert_eq!(open_eq(fab, 77).err(), Some(Error::EINVAL));
         let eq = open_eq(fab, ffi::FI_WAIT_YIELD).unwrap();
         // SAFETY: live objects of ours.
         unsafe {

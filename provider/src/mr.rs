@@ -502,7 +502,7 @@ mod tests {
         buf: &mut [u8],
         access: u64,
         key: u64,
-    ) -> Result<*mut ffi::fid_mr, c_int> {
+    ) -> Result<*mut ffi::fid_mr, Error> {
         let mut mr: *mut ffi::fid_mr = ptr::null_mut();
         // SAFETY: dom is live (caller); buf and mr are live locals.
         let rc = unsafe {
@@ -518,11 +518,7 @@ mod tests {
                 7 as *mut c_void,
             )
         };
-        if rc == 0 {
-            Ok(mr)
-        } else {
-            Err(rc)
-        }
+        crate::base::result_of(rc).map(|()| mr)
     }
 
     #[test]
@@ -545,7 +541,7 @@ mod tests {
             assert!(from_desc(dom as *mut c_void).is_none());
             assert!(Mr::state_of(mr as *const ffi::fid).is_some());
 
-            assert_eq!(reg(dom, &mut buf, 1 << 62, 0).err(), Some(ret::EINVAL));
+            assert_eq!(reg(dom, &mut buf, 1 << 62, 0).err(), Some(Error::EINVAL));
             assert_eq!(close(dom as *mut ffi::fid), ret::EBUSY);
             assert_eq!(close(mr as *mut ffi::fid), 0);
             assert_eq!(fid::close::<MrInner>(ptr::null_mut()), ret::EINVAL);

@@ -384,15 +384,11 @@ mod tests {
     fn open_av(
         dom: *mut ffi::fid_domain,
         attr: &mut ffi::fi_av_attr,
-    ) -> Result<*mut ffi::fid_av, c_int> {
+    ) -> Result<*mut ffi::fid_av, Error> {
         let mut av: *mut ffi::fid_av = ptr::null_mut();
         // SAFETY: dom is a live domain of ours; locals are live.
         let rc = unsafe { ((*(*dom).ops).av_open.unwrap())(dom, attr, &mut av, ptr::null_mut()) };
-        if rc == 0 {
-            Ok(av)
-        } else {
-            Err(rc)
-        }
+        crate::base::result_of(rc).map(|()| av)
     }
 
     /// Addresses packed back to back, each with its NUL.
@@ -589,28 +585,28 @@ mod tests {
                     type_: 9,
                     ..Default::default()
                 },
-                ret::EINVAL,
+                Error::EINVAL,
             ),
             (
                 ffi::fi_av_attr {
                     name: name.as_ptr(),
                     ..Default::default()
                 },
-                ret::ENOSYS,
+                Error::ENOSYS,
             ),
             (
                 ffi::fi_av_attr {
                     rx_ctx_bits: 2,
                     ..Default::default()
                 },
-                ret::ENOSYS,
+                Error::ENOSYS,
             ),
             (
                 ffi::fi_av_attr {
                     flags: ffi::FI_PEEK,
                     ..Default::default()
                 },
-                ret::EINVAL,
+                Error::EINVAL,
             ),
         ];
         for (mut attr, rc) in bad {

@@ -532,15 +532,11 @@ pub(crate) mod tests {
     fn open_cq(
         dom: *mut ffi::fid_domain,
         attr: &mut ffi::fi_cq_attr,
-    ) -> Result<*mut ffi::fid_cq, c_int> {
+    ) -> Result<*mut ffi::fid_cq, Error> {
         let mut cq: *mut ffi::fid_cq = ptr::null_mut();
         // SAFETY: dom is a live domain of ours; attr and cq are live locals.
         let rc = unsafe { ((*(*dom).ops).cq_open.unwrap())(dom, attr, &mut cq, ptr::null_mut()) };
-        if rc == 0 {
-            Ok(cq)
-        } else {
-            Err(rc)
-        }
+        crate::base::result_of(rc).map(|()| cq)
     }
 
     #[test]
@@ -552,28 +548,28 @@ pub(crate) mod tests {
                     format: 99,
                     ..Default::default()
                 },
-                ret::EINVAL,
+                Error::EINVAL,
             ),
             (
                 ffi::fi_cq_attr {
                     wait_obj: ffi::FI_WAIT_FD,
                     ..Default::default()
                 },
-                ret::ENOSYS,
+                Error::ENOSYS,
             ),
             (
                 ffi::fi_cq_attr {
                     wait_obj: ffi::FI_WAIT_SET,
                     ..Default::default()
                 },
-                ret::ENOSYS,
+                Error::ENOSYS,
             ),
             (
                 ffi::fi_cq_attr {
                     wait_obj: 42,
                     ..Default::default()
                 },
-                ret::EINVAL,
+                Error::EINVAL,
             ),
             (
                 ffi::fi_cq_attr {
@@ -581,14 +577,14 @@ pub(crate) mod tests {
                     wait_cond: 9,
                     ..Default::default()
                 },
-                ret::EINVAL,
+                Error::EINVAL,
             ),
             (
                 ffi::fi_cq_attr {
                     flags: ffi::FI_PEEK,
                     ..Default::default()
                 },
-                ret::EINVAL,
+                Error::EINVAL,
             ),
         ];
         for (mut attr, rc) in bad {
