@@ -217,12 +217,10 @@ unsafe impl FiObject for CntrInner {
 }
 
 impl Control for CntrInner {
-    unsafe fn control(cntr: &Cntr, command: c_int, arg: *mut c_void) -> c_int {
+    unsafe fn control(cntr: &Cntr, command: c_int, arg: *mut c_void) -> Result<(), Error> {
+        let warn = |why| tracing::warn!("fi_control(cntr, {command}): {why}");
         // SAFETY: arg is what the command expects (caller).
-        unsafe { wait::polled_control(cntr.inner.wait_obj, command, arg) }.unwrap_or_else(|r| {
-            tracing::warn!("fi_control(cntr, {command}): {}", r.reason);
-            r.code.ret()
-        })
+        unsafe { wait::polled_control(cntr.inner.wait_obj, command, arg, warn) }
     }
 }
 

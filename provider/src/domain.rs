@@ -168,23 +168,23 @@ pub unsafe fn open(
 }
 
 impl Bind for DomainState {
-    unsafe fn bind(domain: &Domain, bfid: *mut ffi::fid, flags: u64) -> c_int {
+    unsafe fn bind(domain: &Domain, bfid: *mut ffi::fid, flags: u64) -> Result<(), Error> {
         if flags != 0 {
             // FI_REG_MR: registrations are synchronous, never reported on an EQ.
             tracing::warn!("fi_domain_bind: unsupported flags {flags:#x}");
-            return ret::EBADFLAGS;
+            return Err(Error::EBADFLAGS);
         }
         // SAFETY: bfid comes from the application.
         let Some(eq) = (unsafe { Eq::state_of(bfid) }) else {
             tracing::warn!("fi_domain_bind: only a unimem EQ can be bound to a domain");
-            return ret::EINVAL;
+            return Err(Error::EINVAL);
         };
         let eq: Arc<dyn Parent> = eq;
         if !domain.inner.bind_eq(ParentRef::new(&eq)) {
             tracing::warn!("fi_domain_bind: an EQ is already bound");
-            return ret::EINVAL;
+            return Err(Error::EINVAL);
         }
-        ret::SUCCESS
+        Ok(())
     }
 }
 

@@ -436,20 +436,20 @@ pub unsafe fn trywait(fid: *const ffi::fid) -> Option<c_int> {
 }
 
 impl Control for EqInner {
-    unsafe fn control(eq: &Eq, command: c_int, arg: *mut c_void) -> c_int {
+    unsafe fn control(eq: &Eq, command: c_int, arg: *mut c_void) -> Result<(), Error> {
         let inner = &eq.inner;
         if arg.is_null() && matches!(command as u32, ffi::FI_GETWAIT | ffi::FI_GETWAITOBJ) {
             tracing::warn!("fi_control(eq): NULL argument");
-            return ret::EINVAL;
+            return Err(Error::EINVAL);
         }
         match command as u32 {
             ffi::FI_GETWAIT => match &inner.fd {
                 // SAFETY: FI_GETWAIT on an FD EQ takes an `int *` (API contract).
                 Some(fd) => unsafe {
                     *(arg as *mut c_int) = fd.as_raw_fd();
-                    ret::SUCCESS
+                    Ok(())
                 },
-                None => ret::ENODATA,
+                None => Err(Error::ENODATA),
             },
             ffi::FI_GETWAITOBJ => {
                 let obj = match inner.wait_obj {
@@ -459,11 +459,11 @@ impl Control for EqInner {
                 };
                 // SAFETY: FI_GETWAITOBJ takes an `enum fi_wait_obj *` (API contract).
                 unsafe { *(arg as *mut ffi::fi_wait_obj) = obj };
-                ret::SUCCESS
+                Ok(())
             }
             _ => {
                 tracing::info!("fi_control(eq): command {command} not supported");
-                ret::ENOSYS
+                Err(Error::ENOSYS)
             }
         }
     }

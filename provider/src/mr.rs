@@ -206,23 +206,23 @@ static MR_FI_OPS: ffi::fi_ops = ffi::fi_ops {
 };
 
 impl Bind for MrInner {
-    unsafe fn bind(mr: &Mr, bfid: *mut ffi::fid, flags: u64) -> c_int {
+    unsafe fn bind(mr: &Mr, bfid: *mut ffi::fid, flags: u64) -> Result<(), Error> {
         // SAFETY: bfid is NULL or a live fid (libfabric contract).
         let Some(cntr) = (unsafe { Cntr::state_of(bfid) }) else {
             tracing::warn!("fi_mr_bind: only a counter can be bound to a memory region");
-            return ret::EINVAL;
+            return Err(Error::EINVAL);
         };
         let known = ffi::FI_REMOTE_READ | ffi::FI_REMOTE_WRITE;
         if flags & !known != 0 || flags == 0 {
             tracing::warn!("fi_mr_bind: flags {flags:#x} are not FI_REMOTE_READ/FI_REMOTE_WRITE");
-            return ret::EBADFLAGS;
+            return Err(Error::EBADFLAGS);
         }
         mr.inner
             .counters
             .lock()
             .push((flags, ParentRef::new(&cntr)));
         mr.inner.refresh_exposure();
-        ret::SUCCESS
+        Ok(())
     }
 }
 

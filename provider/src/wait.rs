@@ -32,7 +32,7 @@ use std::time::{Duration, Instant};
 use unimem_mailbox::doorbell::{self, Kick};
 use unimem_mailbox::node::monotonic_ns;
 
-use crate::base::ffi::{self, ret, Error};
+use crate::base::ffi::{self, Error};
 use crate::base::handover;
 use crate::state::agent;
 use crate::state::progress::{Pending, ProgressList};
@@ -293,7 +293,9 @@ fn host_oversubscribed(look: bool) -> bool {
     OVERSUBSCRIBED.load(Ordering::Relaxed)
 }
 
-/// `fi_control` of CQs and counters (FI_GETWAITOBJ, FI_GETWAIT).
+/// `fi_control` of CQs and counters (FI_GETWAITOBJ, FI_GETWAIT). A
+/// refusal's reason goes to `warn`, the caller's (which logs under its own
+/// subsystem); FI_GETWAIT's FI_ENODATA is an answer, not warned.
 ///
 /// # Safety
 /// `arg` must be NULL or valid for the command (`enum fi_wait_obj *` for
@@ -302,25 +304,24 @@ pub unsafe fn polled_control(
     wait_obj: ffi::fi_wait_obj,
     command: c_int,
     arg: *mut std::ffi::c_void,
-) -> Result<c_int, Refused> {
+    warn: impl FnOnce(&'static str),
+) -> Result<(), Error> {
     match command as u32 {
         ffi::FI_GETWAITOBJ => {
             if arg.is_null() {
-                return Err(Refused {
-                    code: Error::EINVAL,
-                    reason: "NULL argument",
-                });
+                warn("NULL argument");
+                return Err(Error::EINVAL);
             }
             // SAFETY: FI_GETWAITOBJ's argument is an `enum fi_wait_obj *` (caller).
             unsafe { *(arg as *mut ffi::fi_wait_obj) = effective_polled(wait_obj) };
-            Ok(ret::SUCCESS)
+            Ok(())
         }
         // No fd or mutex to hand out: see the module table.
-        ffi::FI_GETWAIT => Ok(ret::ENODATA),
-        _ => Err(Refused {
-            code: Error::ENOSYS,
-            reason: "command not supported",
-        }),
+        ffi::FI_GETWAIT => Err(Error::ENODATA),
+        _ => {
+            warn("command not supported");
+            Err(Error::ENOSYS)
+        }
     }
 }
 

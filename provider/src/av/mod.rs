@@ -143,30 +143,30 @@ unsafe impl FiObject for AvInner {
 }
 
 impl Bind for AvInner {
-    unsafe fn bind(av: &Av, bfid: *mut ffi::fid, flags: u64) -> c_int {
+    unsafe fn bind(av: &Av, bfid: *mut ffi::fid, flags: u64) -> Result<(), Error> {
         let av = &av.inner;
         if flags != 0 {
             tracing::warn!("fi_av_bind: flags must be 0 (got {flags:#x})");
-            return ret::EBADFLAGS;
+            return Err(Error::EBADFLAGS);
         }
         // SAFETY: bfid comes from the application.
         let Some(eq) = (unsafe { Eq::state_of(bfid) }) else {
             tracing::warn!("fi_av_bind: only a unimem EQ can be bound to an AV");
-            return ret::EINVAL;
+            return Err(Error::EINVAL);
         };
         if !av.events {
             tracing::warn!(
                 "fi_av_bind: the AV was opened without FI_EVENT (inserts are synchronous)"
             );
-            return ret::EINVAL;
+            return Err(Error::EINVAL);
         }
         let mut slot = av.eq.lock();
         if slot.is_some() {
             tracing::warn!("fi_av_bind: an EQ is already bound");
-            return ret::EINVAL;
+            return Err(Error::EINVAL);
         }
         *slot = Some(ParentRef::new(&eq));
-        ret::SUCCESS
+        Ok(())
     }
 }
 

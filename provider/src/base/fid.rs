@@ -61,14 +61,15 @@ pub unsafe trait FiObject: Send + Sync + Sized + 'static {
 pub trait Bind: FiObject {
     /// # Safety
     /// `bfid` must be NULL or a live `struct fid`.
-    unsafe fn bind(obj: &FidObject<Self>, bfid: *mut ffi::fid, flags: u64) -> c_int;
+    unsafe fn bind(obj: &FidObject<Self>, bfid: *mut ffi::fid, flags: u64) -> Result<(), Error>;
 }
 
 /// Objects with an `fi_control` of their own ([`control`]).
 pub trait Control: FiObject {
     /// # Safety
     /// `arg` must be what `command` expects (application contract).
-    unsafe fn control(obj: &FidObject<Self>, command: c_int, arg: *mut c_void) -> c_int;
+    unsafe fn control(obj: &FidObject<Self>, command: c_int, arg: *mut c_void)
+        -> Result<(), Error>;
 }
 
 impl<S: FiObject> FidObject<S> {
@@ -202,7 +203,7 @@ pub unsafe extern "C" fn bind<S: Bind>(
         // SAFETY: fid comes from the application.
         match unsafe { FidObject::<S>::from_fid(fid, "fi_bind") } {
             // SAFETY: bfid comes from the application.
-            Some(obj) => unsafe { S::bind(obj, bfid, flags) },
+            Some(obj) => ffi::error::ret_of(unsafe { S::bind(obj, bfid, flags) }),
             None => ret::EINVAL,
         }
     })
@@ -221,7 +222,7 @@ pub unsafe extern "C" fn control<S: Control>(
         // SAFETY: fid comes from the application.
         match unsafe { FidObject::<S>::from_fid(fid, "fi_control") } {
             // SAFETY: arg is what the command expects (application contract).
-            Some(obj) => unsafe { S::control(obj, command, arg) },
+            Some(obj) => ffi::error::ret_of(unsafe { S::control(obj, command, arg) }),
             None => ret::EINVAL,
         }
     })

@@ -245,12 +245,10 @@ unsafe impl FiObject for CqInner {
 }
 
 impl Control for CqInner {
-    unsafe fn control(cq: &Cq, command: c_int, arg: *mut c_void) -> c_int {
+    unsafe fn control(cq: &Cq, command: c_int, arg: *mut c_void) -> Result<(), Error> {
+        let warn = |why| tracing::warn!("fi_control(cq, {command}): {why}");
         // SAFETY: arg is what the command expects (caller).
-        unsafe { wait::polled_control(cq.inner.wait_obj, command, arg) }.unwrap_or_else(|r| {
-            tracing::warn!("fi_control(cq, {command}): {}", r.reason);
-            r.code.ret()
-        })
+        unsafe { wait::polled_control(cq.inner.wait_obj, command, arg, warn) }
     }
 }
 
