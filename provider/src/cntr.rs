@@ -268,16 +268,14 @@ pub unsafe fn open(
     attr: *mut ffi::fi_cntr_attr,
     cntr: *mut *mut ffi::fid_cntr,
     context: *mut c_void,
-) -> c_int {
+) -> Result<(), Error> {
     if cntr.is_null() {
         tracing::warn!("fi_cntr_open: NULL counter pointer");
-        return ret::EINVAL;
+        return Err(Error::EINVAL);
     }
     // SAFETY: non-NULL attr is a valid fi_cntr_attr (caller).
     let a = unsafe { attr.as_ref() }.copied().unwrap_or_default();
-    if let Err(e) = check_attr(&a) {
-        return e.ret();
-    }
+    check_attr(&a)?;
     let obj = Box::new(Cntr {
         fid: ffi::fid_cntr {
             fid: Cntr::header(context),
@@ -300,7 +298,7 @@ pub unsafe fn open(
     // SAFETY: cntr is non-NULL (checked).
     let obj = unsafe { obj.install(cntr) };
     tracing::debug!("cntr {obj:p} opened");
-    ret::SUCCESS
+    Ok(())
 }
 
 /// `fi_trywait` on `fid`: None if it is not our counter; otherwise 0 (a

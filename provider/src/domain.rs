@@ -129,10 +129,10 @@ pub unsafe fn open(
     info: *mut ffi::fi_info,
     dom: *mut *mut ffi::fid_domain,
     context: *mut c_void,
-) -> c_int {
+) -> Result<(), Error> {
     if info.is_null() || dom.is_null() {
         tracing::warn!("fi_domain: NULL info or domain pointer");
-        return ret::EINVAL;
+        return Err(Error::EINVAL);
     }
     // SAFETY: non-NULL info is a valid fi_info from the application.
     let wanted = unsafe { Hints::from_c(&*info) };
@@ -141,7 +141,7 @@ pub unsafe fn open(
     // have returned is an application error.
     if let Err(m) = attr::check(api_version, &ours, &wanted) {
         tracing::warn!("fi_domain: info does not describe a unimem domain: {m}");
-        return ret::EINVAL;
+        return Err(Error::EINVAL);
     }
     let resolved = attr::tailor(api_version, &ours, Some(&wanted));
     let obj = Box::new(Domain {
@@ -164,7 +164,7 @@ pub unsafe fn open(
     );
     // SAFETY: dom is non-NULL (checked).
     unsafe { obj.install(dom) };
-    ret::SUCCESS
+    Ok(())
 }
 
 impl Bind for DomainState {
@@ -195,12 +195,12 @@ impl Bind for DomainState {
 unsafe fn with_domain(
     op: &'static str,
     domain: *mut ffi::fid_domain,
-    f: impl FnOnce(&Arc<DomainState>) -> c_int,
+    f: impl FnOnce(&Arc<DomainState>) -> Result<(), Error>,
 ) -> c_int {
     ffi_guard(op, || {
         // SAFETY: fid_domain starts with its fid (caller).
         match unsafe { Domain::from_ptr(domain, op) } {
-            Some(d) => f(&d.inner),
+            Some(d) => ffi::error::ret_of(f(&d.inner)),
             None => ret::EINVAL,
         }
     })
@@ -321,7 +321,7 @@ unsafe extern "C" fn domain_mr_regv(
         with_domain("fi_mr_regv", fid as *mut ffi::fid_domain, |d| {
             let Some(iov) = mr::iov_slice(iov, count) else {
                 tracing::warn!("fi_mr_regv: NULL iov");
-                return ret::EINVAL;
+                return Err(Error::EINVAL);
             };
             let req = mr::Request {
                 iov,
@@ -366,10 +366,7 @@ mod tests {
         let mut dom: *mut ffi::fid_domain = ptr::null_mut();
         // SAFETY: all pointers are live locals; fab is then a fabric of ours.
         let rc = unsafe {
-            assert_eq!(
-                fabric::open(&mut fattr, &mut fab, ptr::null_mut()),
-                ret::SUCCESS
-            );
+            assert_eq!(fabric::open(&mut fattr, &mut fab, ptr::null_mut()), Ok(()));
             ((*(*fab).ops).domain.unwrap())(fab, info, &mut dom, ptr::null_mut())
         };
         (fab, crate::base::result_of(rc).map(|()| dom))

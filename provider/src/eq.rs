@@ -362,6 +362,15 @@ fn check_attr(a: &ffi::fi_eq_attr) -> Result<(), Error> {
     Ok(())
 }
 
+/// An OS error as libfabric's (its FI_E* codes are the errno values).
+fn os_error(e: &std::io::Error) -> Error {
+    let errno = e.raw_os_error().unwrap_or(libc::ENOMEM);
+    isize::try_from(errno)
+        .ok()
+        .and_then(|n| Error::from_ret(-n))
+        .unwrap_or(Error::ENOMEM)
+}
+
 /// `fi_eq_open` on one of our fabrics.
 ///
 /// # Safety
@@ -372,23 +381,21 @@ pub unsafe fn open(
     attr: *mut ffi::fi_eq_attr,
     eq: *mut *mut ffi::fid_eq,
     context: *mut c_void,
-) -> c_int {
+) -> Result<(), Error> {
     if attr.is_null() || eq.is_null() {
         tracing::warn!("fi_eq_open: NULL attr or eq pointer");
-        return ret::EINVAL;
+        return Err(Error::EINVAL);
     }
     // SAFETY: non-NULL attr is a valid fi_eq_attr (caller).
     let a = unsafe { &*attr };
-    if let Err(e) = check_attr(a) {
-        return e.ret();
-    }
+    check_attr(a)?;
     let fd = if a.wait_obj == ffi::FI_WAIT_FD {
         // SAFETY: plain syscall; the result is checked.
         let raw = unsafe { libc::eventfd(0, libc::EFD_NONBLOCK | libc::EFD_CLOEXEC) };
         if raw < 0 {
             let e = std::io::Error::last_os_error();
             tracing::warn!("fi_eq_open: eventfd: {e}");
-            return -e.raw_os_error().unwrap_or(libc::ENOMEM);
+            return Err(os_error(&e));
         }
         // SAFETY: raw is a fresh descriptor that nothing else owns.
         Some(unsafe { OwnedFd::from_raw_fd(raw) })
@@ -417,7 +424,7 @@ pub unsafe fn open(
     // SAFETY: eq is non-NULL (checked).
     let obj = unsafe { obj.install(eq) };
     tracing::debug!("eq {obj:p} opened: wait object {}", a.wait_obj);
-    ret::SUCCESS
+    Ok(())
 }
 
 /// `fi_trywait` on `fid`: None if it is not our EQ; otherwise -FI_EAGAIN
@@ -602,8 +609,8 @@ mod tests {
         };
         let mut fab: *mut ffi::fid_fabric = ptr::null_mut();
         // SAFETY: live locals.
-        let rc = unsafe { crate::fabric::open(&mut attr, &mut fab, ptr::null_mut()) };
-        assert_eq!(rc, 0);
+        let opened = unsafe { crate::fabric::open(&mut attr, &mut fab, ptr::null_mut()) };
+        assert_eq!(opened, Ok(()));
         fab
     }
 

@@ -25,7 +25,7 @@
 
 use std::collections::HashMap;
 use std::fmt;
-use std::os::raw::{c_int, c_void};
+use std::os::raw::c_void;
 use std::ptr;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Weak};
@@ -36,7 +36,7 @@ use unimem_dma::{Access, DmaError, Exposure, KeyHandle, KeyTable};
 use unimem_mailbox::JobId;
 use unimem_proto::AccessCounts;
 
-use crate::base::ffi::{self, ret, Error};
+use crate::base::ffi::{self, Error};
 use crate::base::fid::{self, Bind, FiObject, FidObject, ParentRef};
 use crate::cntr::{Cntr, CntrInner};
 use crate::state::DomainState;
@@ -273,10 +273,10 @@ pub unsafe fn register(
     req: &Request<'_>,
     mr: *mut *mut ffi::fid_mr,
     op: &str,
-) -> c_int {
+) -> Result<(), Error> {
     if mr.is_null() {
         tracing::warn!("{op}: NULL mr pointer");
-        return ret::EINVAL;
+        return Err(Error::EINVAL);
     }
     let limit = domain.info.domain.mr_iov_limit;
     if req.iov.is_empty() || req.iov.len() > limit {
@@ -284,7 +284,7 @@ pub unsafe fn register(
             "{op}: {} buffers (1 to mr_iov_limit = {limit} allowed)",
             req.iov.len()
         );
-        return ret::EINVAL;
+        return Err(Error::EINVAL);
     }
     let mut ranges = Vec::with_capacity(req.iov.len());
     for (i, v) in req.iov.iter().enumerate() {
@@ -295,18 +295,18 @@ pub unsafe fn register(
                 v.iov_base,
                 v.iov_len
             );
-            return ret::EINVAL;
+            return Err(Error::EINVAL);
         }
         ranges.push((base, v.iov_len));
     }
     let unknown = req.access & !ACCESS;
     if unknown != 0 {
         tracing::warn!("{op}: unknown access bits {unknown:#x}");
-        return ret::EINVAL;
+        return Err(Error::EINVAL);
     }
     if req.flags != 0 {
         tracing::warn!("{op}: unsupported flags {:#x}", req.flags);
-        return ret::EBADFLAGS;
+        return Err(Error::EBADFLAGS);
     }
     let mode = domain.info.domain.mr_mode as u64;
     let basic = u64::from(ffi::FI_MR_BASIC);
@@ -315,17 +315,14 @@ pub unsafe fn register(
     } else {
         req.requested_key
     };
-    let exposed = match expose(
+    let exposed = expose(
         domain,
         &ranges,
         req.access,
         key,
         mode & (ffi::FI_MR_VIRT_ADDR | basic) != 0,
         op,
-    ) {
-        Ok(exposed) => exposed,
-        Err(e) => return e.ret(),
-    };
+    )?;
     let obj = Box::new(Mr {
         fid: ffi::fid_mr {
             fid: Mr::header(req.context),
@@ -361,7 +358,7 @@ pub unsafe fn register(
         "mr {obj:p} registered: key {key:#x}, access {:#x}",
         req.access
     );
-    ret::SUCCESS
+    Ok(())
 }
 
 /// Puts `key` in the process's key table if the region has remote access.
@@ -431,28 +428,28 @@ pub unsafe fn register_attr(
     attr: *const ffi::fi_mr_attr,
     flags: u64,
     mr: *mut *mut ffi::fid_mr,
-) -> c_int {
+) -> Result<(), Error> {
     // SAFETY: non-NULL attr is valid (caller).
     let Some(a) = (unsafe { attr.as_ref() }) else {
         tracing::warn!("fi_mr_regattr: NULL attr");
-        return ret::EINVAL;
+        return Err(Error::EINVAL);
     };
     let api = domain.api_version;
     if !ffi::fi_version_lt(api, V1_5) && a.auth_key_size != 0 {
         tracing::warn!("fi_mr_regattr: authorization keys are not supported");
-        return ret::ENOSYS;
+        return Err(Error::ENOSYS);
     }
     if !ffi::fi_version_lt(api, V1_10) && a.iface != ffi::FI_HMEM_SYSTEM {
         tracing::warn!(
             "fi_mr_regattr: device memory (iface {}) is not supported",
             a.iface
         );
-        return ret::ENOSYS;
+        return Err(Error::ENOSYS);
     }
     // SAFETY: mr_iov holds iov_count entries (caller).
     let Some(iov) = (unsafe { iov_slice(a.mr_iov, a.iov_count) }) else {
         tracing::warn!("fi_mr_regattr: NULL mr_iov");
-        return ret::EINVAL;
+        return Err(Error::EINVAL);
     };
     let req = Request {
         iov,
@@ -493,6 +490,7 @@ pub unsafe fn from_desc<'a>(desc: *mut c_void) -> Option<&'a MrInner> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::base::ffi::ret;
     use crate::cq::tests::{close, fabric_domain};
 
     /// # Safety

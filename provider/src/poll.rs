@@ -112,10 +112,10 @@ pub unsafe fn open(
     domain: &Arc<DomainState>,
     attr: *mut ffi::fi_poll_attr,
     pollset: *mut *mut ffi::fid_poll,
-) -> c_int {
+) -> Result<(), Error> {
     if pollset.is_null() {
         tracing::warn!("fi_poll_open: NULL poll set pointer");
-        return ret::EINVAL;
+        return Err(Error::EINVAL);
     }
     // SAFETY: non-NULL attr is a valid fi_poll_attr (caller).
     if let Some(a) = unsafe { attr.as_ref() } {
@@ -124,7 +124,7 @@ pub unsafe fn open(
                 "fi_poll_open: flags {:#x} are reserved (must be 0)",
                 a.flags
             );
-            return ret::EINVAL;
+            return Err(Error::EINVAL);
         }
     }
     let obj = Box::new(PollSet {
@@ -140,7 +140,7 @@ pub unsafe fn open(
     // SAFETY: pollset is non-NULL (checked).
     let obj = unsafe { obj.install(pollset) };
     tracing::debug!("poll set {obj:p} opened");
-    ret::SUCCESS
+    Ok(())
 }
 
 /// The state of our poll set behind `pollset`, or None (with a warning).

@@ -191,10 +191,10 @@ pub unsafe fn open(
     attr: *mut ffi::fi_av_attr,
     av: *mut *mut ffi::fid_av,
     context: *mut c_void,
-) -> c_int {
+) -> Result<(), Error> {
     if attr.is_null() || av.is_null() {
         tracing::warn!("fi_av_open: NULL attr or av pointer");
-        return ret::EINVAL;
+        return Err(Error::EINVAL);
     }
     // SAFETY: non-NULL attr is a valid fi_av_attr (caller).
     let a = unsafe { &mut *attr };
@@ -206,21 +206,21 @@ pub unsafe fn open(
         t @ (ffi::FI_AV_TABLE | ffi::FI_AV_MAP) => t,
         other => {
             tracing::warn!("fi_av_open: unknown AV type {other}");
-            return ret::EINVAL;
+            return Err(Error::EINVAL);
         }
     };
     if !a.name.is_null() || a.flags & ffi::FI_READ != 0 {
         tracing::warn!("fi_av_open: named (shared) AVs are not supported");
-        return ret::ENOSYS;
+        return Err(Error::ENOSYS);
     }
     if a.rx_ctx_bits != 0 {
         tracing::warn!("fi_av_open: rx_ctx_bits given, but there are no scalable endpoints");
-        return ret::ENOSYS;
+        return Err(Error::ENOSYS);
     }
     let unknown = a.flags & !(ffi::FI_EVENT | ffi::FI_SYMMETRIC);
     if unknown != 0 {
         tracing::warn!("fi_av_open: unsupported flags {unknown:#x}");
-        return ret::EINVAL;
+        return Err(Error::EINVAL);
     }
     a.type_ = av_type;
     let job = JobId::from_name(&domain.config().job);
@@ -242,7 +242,7 @@ pub unsafe fn open(
     // SAFETY: av is non-NULL (checked).
     let obj = unsafe { obj.install(av) };
     tracing::debug!("av {obj:p} opened (job {job})");
-    ret::SUCCESS
+    Ok(())
 }
 
 /// The state of our AV behind `av`, or None (with a warning).

@@ -309,17 +309,14 @@ pub unsafe fn open(
     attr: *mut ffi::fi_cq_attr,
     cq: *mut *mut ffi::fid_cq,
     context: *mut c_void,
-) -> c_int {
+) -> Result<(), Error> {
     if attr.is_null() || cq.is_null() {
         tracing::warn!("fi_cq_open: NULL attr or cq pointer");
-        return ret::EINVAL;
+        return Err(Error::EINVAL);
     }
     // SAFETY: non-NULL attr is a valid fi_cq_attr (caller).
     let a = unsafe { &*attr };
-    let format = match check_attr(a) {
-        Ok(f) => f,
-        Err(e) => return e.ret(),
-    };
+    let format = check_attr(a)?;
     let config = domain.config();
     let size = if a.size == 0 { config.cq_size } else { a.size };
     let obj = Box::new(Cq {
@@ -353,7 +350,7 @@ pub unsafe fn open(
     // SAFETY: cq is non-NULL (checked).
     let obj = unsafe { obj.install(cq) };
     tracing::debug!("cq {obj:p} opened: format {format}, size {size}");
-    ret::SUCCESS
+    Ok(())
 }
 
 /// `fi_trywait` on `fid`: None if it is not our CQ; otherwise
@@ -509,10 +506,7 @@ pub(crate) mod tests {
         let mut dom: *mut ffi::fid_domain = ptr::null_mut();
         // SAFETY: live locals; fab is then a fabric of ours.
         unsafe {
-            assert_eq!(
-                fabric::open(&mut fattr, &mut fab, ptr::null_mut()),
-                ret::SUCCESS
-            );
+            assert_eq!(fabric::open(&mut fattr, &mut fab, ptr::null_mut()), Ok(()));
             (*fab).api_version = ffi::fi_version(1, 17);
             let domain = (*(*fab).ops).domain.unwrap();
             assert_eq!(domain(fab, &mut info, &mut dom, ptr::null_mut()), 0);
