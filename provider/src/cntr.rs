@@ -156,13 +156,13 @@ impl CntrInner {
     }
 
     /// `fi_cntr_wait`.
-    fn wait(&self, threshold: u64, timeout: c_int) -> c_int {
+    fn wait(&self, threshold: u64, timeout: c_int) -> Result<(), Error> {
         // Met before any progress: operations done inside their call (the
         // direct path) leave nothing to progress, and OpenSHMEM's quiet
         // waits on its counter after each of them (twice: puts and gets),
         // so this return reads no clock.
         if self.value() >= threshold && self.skip_progress() {
-            return ret::SUCCESS;
+            return Ok(());
         }
         let errors = self.errors();
         let deadline = Deadline::after_ms(timeout);
@@ -170,13 +170,13 @@ impl CntrInner {
         loop {
             self.progress().run();
             if self.value() >= threshold {
-                return ret::SUCCESS;
+                return Ok(());
             }
             if self.errors() != errors {
-                return ret::EAVAIL;
+                return Err(Error::EAVAIL);
             }
             if deadline.expired() {
-                return ret::ETIMEDOUT;
+                return Err(Error::ETIMEDOUT);
             }
             let ready = || self.value() >= threshold || self.errors() != errors;
             if backoff.spinning()
@@ -320,12 +320,12 @@ pub unsafe fn trywait(fid: *const ffi::fid) -> Option<c_int> {
 unsafe fn with_cntr(
     op: &'static str,
     cntr: *mut ffi::fid_cntr,
-    f: impl FnOnce(&CntrInner) -> c_int,
+    f: impl FnOnce(&CntrInner) -> Result<(), Error>,
 ) -> c_int {
     ffi_guard(op, || {
         // SAFETY: fid_cntr starts with its fid (caller).
         match unsafe { Cntr::from_ptr(cntr, op) } {
-            Some(c) => f(&c.inner),
+            Some(c) => ffi::error::ret_of(f(&c.inner)),
             None => ret::EINVAL,
         }
     })
@@ -368,7 +368,7 @@ unsafe extern "C" fn cntr_add(cntr: *mut ffi::fid_cntr, value: u64) -> c_int {
         with_cntr("fi_cntr_add", cntr, |c| {
             c.count.fetch_add(value, Ordering::AcqRel);
             c.checkpoint_count();
-            ret::SUCCESS
+            Ok(())
         })
     }
 }
@@ -379,7 +379,7 @@ unsafe extern "C" fn cntr_adderr(cntr: *mut ffi::fid_cntr, value: u64) -> c_int 
         with_cntr("fi_cntr_adderr", cntr, |c| {
             c.errors.fetch_add(value, Ordering::AcqRel);
             c.checkpoint_errors();
-            ret::SUCCESS
+            Ok(())
         })
     }
 }
@@ -390,7 +390,7 @@ unsafe extern "C" fn cntr_set(cntr: *mut ffi::fid_cntr, value: u64) -> c_int {
         with_cntr("fi_cntr_set", cntr, |c| {
             c.count.store(value, Ordering::Release);
             c.checkpoint_count();
-            ret::SUCCESS
+            Ok(())
         })
     }
 }
@@ -401,7 +401,7 @@ unsafe extern "C" fn cntr_seterr(cntr: *mut ffi::fid_cntr, value: u64) -> c_int 
         with_cntr("fi_cntr_seterr", cntr, |c| {
             c.errors.store(value, Ordering::Release);
             c.checkpoint_errors();
-            ret::SUCCESS
+            Ok(())
         })
     }
 }
