@@ -17,7 +17,7 @@ use std::sync::Arc;
 
 use parking_lot::Mutex;
 
-use crate::base::ffi::{self, ret};
+use crate::base::ffi::{self, ret, Error};
 use crate::base::fid::{self, Children, Control, FiObject, FidObject, Parent, ParentRef};
 use crate::base::guard::{ffi_guard, ffi_guard_or};
 use crate::state::progress::ProgressList;
@@ -156,13 +156,13 @@ impl CntrInner {
     }
 
     /// `fi_cntr_wait`.
-    fn wait(&self, threshold: u64, timeout: c_int) -> c_int {
+    fn wait(&self, threshold: u64, timeout: c_int) -> Result<(), Error> {
         // Met before any progress: operations done inside their call (the
         // direct path) leave nothing to progress, and OpenSHMEM's quiet
         // waits on its counter after each of them (twice: puts and gets),
         // so this return reads no clock.
         if self.value() >= threshold && self.skip_progress() {
-            return ret::SUCCESS;
+            return Ok(());
         }
         let errors = self.errors();
         let deadline = Deadline::after_ms(timeout);
@@ -170,13 +170,13 @@ impl CntrInner {
         loop {
             self.progress().run();
             if self.value() >= threshold {
-                return ret::SUCCESS;
+                return Ok(());
             }
             if self.errors() != errors {
-                return ret::EAVAIL;
+                return Err(Error::EAVAIL);
             }
             if deadline.expired() {
-                return ret::ETIMEDOUT;
+                return Err(Error::ETIMEDOUT);
             }
             let ready = || self.value() >= threshold || self.errors() != errors;
             if backoff.spinning()
@@ -205,10 +205,10 @@ unsafe impl FiObject for CntrInner {
         tracing::warn!("{args}");
     }
 
-    fn on_close(cntr: &Cntr) -> Result<(), c_int> {
+    fn on_close(cntr: &Cntr) -> Result<(), Error> {
         if let Err(n) = fid::check_no_children(cntr.inner.children()) {
             tracing::warn!("fi_close(cntr): still bound to {n} endpoint(s) or poll set(s)");
-            return Err(ret::EBUSY);
+            return Err(Error::EBUSY);
         }
         // Dropping it releases the domain.
         tracing::debug!("cntr {cntr:p} closed");
@@ -217,12 +217,10 @@ unsafe impl FiObject for CntrInner {
 }
 
 impl Control for CntrInner {
-    unsafe fn control(cntr: &Cntr, command: c_int, arg: *mut c_void) -> c_int {
+    unsafe fn control(cntr: &Cntr, command: c_int, arg: *mut c_void) -> Result<(), Error> {
+        let warn = |why| tracing::warn!("fi_control(cntr, {command}): {why}");
         // SAFETY: arg is what the command expects (caller).
-        unsafe { wait::polled_control(cntr.inner.wait_obj, command, arg) }.unwrap_or_else(|r| {
-            tracing::warn!("fi_control(cntr, {command}): {}", r.reason);
-            r.code
-        })
+        unsafe { wait::polled_control(cntr.inner.wait_obj, command, arg, warn) }
     }
 }
 
@@ -237,16 +235,16 @@ static CNTR_OPS: ffi::fi_ops_cntr = ffi::fi_ops_cntr {
     seterr: Some(cntr_seterr),
 };
 
-fn check_attr(a: &ffi::fi_cntr_attr) -> Result<(), c_int> {
+fn check_attr(a: &ffi::fi_cntr_attr) -> Result<(), Error> {
     match a.events {
         ffi::FI_CNTR_EVENTS_COMP => {}
         FI_CNTR_EVENTS_BYTES => {
             tracing::warn!("fi_cntr_open: FI_CNTR_EVENTS_BYTES not supported");
-            return Err(ret::ENOSYS);
+            return Err(Error::ENOSYS);
         }
         other => {
             tracing::warn!("fi_cntr_open: unknown events {other}");
-            return Err(ret::EINVAL);
+            return Err(Error::EINVAL);
         }
     }
     wait::check_polled(a.wait_obj).map_err(|r| {
@@ -255,7 +253,7 @@ fn check_attr(a: &ffi::fi_cntr_attr) -> Result<(), c_int> {
     })?;
     if a.flags != 0 {
         tracing::warn!("fi_cntr_open: unsupported flags {:#x}", a.flags);
-        return Err(ret::EINVAL);
+        return Err(Error::EINVAL);
     }
     Ok(())
 }
@@ -270,16 +268,14 @@ pub unsafe fn open(
     attr: *mut ffi::fi_cntr_attr,
     cntr: *mut *mut ffi::fid_cntr,
     context: *mut c_void,
-) -> c_int {
+) -> Result<(), Error> {
     if cntr.is_null() {
         tracing::warn!("fi_cntr_open: NULL counter pointer");
-        return ret::EINVAL;
+        return Err(Error::EINVAL);
     }
     // SAFETY: non-NULL attr is a valid fi_cntr_attr (caller).
     let a = unsafe { attr.as_ref() }.copied().unwrap_or_default();
-    if let Err(rc) = check_attr(&a) {
-        return rc;
-    }
+    check_attr(&a)?;
     let obj = Box::new(Cntr {
         fid: ffi::fid_cntr {
             fid: Cntr::header(context),
@@ -302,7 +298,7 @@ pub unsafe fn open(
     // SAFETY: cntr is non-NULL (checked).
     let obj = unsafe { obj.install(cntr) };
     tracing::debug!("cntr {obj:p} opened");
-    ret::SUCCESS
+    Ok(())
 }
 
 /// `fi_trywait` on `fid`: None if it is not our counter; otherwise 0 (a
@@ -324,12 +320,12 @@ pub unsafe fn trywait(fid: *const ffi::fid) -> Option<c_int> {
 unsafe fn with_cntr(
     op: &'static str,
     cntr: *mut ffi::fid_cntr,
-    f: impl FnOnce(&CntrInner) -> c_int,
+    f: impl FnOnce(&CntrInner) -> Result<(), Error>,
 ) -> c_int {
     ffi_guard(op, || {
         // SAFETY: fid_cntr starts with its fid (caller).
         match unsafe { Cntr::from_ptr(cntr, op) } {
-            Some(c) => f(&c.inner),
+            Some(c) => ffi::error::ret_of(f(&c.inner)),
             None => ret::EINVAL,
         }
     })
@@ -372,7 +368,7 @@ unsafe extern "C" fn cntr_add(cntr: *mut ffi::fid_cntr, value: u64) -> c_int {
         with_cntr("fi_cntr_add", cntr, |c| {
             c.count.fetch_add(value, Ordering::AcqRel);
             c.checkpoint_count();
-            ret::SUCCESS
+            Ok(())
         })
     }
 }
@@ -383,7 +379,7 @@ unsafe extern "C" fn cntr_adderr(cntr: *mut ffi::fid_cntr, value: u64) -> c_int 
         with_cntr("fi_cntr_adderr", cntr, |c| {
             c.errors.fetch_add(value, Ordering::AcqRel);
             c.checkpoint_errors();
-            ret::SUCCESS
+            Ok(())
         })
     }
 }
@@ -394,7 +390,7 @@ unsafe extern "C" fn cntr_set(cntr: *mut ffi::fid_cntr, value: u64) -> c_int {
         with_cntr("fi_cntr_set", cntr, |c| {
             c.count.store(value, Ordering::Release);
             c.checkpoint_count();
-            ret::SUCCESS
+            Ok(())
         })
     }
 }
@@ -405,7 +401,7 @@ unsafe extern "C" fn cntr_seterr(cntr: *mut ffi::fid_cntr, value: u64) -> c_int 
         with_cntr("fi_cntr_seterr", cntr, |c| {
             c.errors.store(value, Ordering::Release);
             c.checkpoint_errors();
-            ret::SUCCESS
+            Ok(())
         })
     }
 }
@@ -425,17 +421,13 @@ mod tests {
     fn open_cntr(
         dom: *mut ffi::fid_domain,
         attr: Option<ffi::fi_cntr_attr>,
-    ) -> Result<*mut ffi::fid_cntr, c_int> {
+    ) -> Result<*mut ffi::fid_cntr, Error> {
         let mut attr = attr;
         let ap = attr.as_mut().map_or(ptr::null_mut(), |a| a as *mut _);
         let mut c: *mut ffi::fid_cntr = ptr::null_mut();
         // SAFETY: dom is a live domain of ours; locals are live.
         let rc = unsafe { ((*(*dom).ops).cntr_open.unwrap())(dom, ap, &mut c, ptr::null_mut()) };
-        if rc == 0 {
-            Ok(c)
-        } else {
-            Err(rc)
-        }
+        crate::base::result_of(rc).map(|()| c)
     }
 
     #[test]
@@ -519,28 +511,28 @@ mod tests {
                     events: FI_CNTR_EVENTS_BYTES,
                     ..Default::default()
                 },
-                ret::ENOSYS,
+                Error::ENOSYS,
             ),
             (
                 ffi::fi_cntr_attr {
                     events: 9,
                     ..Default::default()
                 },
-                ret::EINVAL,
+                Error::EINVAL,
             ),
             (
                 ffi::fi_cntr_attr {
                     wait_obj: ffi::FI_WAIT_FD,
                     ..Default::default()
                 },
-                ret::ENOSYS,
+                Error::ENOSYS,
             ),
             (
                 ffi::fi_cntr_attr {
                     flags: 1,
                     ..Default::default()
                 },
-                ret::EINVAL,
+                Error::EINVAL,
             ),
         ];
         for (attr, rc) in bad {

@@ -12,7 +12,7 @@ use std::sync::Arc;
 
 use crate::av;
 use crate::base::core;
-use crate::base::ffi::{self, ret};
+use crate::base::ffi::{self, ret, Error};
 use crate::base::fid::{self, Bind, FiObject, FidObject, Parent, ParentRef};
 use crate::base::guard::ffi_guard;
 use crate::base::unsupported;
@@ -46,10 +46,10 @@ unsafe impl FiObject for DomainState {
         tracing::warn!("{args}");
     }
 
-    fn on_close(domain: &Domain) -> Result<(), c_int> {
+    fn on_close(domain: &Domain) -> Result<(), Error> {
         if let Err(n) = fid::check_no_children(domain.inner.children()) {
             tracing::warn!("fi_close(domain): {n} child object(s) still open");
-            return Err(ret::EBUSY);
+            return Err(Error::EBUSY);
         }
         // Dropping it releases our reference on the fabric.
         tracing::info!("domain {domain:p} closed");
@@ -129,10 +129,10 @@ pub unsafe fn open(
     info: *mut ffi::fi_info,
     dom: *mut *mut ffi::fid_domain,
     context: *mut c_void,
-) -> c_int {
+) -> Result<(), Error> {
     if info.is_null() || dom.is_null() {
         tracing::warn!("fi_domain: NULL info or domain pointer");
-        return ret::EINVAL;
+        return Err(Error::EINVAL);
     }
     // SAFETY: non-NULL info is a valid fi_info from the application.
     let wanted = unsafe { Hints::from_c(&*info) };
@@ -141,7 +141,7 @@ pub unsafe fn open(
     // have returned is an application error.
     if let Err(m) = attr::check(api_version, &ours, &wanted) {
         tracing::warn!("fi_domain: info does not describe a unimem domain: {m}");
-        return ret::EINVAL;
+        return Err(Error::EINVAL);
     }
     let resolved = attr::tailor(api_version, &ours, Some(&wanted));
     let obj = Box::new(Domain {
@@ -164,27 +164,27 @@ pub unsafe fn open(
     );
     // SAFETY: dom is non-NULL (checked).
     unsafe { obj.install(dom) };
-    ret::SUCCESS
+    Ok(())
 }
 
 impl Bind for DomainState {
-    unsafe fn bind(domain: &Domain, bfid: *mut ffi::fid, flags: u64) -> c_int {
+    unsafe fn bind(domain: &Domain, bfid: *mut ffi::fid, flags: u64) -> Result<(), Error> {
         if flags != 0 {
             // FI_REG_MR: registrations are synchronous, never reported on an EQ.
             tracing::warn!("fi_domain_bind: unsupported flags {flags:#x}");
-            return ret::EBADFLAGS;
+            return Err(Error::EBADFLAGS);
         }
         // SAFETY: bfid comes from the application.
         let Some(eq) = (unsafe { Eq::state_of(bfid) }) else {
             tracing::warn!("fi_domain_bind: only a unimem EQ can be bound to a domain");
-            return ret::EINVAL;
+            return Err(Error::EINVAL);
         };
         let eq: Arc<dyn Parent> = eq;
         if !domain.inner.bind_eq(ParentRef::new(&eq)) {
             tracing::warn!("fi_domain_bind: an EQ is already bound");
-            return ret::EINVAL;
+            return Err(Error::EINVAL);
         }
-        ret::SUCCESS
+        Ok(())
     }
 }
 
@@ -195,12 +195,12 @@ impl Bind for DomainState {
 unsafe fn with_domain(
     op: &'static str,
     domain: *mut ffi::fid_domain,
-    f: impl FnOnce(&Arc<DomainState>) -> c_int,
+    f: impl FnOnce(&Arc<DomainState>) -> Result<(), Error>,
 ) -> c_int {
     ffi_guard(op, || {
         // SAFETY: fid_domain starts with its fid (caller).
         match unsafe { Domain::from_ptr(domain, op) } {
-            Some(d) => f(&d.inner),
+            Some(d) => ffi::error::ret_of(f(&d.inner)),
             None => ret::EINVAL,
         }
     })
@@ -321,7 +321,7 @@ unsafe extern "C" fn domain_mr_regv(
         with_domain("fi_mr_regv", fid as *mut ffi::fid_domain, |d| {
             let Some(iov) = mr::iov_slice(iov, count) else {
                 tracing::warn!("fi_mr_regv: NULL iov");
-                return ret::EINVAL;
+                return Err(Error::EINVAL);
             };
             let req = mr::Request {
                 iov,
@@ -360,19 +360,16 @@ mod tests {
     /// Open a fabric + domain with a minimal info; returns raw fids.
     fn open_both(
         info: &mut ffi::fi_info,
-    ) -> (*mut ffi::fid_fabric, Result<*mut ffi::fid_domain, c_int>) {
+    ) -> (*mut ffi::fid_fabric, Result<*mut ffi::fid_domain, Error>) {
         let mut fattr = ffi::fi_fabric_attr::default();
         let mut fab: *mut ffi::fid_fabric = ptr::null_mut();
         let mut dom: *mut ffi::fid_domain = ptr::null_mut();
         // SAFETY: all pointers are live locals; fab is then a fabric of ours.
         let rc = unsafe {
-            assert_eq!(
-                fabric::open(&mut fattr, &mut fab, ptr::null_mut()),
-                ret::SUCCESS
-            );
+            assert_eq!(fabric::open(&mut fattr, &mut fab, ptr::null_mut()), Ok(()));
             ((*(*fab).ops).domain.unwrap())(fab, info, &mut dom, ptr::null_mut())
         };
-        (fab, if rc == 0 { Ok(dom) } else { Err(rc) })
+        (fab, crate::base::result_of(rc).map(|()| dom))
     }
 
     /// # Safety
@@ -454,7 +451,7 @@ mod tests {
             ..Default::default()
         };
         let (fab, dom) = open_both(&mut info);
-        assert_eq!(dom.err(), Some(ret::EINVAL));
+        assert_eq!(dom.err(), Some(Error::EINVAL));
         // SAFETY: fab is a live fabric of ours; passing NULL info is checked.
         unsafe {
             let mut d: *mut ffi::fid_domain = ptr::null_mut();

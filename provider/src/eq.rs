@@ -316,10 +316,10 @@ unsafe impl FiObject for EqInner {
         tracing::warn!("{args}");
     }
 
-    fn on_close(eq: &Eq) -> Result<(), c_int> {
+    fn on_close(eq: &Eq) -> Result<(), Error> {
         if let Err(n) = fid::check_no_children(eq.inner.children()) {
             tracing::warn!("fi_close(eq): still bound to {n} object(s)");
-            return Err(ret::EBUSY);
+            return Err(Error::EBUSY);
         }
         // Dropping it closes the eventfd.
         tracing::debug!("eq {eq:p} closed");
@@ -336,7 +336,7 @@ static EQ_OPS: ffi::fi_ops_eq = ffi::fi_ops_eq {
     strerror: Some(eq_strerror),
 };
 
-fn check_attr(a: &ffi::fi_eq_attr) -> Result<(), c_int> {
+fn check_attr(a: &ffi::fi_eq_attr) -> Result<(), Error> {
     match a.wait_obj {
         ffi::FI_WAIT_NONE | ffi::FI_WAIT_UNSPEC | ffi::FI_WAIT_YIELD | ffi::FI_WAIT_FD => {}
         ffi::FI_WAIT_SET | ffi::FI_WAIT_MUTEX_COND | ffi::FI_WAIT_POLLFD => {
@@ -344,22 +344,31 @@ fn check_attr(a: &ffi::fi_eq_attr) -> Result<(), c_int> {
                 "fi_eq_open: wait object {} not supported (use FI_WAIT_UNSPEC or FI_WAIT_FD)",
                 a.wait_obj
             );
-            return Err(ret::ENOSYS);
+            return Err(Error::ENOSYS);
         }
         other => {
             tracing::warn!("fi_eq_open: unknown wait object {other}");
-            return Err(ret::EINVAL);
+            return Err(Error::EINVAL);
         }
     }
     let unknown = a.flags & !(ffi::FI_WRITE | ffi::FI_AFFINITY);
     if unknown != 0 {
         tracing::warn!("fi_eq_open: unsupported flags {unknown:#x}");
-        return Err(ret::EINVAL);
+        return Err(Error::EINVAL);
     }
     if a.flags & ffi::FI_AFFINITY != 0 {
         tracing::info!("fi_eq_open: FI_AFFINITY ignored (no interrupts)");
     }
     Ok(())
+}
+
+/// An OS error as libfabric's (its FI_E* codes are the errno values).
+fn os_error(e: &std::io::Error) -> Error {
+    let errno = e.raw_os_error().unwrap_or(libc::ENOMEM);
+    isize::try_from(errno)
+        .ok()
+        .and_then(|n| Error::from_ret(-n))
+        .unwrap_or(Error::ENOMEM)
 }
 
 /// `fi_eq_open` on one of our fabrics.
@@ -372,23 +381,21 @@ pub unsafe fn open(
     attr: *mut ffi::fi_eq_attr,
     eq: *mut *mut ffi::fid_eq,
     context: *mut c_void,
-) -> c_int {
+) -> Result<(), Error> {
     if attr.is_null() || eq.is_null() {
         tracing::warn!("fi_eq_open: NULL attr or eq pointer");
-        return ret::EINVAL;
+        return Err(Error::EINVAL);
     }
     // SAFETY: non-NULL attr is a valid fi_eq_attr (caller).
     let a = unsafe { &*attr };
-    if let Err(rc) = check_attr(a) {
-        return rc;
-    }
+    check_attr(a)?;
     let fd = if a.wait_obj == ffi::FI_WAIT_FD {
         // SAFETY: plain syscall; the result is checked.
         let raw = unsafe { libc::eventfd(0, libc::EFD_NONBLOCK | libc::EFD_CLOEXEC) };
         if raw < 0 {
             let e = std::io::Error::last_os_error();
             tracing::warn!("fi_eq_open: eventfd: {e}");
-            return -e.raw_os_error().unwrap_or(libc::ENOMEM);
+            return Err(os_error(&e));
         }
         // SAFETY: raw is a fresh descriptor that nothing else owns.
         Some(unsafe { OwnedFd::from_raw_fd(raw) })
@@ -417,7 +424,7 @@ pub unsafe fn open(
     // SAFETY: eq is non-NULL (checked).
     let obj = unsafe { obj.install(eq) };
     tracing::debug!("eq {obj:p} opened: wait object {}", a.wait_obj);
-    ret::SUCCESS
+    Ok(())
 }
 
 /// `fi_trywait` on `fid`: None if it is not our EQ; otherwise -FI_EAGAIN
@@ -436,20 +443,20 @@ pub unsafe fn trywait(fid: *const ffi::fid) -> Option<c_int> {
 }
 
 impl Control for EqInner {
-    unsafe fn control(eq: &Eq, command: c_int, arg: *mut c_void) -> c_int {
+    unsafe fn control(eq: &Eq, command: c_int, arg: *mut c_void) -> Result<(), Error> {
         let inner = &eq.inner;
         if arg.is_null() && matches!(command as u32, ffi::FI_GETWAIT | ffi::FI_GETWAITOBJ) {
             tracing::warn!("fi_control(eq): NULL argument");
-            return ret::EINVAL;
+            return Err(Error::EINVAL);
         }
         match command as u32 {
             ffi::FI_GETWAIT => match &inner.fd {
                 // SAFETY: FI_GETWAIT on an FD EQ takes an `int *` (API contract).
                 Some(fd) => unsafe {
                     *(arg as *mut c_int) = fd.as_raw_fd();
-                    ret::SUCCESS
+                    Ok(())
                 },
-                None => ret::ENODATA,
+                None => Err(Error::ENODATA),
             },
             ffi::FI_GETWAITOBJ => {
                 let obj = match inner.wait_obj {
@@ -459,11 +466,11 @@ impl Control for EqInner {
                 };
                 // SAFETY: FI_GETWAITOBJ takes an `enum fi_wait_obj *` (API contract).
                 unsafe { *(arg as *mut ffi::fi_wait_obj) = obj };
-                ret::SUCCESS
+                Ok(())
             }
             _ => {
                 tracing::info!("fi_control(eq): command {command} not supported");
-                ret::ENOSYS
+                Err(Error::ENOSYS)
             }
         }
     }
@@ -602,15 +609,15 @@ mod tests {
         };
         let mut fab: *mut ffi::fid_fabric = ptr::null_mut();
         // SAFETY: live locals.
-        let rc = unsafe { crate::fabric::open(&mut attr, &mut fab, ptr::null_mut()) };
-        assert_eq!(rc, 0);
+        let opened = unsafe { crate::fabric::open(&mut attr, &mut fab, ptr::null_mut()) };
+        assert_eq!(opened, Ok(()));
         fab
     }
 
     fn open_eq(
         fab: *mut ffi::fid_fabric,
         wait_obj: ffi::fi_wait_obj,
-    ) -> Result<*mut ffi::fid_eq, c_int> {
+    ) -> Result<*mut ffi::fid_eq, Error> {
         let mut attr = ffi::fi_eq_attr {
             size: 32,
             flags: ffi::FI_WRITE,
@@ -621,11 +628,7 @@ mod tests {
         // SAFETY: fab is a live fabric of ours; locals are live.
         let rc =
             unsafe { ((*(*fab).ops).eq_open.unwrap())(fab, &mut attr, &mut eq, ptr::null_mut()) };
-        if rc == 0 {
-            Ok(eq)
-        } else {
-            Err(rc)
-        }
+        crate::base::result_of(rc).map(|()| eq)
     }
 
     /// # Safety
@@ -663,7 +666,7 @@ mod tests {
 
     /// # Safety
     /// `eq` must be a live EQ of ours.
-    unsafe fn read(eq: *mut ffi::fid_eq, flags: u64) -> Result<(u32, usize), isize> {
+    unsafe fn read(eq: *mut ffi::fid_eq, flags: u64) -> Result<(u32, usize), Error> {
         let mut e = entry(0);
         let mut event = u32::MAX;
         // SAFETY: e holds ENTRY bytes.
@@ -676,10 +679,10 @@ mod tests {
                 flags,
             )
         };
-        if n == ENTRY as isize {
-            Ok((event, e.context as usize))
-        } else {
-            Err(n)
+        match Error::from_ret(n) {
+            Some(e) => Err(e),
+            None if n == ENTRY as isize => Ok((event, e.context as usize)),
+            None => panic!("fi_eq_read returned {n}"),
         }
     }
 
@@ -697,8 +700,8 @@ mod tests {
                 assert_eq!(read(eq, ffi::FI_PEEK), Ok((ffi::FI_NOTIFY, i)));
                 assert_eq!(read(eq, 0), Ok((ffi::FI_NOTIFY, i)));
             }
-            assert_eq!(read(eq, 0), Err(Error::EAGAIN.ssize()));
-            assert_eq!(read(eq, ffi::FI_WRITE), Err(Error::EBADFLAGS.ssize()));
+            assert_eq!(read(eq, 0), Err(Error::EAGAIN));
+            assert_eq!(read(eq, ffi::FI_WRITE), Err(Error::EBADFLAGS));
             // Too small a buffer: refused, event kept.
             assert_eq!(write(eq, 7), ENTRY as isize);
             let mut small = [0u8; 4];
@@ -737,7 +740,7 @@ mod tests {
                 5 as *mut c_void,
                 2,
             );
-            assert_eq!(read(eq, 0), Err(Error::EAVAIL.ssize()));
+            assert_eq!(read(eq, 0), Err(Error::EAVAIL));
             let readerr = (*(*eq).ops).readerr.unwrap();
             let mut err = ffi::fi_eq_err_entry::default();
             let full = size_of::<ffi::fi_eq_err_entry>() as isize;
@@ -853,12 +856,12 @@ mod tests {
     #[test]
     fn open_checks_attributes() {
         let fab = open_fabric();
-        assert_eq!(open_eq(fab, ffi::FI_WAIT_SET).err(), Some(ret::ENOSYS));
+        assert_eq!(open_eq(fab, ffi::FI_WAIT_SET).err(), Some(Error::ENOSYS));
         assert_eq!(
             open_eq(fab, ffi::FI_WAIT_MUTEX_COND).err(),
-            Some(ret::ENOSYS)
+            Some(Error::ENOSYS)
         );
-        assert_eq!(open_eq(fab, 77).err(), Some(ret::EINVAL));
+        assert_eq!(open_eq(fab, 77).err(), Some(Error::EINVAL));
         let eq = open_eq(fab, ffi::FI_WAIT_YIELD).unwrap();
         // SAFETY: live objects of ours.
         unsafe {

@@ -8,7 +8,7 @@ use std::os::raw::{c_int, c_void};
 use std::sync::Arc;
 
 use crate::base::config;
-use crate::base::ffi::{self, ret};
+use crate::base::ffi::{self, ret, Error};
 use crate::base::fid::{self, FiObject, FidObject, Parent};
 use crate::base::guard::ffi_guard;
 use crate::base::provider;
@@ -36,10 +36,10 @@ unsafe impl FiObject for FabricState {
         tracing::warn!("{args}");
     }
 
-    fn on_close(fabric: &Fabric) -> Result<(), c_int> {
+    fn on_close(fabric: &Fabric) -> Result<(), Error> {
         if let Err(n) = fid::check_no_children(fabric.inner.children()) {
             tracing::warn!("fi_close(fabric): {n} child object(s) still open");
-            return Err(ret::EBUSY);
+            return Err(Error::EBUSY);
         }
         tracing::info!("fabric {fabric:p} closed");
         Ok(())
@@ -65,10 +65,10 @@ pub unsafe fn open(
     attr: *mut ffi::fi_fabric_attr,
     fabric: *mut *mut ffi::fid_fabric,
     context: *mut c_void,
-) -> c_int {
+) -> Result<(), Error> {
     if attr.is_null() || fabric.is_null() {
         tracing::warn!("fi_fabric: NULL attr or fabric pointer");
-        return ret::EINVAL;
+        return Err(Error::EINVAL);
     }
     // SAFETY: non-NULL attr is a valid fi_fabric_attr from the core.
     let attr = unsafe { FabricAttr::from_c(&*attr) };
@@ -77,7 +77,7 @@ pub unsafe fn open(
             "fi_fabric: fabric '{name}' is not ours ('{}')",
             provider::NAME
         );
-        return ret::EINVAL;
+        return Err(Error::EINVAL);
     }
     let obj = Box::new(Fabric {
         fid: ffi::fid_fabric {
@@ -91,7 +91,7 @@ pub unsafe fn open(
     // SAFETY: fabric is non-NULL (checked).
     let obj = unsafe { obj.install(fabric) };
     tracing::info!("fabric {obj:p} opened");
-    ret::SUCCESS
+    Ok(())
 }
 
 unsafe extern "C" fn fabric_domain(
@@ -106,7 +106,7 @@ unsafe extern "C" fn fabric_domain(
             return ret::EINVAL;
         };
         // SAFETY: info and dom come from the application's fi_domain call.
-        unsafe { domain::open(&f.inner, f.fid.api_version, info, dom, context) }
+        ffi::error::ret_of(unsafe { domain::open(&f.inner, f.fid.api_version, info, dom, context) })
     })
 }
 
@@ -140,7 +140,7 @@ unsafe extern "C" fn fabric_eq_open(
             return ret::EINVAL;
         };
         // SAFETY: attr and eq come from the application's fi_eq_open.
-        unsafe { eq::open(&f.inner, f.fid.api_version, attr, eq, context) }
+        ffi::error::ret_of(unsafe { eq::open(&f.inner, f.fid.api_version, attr, eq, context) })
     })
 }
 
@@ -198,7 +198,7 @@ mod tests {
         let mut fab: *mut ffi::fid_fabric = ptr::null_mut();
         // SAFETY: attr and fab are live locals; fab is then a fabric of ours.
         unsafe {
-            assert_eq!(open(&mut attr, &mut fab, ptr::null_mut()), ret::SUCCESS);
+            assert_eq!(open(&mut attr, &mut fab, ptr::null_mut()), Ok(()));
             assert!(!fab.is_null());
             let ops = &*(*fab).fid.ops;
             assert_eq!(ops.size, size_of::<ffi::fi_ops>());
@@ -225,13 +225,16 @@ mod tests {
         unsafe {
             assert_eq!(
                 open(ptr::null_mut(), &mut fab, ptr::null_mut()),
-                ret::EINVAL
+                Err(Error::EINVAL)
             );
             assert_eq!(
                 open(&mut attr, ptr::null_mut(), ptr::null_mut()),
-                ret::EINVAL
+                Err(Error::EINVAL)
             );
-            assert_eq!(open(&mut attr, &mut fab, ptr::null_mut()), ret::EINVAL);
+            assert_eq!(
+                open(&mut attr, &mut fab, ptr::null_mut()),
+                Err(Error::EINVAL)
+            );
             assert_eq!(fid::close::<FabricState>(ptr::null_mut()), ret::EINVAL);
         }
     }

@@ -25,7 +25,7 @@
 
 use std::collections::HashMap;
 use std::fmt;
-use std::os::raw::{c_int, c_void};
+use std::os::raw::c_void;
 use std::ptr;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Weak};
@@ -36,7 +36,7 @@ use unimem_dma::{Access, DmaError, Exposure, KeyHandle, KeyTable};
 use unimem_mailbox::JobId;
 use unimem_proto::AccessCounts;
 
-use crate::base::ffi::{self, ret};
+use crate::base::ffi::{self, Error};
 use crate::base::fid::{self, Bind, FiObject, FidObject, ParentRef};
 use crate::cntr::{Cntr, CntrInner};
 use crate::state::DomainState;
@@ -206,23 +206,23 @@ static MR_FI_OPS: ffi::fi_ops = ffi::fi_ops {
 };
 
 impl Bind for MrInner {
-    unsafe fn bind(mr: &Mr, bfid: *mut ffi::fid, flags: u64) -> c_int {
+    unsafe fn bind(mr: &Mr, bfid: *mut ffi::fid, flags: u64) -> Result<(), Error> {
         // SAFETY: bfid is NULL or a live fid (libfabric contract).
         let Some(cntr) = (unsafe { Cntr::state_of(bfid) }) else {
             tracing::warn!("fi_mr_bind: only a counter can be bound to a memory region");
-            return ret::EINVAL;
+            return Err(Error::EINVAL);
         };
         let known = ffi::FI_REMOTE_READ | ffi::FI_REMOTE_WRITE;
         if flags & !known != 0 || flags == 0 {
             tracing::warn!("fi_mr_bind: flags {flags:#x} are not FI_REMOTE_READ/FI_REMOTE_WRITE");
-            return ret::EBADFLAGS;
+            return Err(Error::EBADFLAGS);
         }
         mr.inner
             .counters
             .lock()
             .push((flags, ParentRef::new(&cntr)));
         mr.inner.refresh_exposure();
-        ret::SUCCESS
+        Ok(())
     }
 }
 
@@ -237,7 +237,7 @@ unsafe impl FiObject for MrInner {
         tracing::warn!("{args}");
     }
 
-    fn on_close(mr: &Mr) -> Result<(), c_int> {
+    fn on_close(mr: &Mr) -> Result<(), Error> {
         if let Some(map) = EXPOSED.lock().as_mut() {
             if map
                 .get(&mr.inner.key)
@@ -273,10 +273,10 @@ pub unsafe fn register(
     req: &Request<'_>,
     mr: *mut *mut ffi::fid_mr,
     op: &str,
-) -> c_int {
+) -> Result<(), Error> {
     if mr.is_null() {
         tracing::warn!("{op}: NULL mr pointer");
-        return ret::EINVAL;
+        return Err(Error::EINVAL);
     }
     let limit = domain.info.domain.mr_iov_limit;
     if req.iov.is_empty() || req.iov.len() > limit {
@@ -284,7 +284,7 @@ pub unsafe fn register(
             "{op}: {} buffers (1 to mr_iov_limit = {limit} allowed)",
             req.iov.len()
         );
-        return ret::EINVAL;
+        return Err(Error::EINVAL);
     }
     let mut ranges = Vec::with_capacity(req.iov.len());
     for (i, v) in req.iov.iter().enumerate() {
@@ -295,18 +295,18 @@ pub unsafe fn register(
                 v.iov_base,
                 v.iov_len
             );
-            return ret::EINVAL;
+            return Err(Error::EINVAL);
         }
         ranges.push((base, v.iov_len));
     }
     let unknown = req.access & !ACCESS;
     if unknown != 0 {
         tracing::warn!("{op}: unknown access bits {unknown:#x}");
-        return ret::EINVAL;
+        return Err(Error::EINVAL);
     }
     if req.flags != 0 {
         tracing::warn!("{op}: unsupported flags {:#x}", req.flags);
-        return ret::EBADFLAGS;
+        return Err(Error::EBADFLAGS);
     }
     let mode = domain.info.domain.mr_mode as u64;
     let basic = u64::from(ffi::FI_MR_BASIC);
@@ -315,17 +315,14 @@ pub unsafe fn register(
     } else {
         req.requested_key
     };
-    let exposed = match expose(
+    let exposed = expose(
         domain,
         &ranges,
         req.access,
         key,
         mode & (ffi::FI_MR_VIRT_ADDR | basic) != 0,
         op,
-    ) {
-        Ok(exposed) => exposed,
-        Err(code) => return code,
-    };
+    )?;
     let obj = Box::new(Mr {
         fid: ffi::fid_mr {
             fid: Mr::header(req.context),
@@ -361,7 +358,7 @@ pub unsafe fn register(
         "mr {obj:p} registered: key {key:#x}, access {:#x}",
         req.access
     );
-    ret::SUCCESS
+    Ok(())
 }
 
 /// Puts `key` in the process's key table if the region has remote access.
@@ -372,7 +369,7 @@ fn expose(
     key: u64,
     virtual_address: bool,
     op: &str,
-) -> Result<Option<(KeyHandle, Access)>, c_int> {
+) -> Result<Option<(KeyHandle, Access)>, Error> {
     let mut rights = Access::empty();
     if access & ffi::FI_REMOTE_READ != 0 {
         rights = rights.union(Access::REMOTE_READ);
@@ -391,7 +388,7 @@ fn expose(
             "{op}: remote access to a region of {} buffers is not supported",
             ranges.len()
         );
-        return Err(ret::ENOSYS);
+        return Err(Error::ENOSYS);
     };
     // FI_RMA_EVENT with an endpoint's counter of remote accesses:
     // initiators tell us of those one-sided accesses (see MrInner::notify).
@@ -411,11 +408,11 @@ fn expose(
         }
         Err(DmaError::KeyInUse) => {
             tracing::warn!("{op}: key {key:#x} is already in use in this process");
-            Err(ret::ENOKEY)
+            Err(Error::ENOKEY)
         }
         Err(e) => {
             tracing::warn!("{op}: cannot expose the region for remote access: {e}");
-            Err(ret::ENOMEM)
+            Err(Error::ENOMEM)
         }
     }
 }
@@ -431,28 +428,28 @@ pub unsafe fn register_attr(
     attr: *const ffi::fi_mr_attr,
     flags: u64,
     mr: *mut *mut ffi::fid_mr,
-) -> c_int {
+) -> Result<(), Error> {
     // SAFETY: non-NULL attr is valid (caller).
     let Some(a) = (unsafe { attr.as_ref() }) else {
         tracing::warn!("fi_mr_regattr: NULL attr");
-        return ret::EINVAL;
+        return Err(Error::EINVAL);
     };
     let api = domain.api_version;
     if !ffi::fi_version_lt(api, V1_5) && a.auth_key_size != 0 {
         tracing::warn!("fi_mr_regattr: authorization keys are not supported");
-        return ret::ENOSYS;
+        return Err(Error::ENOSYS);
     }
     if !ffi::fi_version_lt(api, V1_10) && a.iface != ffi::FI_HMEM_SYSTEM {
         tracing::warn!(
             "fi_mr_regattr: device memory (iface {}) is not supported",
             a.iface
         );
-        return ret::ENOSYS;
+        return Err(Error::ENOSYS);
     }
     // SAFETY: mr_iov holds iov_count entries (caller).
     let Some(iov) = (unsafe { iov_slice(a.mr_iov, a.iov_count) }) else {
         tracing::warn!("fi_mr_regattr: NULL mr_iov");
-        return ret::EINVAL;
+        return Err(Error::EINVAL);
     };
     let req = Request {
         iov,
@@ -493,6 +490,7 @@ pub unsafe fn from_desc<'a>(desc: *mut c_void) -> Option<&'a MrInner> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::base::ffi::ret;
     use crate::cq::tests::{close, fabric_domain};
 
     /// # Safety
@@ -502,7 +500,7 @@ mod tests {
         buf: &mut [u8],
         access: u64,
         key: u64,
-    ) -> Result<*mut ffi::fid_mr, c_int> {
+    ) -> Result<*mut ffi::fid_mr, Error> {
         let mut mr: *mut ffi::fid_mr = ptr::null_mut();
         // SAFETY: dom is live (caller); buf and mr are live locals.
         let rc = unsafe {
@@ -518,11 +516,7 @@ mod tests {
                 7 as *mut c_void,
             )
         };
-        if rc == 0 {
-            Ok(mr)
-        } else {
-            Err(rc)
-        }
+        crate::base::result_of(rc).map(|()| mr)
     }
 
     #[test]
@@ -545,7 +539,7 @@ mod tests {
             assert!(from_desc(dom as *mut c_void).is_none());
             assert!(Mr::state_of(mr as *const ffi::fid).is_some());
 
-            assert_eq!(reg(dom, &mut buf, 1 << 62, 0).err(), Some(ret::EINVAL));
+            assert_eq!(reg(dom, &mut buf, 1 << 62, 0).err(), Some(Error::EINVAL));
             assert_eq!(close(dom as *mut ffi::fid), ret::EBUSY);
             assert_eq!(close(mr as *mut ffi::fid), 0);
             assert_eq!(fid::close::<MrInner>(ptr::null_mut()), ret::EINVAL);

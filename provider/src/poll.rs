@@ -26,7 +26,7 @@ use std::sync::Arc;
 
 use parking_lot::Mutex;
 
-use crate::base::ffi::{self, ret};
+use crate::base::ffi::{self, ret, Error};
 use crate::base::fid::{self, FiObject, FidObject, ParentRef};
 use crate::base::guard::ffi_guard;
 use crate::cntr::{Cntr, CntrInner};
@@ -84,12 +84,12 @@ unsafe impl FiObject for PollState {
         tracing::warn!("{args}");
     }
 
-    fn on_close(set: &PollSet) -> Result<(), c_int> {
+    fn on_close(set: &PollSet) -> Result<(), Error> {
         let n = set.inner.members.lock().len();
         if n > 0 {
             // fi_poll(3): nothing may be associated with a closing set.
             tracing::warn!("fi_close(poll): {n} CQ(s)/counter(s) still in the set");
-            return Err(ret::EBUSY);
+            return Err(Error::EBUSY);
         }
         tracing::debug!("poll set {set:p} closed");
         Ok(())
@@ -112,10 +112,10 @@ pub unsafe fn open(
     domain: &Arc<DomainState>,
     attr: *mut ffi::fi_poll_attr,
     pollset: *mut *mut ffi::fid_poll,
-) -> c_int {
+) -> Result<(), Error> {
     if pollset.is_null() {
         tracing::warn!("fi_poll_open: NULL poll set pointer");
-        return ret::EINVAL;
+        return Err(Error::EINVAL);
     }
     // SAFETY: non-NULL attr is a valid fi_poll_attr (caller).
     if let Some(a) = unsafe { attr.as_ref() } {
@@ -124,7 +124,7 @@ pub unsafe fn open(
                 "fi_poll_open: flags {:#x} are reserved (must be 0)",
                 a.flags
             );
-            return ret::EINVAL;
+            return Err(Error::EINVAL);
         }
     }
     let obj = Box::new(PollSet {
@@ -140,7 +140,7 @@ pub unsafe fn open(
     // SAFETY: pollset is non-NULL (checked).
     let obj = unsafe { obj.install(pollset) };
     tracing::debug!("poll set {obj:p} opened");
-    ret::SUCCESS
+    Ok(())
 }
 
 /// The state of our poll set behind `pollset`, or None (with a warning).

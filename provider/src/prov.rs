@@ -93,7 +93,7 @@ unsafe extern "C" fn getinfo_entry(
                 unsafe { *info = list };
                 ret::SUCCESS
             }
-            Err(rc) => rc,
+            Err(e) => e.ret(),
         }
     })
 }
@@ -106,7 +106,7 @@ unsafe extern "C" fn fabric_entry(
     ffi_guard("fabric", || {
         on_core_call();
         // SAFETY: the core passes the application's attr and out pointer.
-        unsafe { fabric::open(attr, fab, context) }
+        ffi::error::ret_of(unsafe { fabric::open(attr, fab, context) })
     })
 }
 

@@ -32,16 +32,16 @@ use std::time::{Duration, Instant};
 use unimem_mailbox::doorbell::{self, Kick};
 use unimem_mailbox::node::monotonic_ns;
 
-use crate::base::ffi::{self, ret};
+use crate::base::ffi::{self, Error};
 use crate::base::handover;
 use crate::state::agent;
 use crate::state::progress::{Pending, ProgressList};
 
-/// Why a request is refused: the error code to return and the reason for
+/// Why a request is refused: the error to return and the reason for
 /// the caller's warning (logged by the caller, under its own subsystem).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Refused {
-    pub code: c_int,
+    pub code: Error,
     pub reason: &'static str,
 }
 
@@ -50,16 +50,16 @@ pub fn check_polled(wait_obj: ffi::fi_wait_obj) -> Result<(), Refused> {
     match wait_obj {
         ffi::FI_WAIT_NONE | ffi::FI_WAIT_UNSPEC | ffi::FI_WAIT_YIELD => Ok(()),
         ffi::FI_WAIT_FD | ffi::FI_WAIT_POLLFD => Err(Refused {
-            code: ret::ENOSYS,
+            code: Error::ENOSYS,
             reason: "FI_WAIT_FD/POLLFD not supported: with manual progress nothing would \
                      signal the fd; use FI_WAIT_UNSPEC or FI_WAIT_YIELD",
         }),
         ffi::FI_WAIT_SET | ffi::FI_WAIT_MUTEX_COND => Err(Refused {
-            code: ret::ENOSYS,
+            code: Error::ENOSYS,
             reason: "wait sets and FI_WAIT_MUTEX_COND are not supported",
         }),
         _ => Err(Refused {
-            code: ret::EINVAL,
+            code: Error::EINVAL,
             reason: "unknown wait object",
         }),
     }
@@ -293,7 +293,9 @@ fn host_oversubscribed(look: bool) -> bool {
     OVERSUBSCRIBED.load(Ordering::Relaxed)
 }
 
-/// `fi_control` of CQs and counters (FI_GETWAITOBJ, FI_GETWAIT).
+/// `fi_control` of CQs and counters (FI_GETWAITOBJ, FI_GETWAIT). A
+/// refusal's reason goes to `warn`, the caller's (which logs under its own
+/// subsystem); FI_GETWAIT's FI_ENODATA is an answer, not warned.
 ///
 /// # Safety
 /// `arg` must be NULL or valid for the command (`enum fi_wait_obj *` for
@@ -302,25 +304,24 @@ pub unsafe fn polled_control(
     wait_obj: ffi::fi_wait_obj,
     command: c_int,
     arg: *mut std::ffi::c_void,
-) -> Result<c_int, Refused> {
+    warn: impl FnOnce(&'static str),
+) -> Result<(), Error> {
     match command as u32 {
         ffi::FI_GETWAITOBJ => {
             if arg.is_null() {
-                return Err(Refused {
-                    code: ret::EINVAL,
-                    reason: "NULL argument",
-                });
+                warn("NULL argument");
+                return Err(Error::EINVAL);
             }
             // SAFETY: FI_GETWAITOBJ's argument is an `enum fi_wait_obj *` (caller).
             unsafe { *(arg as *mut ffi::fi_wait_obj) = effective_polled(wait_obj) };
-            Ok(ret::SUCCESS)
+            Ok(())
         }
         // No fd or mutex to hand out: see the module table.
-        ffi::FI_GETWAIT => Ok(ret::ENODATA),
-        _ => Err(Refused {
-            code: ret::ENOSYS,
-            reason: "command not supported",
-        }),
+        ffi::FI_GETWAIT => Err(Error::ENODATA),
+        _ => {
+            warn("command not supported");
+            Err(Error::ENOSYS)
+        }
     }
 }
 
@@ -339,9 +340,9 @@ mod tests {
             ffi::FI_WAIT_MUTEX_COND,
             ffi::FI_WAIT_POLLFD,
         ] {
-            assert_eq!(check_polled(no).map_err(|r| r.code), Err(ret::ENOSYS));
+            assert_eq!(check_polled(no).map_err(|r| r.code), Err(Error::ENOSYS));
         }
-        assert_eq!(check_polled(99).map_err(|r| r.code), Err(ret::EINVAL));
+        assert_eq!(check_polled(99).map_err(|r| r.code), Err(Error::EINVAL));
         assert_eq!(effective_polled(ffi::FI_WAIT_UNSPEC), ffi::FI_WAIT_YIELD);
     }
 

@@ -8,14 +8,14 @@ use std::os::raw::{c_char, c_int, c_void};
 use unimem_mailbox::MailboxAddr;
 
 use super::{av_of, c_bytes, AvInner};
-use crate::base::ffi::{self, ret, FI_ADDR_NOTAVAIL};
+use crate::base::ffi::{self, ret, Error, FI_ADDR_NOTAVAIL};
 use crate::base::guard::ffi_guard;
 use crate::eq::EqError;
 use crate::info::addr;
 use crate::info::getinfo;
 
 impl AvInner {
-    /// Insert parsed addresses: Ok(address) or Err(positive errno) each.
+    /// Insert parsed addresses: Ok(address) or Err(why not) each.
     /// Writes `fi_addr` (and FI_SYNC_ERR's `sync_err`) and returns what
     /// fi_av_insert returns; with FI_EVENT, reports through the EQ.
     ///
@@ -25,7 +25,7 @@ impl AvInner {
     unsafe fn insert_all(
         &self,
         av_fid: *mut ffi::fid,
-        items: Vec<Result<MailboxAddr, c_int>>,
+        items: Vec<Result<MailboxAddr, Error>>,
         fi_addr: *mut ffi::fi_addr_t,
         flags: u64,
         context: *mut c_void,
@@ -41,7 +41,7 @@ impl AvInner {
                     inserted += 1;
                     (table.insert(a), 0)
                 }
-                Err(errno) => (FI_ADDR_NOTAVAIL, errno),
+                Err(e) => (FI_ADDR_NOTAVAIL, e.code()),
             };
             // SAFETY: fi_addr and sync_err hold one entry per address (caller).
             unsafe {
@@ -77,49 +77,49 @@ impl AvInner {
     }
 
     /// Checks shared by the insert calls (fi_av(3)).
-    fn check_insert(&self, flags: u64, context: *mut c_void, op: &str) -> Result<(), c_int> {
+    fn check_insert(&self, flags: u64, context: *mut c_void, op: &str) -> Result<(), Error> {
         if self.events && self.eq.lock().is_none() {
             tracing::warn!("{op}: AV opened with FI_EVENT but no EQ is bound");
-            return Err(ret::ENOEQ);
+            return Err(Error::ENOEQ);
         }
         let unknown = flags & !(ffi::FI_MORE | ffi::FI_SYNC_ERR);
         if unknown != 0 {
             tracing::warn!("{op}: unsupported flags {unknown:#x}");
-            return Err(ret::EBADFLAGS);
+            return Err(Error::EBADFLAGS);
         }
         if flags & ffi::FI_SYNC_ERR != 0 {
             if self.events {
                 tracing::warn!("{op}: FI_SYNC_ERR on an FI_EVENT AV (errors go to the EQ)");
-                return Err(ret::EBADFLAGS);
+                return Err(Error::EBADFLAGS);
             }
             if context.is_null() {
                 tracing::warn!("{op}: FI_SYNC_ERR without an error array as context");
-                return Err(ret::EINVAL);
+                return Err(Error::EINVAL);
             }
         }
         Ok(())
     }
 
     /// The address of `service` on `node` (NULL or this host).
-    fn service_addr(&self, node: Option<&str>, service: &str) -> Result<MailboxAddr, c_int> {
+    fn service_addr(&self, node: Option<&str>, service: &str) -> Result<MailboxAddr, Error> {
         if let Some(node) = node.filter(|n| !getinfo::node_is_local(n, false)) {
             tracing::info!("AV insert: node '{node}' is not this host");
-            return Err(ffi::FI_EHOSTUNREACH);
+            return Err(Error::EHOSTUNREACH);
         }
         if service.is_empty() {
-            return Err(ffi::FI_EINVAL);
+            return Err(Error::EINVAL);
         }
         Ok(MailboxAddr::for_service(self.job, service))
     }
 }
 
-fn parse_addr(text: &[u8]) -> Result<MailboxAddr, c_int> {
+fn parse_addr(text: &[u8]) -> Result<MailboxAddr, Error> {
     addr::parse(text).ok_or_else(|| {
         tracing::info!(
             "fi_av_insert: '{}' is not a unimem address",
             String::from_utf8_lossy(text)
         );
-        ffi::FI_EINVAL
+        Error::EINVAL
     })
 }
 
@@ -136,8 +136,8 @@ pub(super) unsafe extern "C" fn av_insert(
         let Some(inner) = (unsafe { av_of(av, "fi_av_insert") }) else {
             return ret::EINVAL;
         };
-        if let Err(rc) = inner.check_insert(flags, context, "fi_av_insert") {
-            return rc;
+        if let Err(e) = inner.check_insert(flags, context, "fi_av_insert") {
+            return e.ret();
         }
         if addr.is_null() && count > 0 {
             tracing::warn!("fi_av_insert: NULL addresses");
@@ -186,8 +186,8 @@ pub(super) unsafe extern "C" fn av_insertsvc(
         let Some(inner) = (unsafe { av_of(av, "fi_av_insertsvc") }) else {
             return ret::EINVAL;
         };
-        if let Err(rc) = inner.check_insert(flags, context, "fi_av_insertsvc") {
-            return rc;
+        if let Err(e) = inner.check_insert(flags, context, "fi_av_insertsvc") {
+            return e.ret();
         }
         let item = if service.is_null() {
             // An FI_ADDR_STR address in `node`.
@@ -201,7 +201,7 @@ pub(super) unsafe extern "C" fn av_insertsvc(
             // SAFETY: node (NULL or not) and service are C strings (API contract).
             match unsafe { (ffi::opt_str(node), ffi::opt_str(service)) } {
                 (Ok(node), Ok(Some(service))) => inner.service_addr(node, service),
-                _ => Err(ffi::FI_EINVAL),
+                _ => Err(Error::EINVAL),
             }
         };
         // SAFETY: fi_addr/context hold one entry (API contract).
@@ -227,8 +227,8 @@ pub(super) unsafe extern "C" fn av_insertsym(
         let Some(inner) = (unsafe { av_of(av, "fi_av_insertsym") }) else {
             return ret::EINVAL;
         };
-        if let Err(rc) = inner.check_insert(flags, context, "fi_av_insertsym") {
-            return rc;
+        if let Err(e) = inner.check_insert(flags, context, "fi_av_insertsym") {
+            return e.ret();
         }
         // SAFETY: node and service are C strings (API contract).
         let (node, base) = match unsafe { (ffi::opt_str(node), ffi::opt_str(service)) } {
@@ -258,7 +258,7 @@ pub(super) unsafe extern "C" fn av_insertsym(
                 items.push(if n == 0 {
                     inner.service_addr(Some(node), &svc)
                 } else {
-                    Err(ffi::FI_EHOSTUNREACH)
+                    Err(Error::EHOSTUNREACH)
                 });
             }
         }

@@ -38,7 +38,7 @@ use std::sync::Arc;
 use parking_lot::Mutex;
 use unimem_mailbox::{JobId, MailboxAddr};
 
-use crate::base::ffi::{self, ret};
+use crate::base::ffi::{self, ret, Error};
 use crate::base::fid::{self, Bind, Children, FiObject, FidObject, Parent, ParentRef};
 use crate::base::guard::{ffi_guard, ffi_guard_or};
 use crate::base::unsupported;
@@ -131,10 +131,10 @@ unsafe impl FiObject for AvInner {
         tracing::warn!("{args}");
     }
 
-    fn on_close(av: &Av) -> Result<(), c_int> {
+    fn on_close(av: &Av) -> Result<(), Error> {
         if let Err(n) = fid::check_no_children(av.inner.children()) {
             tracing::warn!("fi_close(av): still bound to {n} endpoint(s)");
-            return Err(ret::EBUSY);
+            return Err(Error::EBUSY);
         }
         // Dropping it releases the domain and the EQ.
         tracing::debug!("av {av:p} closed");
@@ -143,30 +143,30 @@ unsafe impl FiObject for AvInner {
 }
 
 impl Bind for AvInner {
-    unsafe fn bind(av: &Av, bfid: *mut ffi::fid, flags: u64) -> c_int {
+    unsafe fn bind(av: &Av, bfid: *mut ffi::fid, flags: u64) -> Result<(), Error> {
         let av = &av.inner;
         if flags != 0 {
             tracing::warn!("fi_av_bind: flags must be 0 (got {flags:#x})");
-            return ret::EBADFLAGS;
+            return Err(Error::EBADFLAGS);
         }
         // SAFETY: bfid comes from the application.
         let Some(eq) = (unsafe { Eq::state_of(bfid) }) else {
             tracing::warn!("fi_av_bind: only a unimem EQ can be bound to an AV");
-            return ret::EINVAL;
+            return Err(Error::EINVAL);
         };
         if !av.events {
             tracing::warn!(
                 "fi_av_bind: the AV was opened without FI_EVENT (inserts are synchronous)"
             );
-            return ret::EINVAL;
+            return Err(Error::EINVAL);
         }
         let mut slot = av.eq.lock();
         if slot.is_some() {
             tracing::warn!("fi_av_bind: an EQ is already bound");
-            return ret::EINVAL;
+            return Err(Error::EINVAL);
         }
         *slot = Some(ParentRef::new(&eq));
-        ret::SUCCESS
+        Ok(())
     }
 }
 
@@ -191,10 +191,10 @@ pub unsafe fn open(
     attr: *mut ffi::fi_av_attr,
     av: *mut *mut ffi::fid_av,
     context: *mut c_void,
-) -> c_int {
+) -> Result<(), Error> {
     if attr.is_null() || av.is_null() {
         tracing::warn!("fi_av_open: NULL attr or av pointer");
-        return ret::EINVAL;
+        return Err(Error::EINVAL);
     }
     // SAFETY: non-NULL attr is a valid fi_av_attr (caller).
     let a = unsafe { &mut *attr };
@@ -206,21 +206,21 @@ pub unsafe fn open(
         t @ (ffi::FI_AV_TABLE | ffi::FI_AV_MAP) => t,
         other => {
             tracing::warn!("fi_av_open: unknown AV type {other}");
-            return ret::EINVAL;
+            return Err(Error::EINVAL);
         }
     };
     if !a.name.is_null() || a.flags & ffi::FI_READ != 0 {
         tracing::warn!("fi_av_open: named (shared) AVs are not supported");
-        return ret::ENOSYS;
+        return Err(Error::ENOSYS);
     }
     if a.rx_ctx_bits != 0 {
         tracing::warn!("fi_av_open: rx_ctx_bits given, but there are no scalable endpoints");
-        return ret::ENOSYS;
+        return Err(Error::ENOSYS);
     }
     let unknown = a.flags & !(ffi::FI_EVENT | ffi::FI_SYMMETRIC);
     if unknown != 0 {
         tracing::warn!("fi_av_open: unsupported flags {unknown:#x}");
-        return ret::EINVAL;
+        return Err(Error::EINVAL);
     }
     a.type_ = av_type;
     let job = JobId::from_name(&domain.config().job);
@@ -242,7 +242,7 @@ pub unsafe fn open(
     // SAFETY: av is non-NULL (checked).
     let obj = unsafe { obj.install(av) };
     tracing::debug!("av {obj:p} opened (job {job})");
-    ret::SUCCESS
+    Ok(())
 }
 
 /// The state of our AV behind `av`, or None (with a warning).
@@ -384,15 +384,11 @@ mod tests {
     fn open_av(
         dom: *mut ffi::fid_domain,
         attr: &mut ffi::fi_av_attr,
-    ) -> Result<*mut ffi::fid_av, c_int> {
+    ) -> Result<*mut ffi::fid_av, Error> {
         let mut av: *mut ffi::fid_av = ptr::null_mut();
         // SAFETY: dom is a live domain of ours; locals are live.
         let rc = unsafe { ((*(*dom).ops).av_open.unwrap())(dom, attr, &mut av, ptr::null_mut()) };
-        if rc == 0 {
-            Ok(av)
-        } else {
-            Err(rc)
-        }
+        crate::base::result_of(rc).map(|()| av)
     }
 
     /// Addresses packed back to back, each with its NUL.
@@ -589,28 +585,28 @@ mod tests {
                     type_: 9,
                     ..Default::default()
                 },
-                ret::EINVAL,
+                Error::EINVAL,
             ),
             (
                 ffi::fi_av_attr {
                     name: name.as_ptr(),
                     ..Default::default()
                 },
-                ret::ENOSYS,
+                Error::ENOSYS,
             ),
             (
                 ffi::fi_av_attr {
                     rx_ctx_bits: 2,
                     ..Default::default()
                 },
-                ret::ENOSYS,
+                Error::ENOSYS,
             ),
             (
                 ffi::fi_av_attr {
                     flags: ffi::FI_PEEK,
                     ..Default::default()
                 },
-                ret::EINVAL,
+                Error::EINVAL,
             ),
         ];
         for (mut attr, rc) in bad {

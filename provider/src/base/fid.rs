@@ -18,7 +18,7 @@ use std::ptr;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
-use crate::base::ffi::{self, ret};
+use crate::base::ffi::{self, ret, Error};
 use crate::base::guard::ffi_guard;
 use crate::base::unsupported;
 
@@ -53,22 +53,23 @@ pub unsafe trait FiObject: Send + Sync + Sized + 'static {
     fn warn(args: fmt::Arguments<'_>);
 
     /// `fi_close`: `Ok` lets the object go (logging that it closes), an
-    /// error code keeps it open (logging why).
-    fn on_close(obj: &FidObject<Self>) -> Result<(), c_int>;
+    /// error keeps it open (logging why).
+    fn on_close(obj: &FidObject<Self>) -> Result<(), Error>;
 }
 
 /// Objects with an `fi_bind` of their own ([`bind`]).
 pub trait Bind: FiObject {
     /// # Safety
     /// `bfid` must be NULL or a live `struct fid`.
-    unsafe fn bind(obj: &FidObject<Self>, bfid: *mut ffi::fid, flags: u64) -> c_int;
+    unsafe fn bind(obj: &FidObject<Self>, bfid: *mut ffi::fid, flags: u64) -> Result<(), Error>;
 }
 
 /// Objects with an `fi_control` of their own ([`control`]).
 pub trait Control: FiObject {
     /// # Safety
     /// `arg` must be what `command` expects (application contract).
-    unsafe fn control(obj: &FidObject<Self>, command: c_int, arg: *mut c_void) -> c_int;
+    unsafe fn control(obj: &FidObject<Self>, command: c_int, arg: *mut c_void)
+        -> Result<(), Error>;
 }
 
 impl<S: FiObject> FidObject<S> {
@@ -178,8 +179,8 @@ pub unsafe extern "C" fn close<S: FiObject>(fid: *mut ffi::fid) -> c_int {
         let Some(obj) = (unsafe { FidObject::<S>::from_fid(fid, "fi_close") }) else {
             return ret::EINVAL;
         };
-        if let Err(rc) = S::on_close(obj) {
-            return rc;
+        if let Err(e) = S::on_close(obj) {
+            return e.ret();
         }
         // SAFETY: a live object of ours, boxed by install(); the
         // application gives up its pointer with fi_close. Children and
@@ -202,7 +203,7 @@ pub unsafe extern "C" fn bind<S: Bind>(
         // SAFETY: fid comes from the application.
         match unsafe { FidObject::<S>::from_fid(fid, "fi_bind") } {
             // SAFETY: bfid comes from the application.
-            Some(obj) => unsafe { S::bind(obj, bfid, flags) },
+            Some(obj) => ffi::error::ret_of(unsafe { S::bind(obj, bfid, flags) }),
             None => ret::EINVAL,
         }
     })
@@ -221,7 +222,7 @@ pub unsafe extern "C" fn control<S: Control>(
         // SAFETY: fid comes from the application.
         match unsafe { FidObject::<S>::from_fid(fid, "fi_control") } {
             // SAFETY: arg is what the command expects (application contract).
-            Some(obj) => unsafe { S::control(obj, command, arg) },
+            Some(obj) => ffi::error::ret_of(unsafe { S::control(obj, command, arg) }),
             None => ret::EINVAL,
         }
     })
@@ -384,9 +385,9 @@ mod tests {
             tracing::warn!("{args}");
         }
 
-        fn on_close(obj: &FidObject<Self>) -> Result<(), c_int> {
+        fn on_close(obj: &FidObject<Self>) -> Result<(), Error> {
             match obj.inner.busy.load(Ordering::Relaxed) {
-                true => Err(ret::EBUSY),
+                true => Err(Error::EBUSY),
                 false => Ok(()),
             }
         }

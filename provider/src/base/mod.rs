@@ -33,3 +33,14 @@ pub fn net_settings(cfg: &config::Config) -> unimem_net::Settings<'_> {
         write_max: cfg.net_write_max,
     }
 }
+
+/// What an `int` entry point's return value says, as the tests read it:
+/// `Ok` for 0, otherwise its error.
+#[cfg(test)]
+pub(crate) fn result_of(rc: std::os::raw::c_int) -> ffi::error::Result<()> {
+    match isize::try_from(rc).ok().and_then(ffi::Error::from_ret) {
+        Some(e) => Err(e),
+        None if rc == 0 => Ok(()),
+        None => panic!("{rc} is neither 0 nor an error"),
+    }
+}

@@ -233,10 +233,10 @@ unsafe impl FiObject for CqInner {
         tracing::warn!("{args}");
     }
 
-    fn on_close(cq: &Cq) -> Result<(), c_int> {
+    fn on_close(cq: &Cq) -> Result<(), Error> {
         if let Err(n) = fid::check_no_children(cq.inner.children()) {
             tracing::warn!("fi_close(cq): still bound to {n} endpoint(s) or poll set(s)");
-            return Err(ret::EBUSY);
+            return Err(Error::EBUSY);
         }
         // Dropping it releases the domain.
         tracing::debug!("cq {cq:p} closed");
@@ -245,12 +245,10 @@ unsafe impl FiObject for CqInner {
 }
 
 impl Control for CqInner {
-    unsafe fn control(cq: &Cq, command: c_int, arg: *mut c_void) -> c_int {
+    unsafe fn control(cq: &Cq, command: c_int, arg: *mut c_void) -> Result<(), Error> {
+        let warn = |why| tracing::warn!("fi_control(cq, {command}): {why}");
         // SAFETY: arg is what the command expects (caller).
-        unsafe { wait::polled_control(cq.inner.wait_obj, command, arg) }.unwrap_or_else(|r| {
-            tracing::warn!("fi_control(cq, {command}): {}", r.reason);
-            r.code
-        })
+        unsafe { wait::polled_control(cq.inner.wait_obj, command, arg, warn) }
     }
 }
 
@@ -265,8 +263,8 @@ static CQ_OPS: ffi::fi_ops_cq = ffi::fi_ops_cq {
     strerror: Some(cq_strerror),
 };
 
-/// Check a `fi_cq_attr`: the format to use, or the error code.
-fn check_attr(a: &ffi::fi_cq_attr) -> Result<ffi::fi_cq_format, c_int> {
+/// Check a `fi_cq_attr`: the format to use, or the error.
+fn check_attr(a: &ffi::fi_cq_attr) -> Result<ffi::fi_cq_format, Error> {
     let format = match a.format {
         ffi::FI_CQ_FORMAT_UNSPEC => ffi::FI_CQ_FORMAT_CONTEXT,
         f @ (ffi::FI_CQ_FORMAT_CONTEXT
@@ -275,7 +273,7 @@ fn check_attr(a: &ffi::fi_cq_attr) -> Result<ffi::fi_cq_format, c_int> {
         | ffi::FI_CQ_FORMAT_TAGGED) => f,
         other => {
             tracing::warn!("fi_cq_open: unknown format {other}");
-            return Err(ret::EINVAL);
+            return Err(Error::EINVAL);
         }
     };
     wait::check_polled(a.wait_obj).map_err(|r| {
@@ -288,12 +286,12 @@ fn check_attr(a: &ffi::fi_cq_attr) -> Result<ffi::fi_cq_format, c_int> {
         && a.wait_cond != ffi::FI_CQ_COND_THRESHOLD
     {
         tracing::warn!("fi_cq_open: unknown wait condition {}", a.wait_cond);
-        return Err(ret::EINVAL);
+        return Err(Error::EINVAL);
     }
     let unknown = a.flags & !ffi::FI_AFFINITY;
     if unknown != 0 {
         tracing::warn!("fi_cq_open: unsupported flags {unknown:#x}");
-        return Err(ret::EINVAL);
+        return Err(Error::EINVAL);
     }
     if a.flags & ffi::FI_AFFINITY != 0 {
         // A hint by definition; there are no interrupts to steer.
@@ -311,17 +309,14 @@ pub unsafe fn open(
     attr: *mut ffi::fi_cq_attr,
     cq: *mut *mut ffi::fid_cq,
     context: *mut c_void,
-) -> c_int {
+) -> Result<(), Error> {
     if attr.is_null() || cq.is_null() {
         tracing::warn!("fi_cq_open: NULL attr or cq pointer");
-        return ret::EINVAL;
+        return Err(Error::EINVAL);
     }
     // SAFETY: non-NULL attr is a valid fi_cq_attr (caller).
     let a = unsafe { &*attr };
-    let format = match check_attr(a) {
-        Ok(f) => f,
-        Err(rc) => return rc,
-    };
+    let format = check_attr(a)?;
     let config = domain.config();
     let size = if a.size == 0 { config.cq_size } else { a.size };
     let obj = Box::new(Cq {
@@ -355,7 +350,7 @@ pub unsafe fn open(
     // SAFETY: cq is non-NULL (checked).
     let obj = unsafe { obj.install(cq) };
     tracing::debug!("cq {obj:p} opened: format {format}, size {size}");
-    ret::SUCCESS
+    Ok(())
 }
 
 /// `fi_trywait` on `fid`: None if it is not our CQ; otherwise
@@ -511,10 +506,7 @@ pub(crate) mod tests {
         let mut dom: *mut ffi::fid_domain = ptr::null_mut();
         // SAFETY: live locals; fab is then a fabric of ours.
         unsafe {
-            assert_eq!(
-                fabric::open(&mut fattr, &mut fab, ptr::null_mut()),
-                ret::SUCCESS
-            );
+            assert_eq!(fabric::open(&mut fattr, &mut fab, ptr::null_mut()), Ok(()));
             (*fab).api_version = ffi::fi_version(1, 17);
             let domain = (*(*fab).ops).domain.unwrap();
             assert_eq!(domain(fab, &mut info, &mut dom, ptr::null_mut()), 0);
@@ -532,15 +524,11 @@ pub(crate) mod tests {
     fn open_cq(
         dom: *mut ffi::fid_domain,
         attr: &mut ffi::fi_cq_attr,
-    ) -> Result<*mut ffi::fid_cq, c_int> {
+    ) -> Result<*mut ffi::fid_cq, Error> {
         let mut cq: *mut ffi::fid_cq = ptr::null_mut();
         // SAFETY: dom is a live domain of ours; attr and cq are live locals.
         let rc = unsafe { ((*(*dom).ops).cq_open.unwrap())(dom, attr, &mut cq, ptr::null_mut()) };
-        if rc == 0 {
-            Ok(cq)
-        } else {
-            Err(rc)
-        }
+        crate::base::result_of(rc).map(|()| cq)
     }
 
     #[test]
@@ -552,28 +540,28 @@ pub(crate) mod tests {
                     format: 99,
                     ..Default::default()
                 },
-                ret::EINVAL,
+                Error::EINVAL,
             ),
             (
                 ffi::fi_cq_attr {
                     wait_obj: ffi::FI_WAIT_FD,
                     ..Default::default()
                 },
-                ret::ENOSYS,
+                Error::ENOSYS,
             ),
             (
                 ffi::fi_cq_attr {
                     wait_obj: ffi::FI_WAIT_SET,
                     ..Default::default()
                 },
-                ret::ENOSYS,
+                Error::ENOSYS,
             ),
             (
                 ffi::fi_cq_attr {
                     wait_obj: 42,
                     ..Default::default()
                 },
-                ret::EINVAL,
+                Error::EINVAL,
             ),
             (
                 ffi::fi_cq_attr {
@@ -581,14 +569,14 @@ pub(crate) mod tests {
                     wait_cond: 9,
                     ..Default::default()
                 },
-                ret::EINVAL,
+                Error::EINVAL,
             ),
             (
                 ffi::fi_cq_attr {
                     flags: ffi::FI_PEEK,
                     ..Default::default()
                 },
-                ret::EINVAL,
+                Error::EINVAL,
             ),
         ];
         for (mut attr, rc) in bad {

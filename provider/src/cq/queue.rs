@@ -280,7 +280,7 @@ mod tests {
     fn failed(ctx: usize, err_data: &[u8]) -> Entry {
         Entry::Failed(Box::new(CompletionError {
             completion: done(ctx, 3),
-            err: ffi::FI_ETRUNC as i32,
+            err: Error::ETRUNC.code(),
             prov_errno: ffi::FI_EIO,
             olen: 9,
             err_data: err_data.to_vec(),
@@ -410,7 +410,7 @@ mod tests {
         assert_eq!(unsafe { q.read_err(ffi::fi_version(1, 20), &mut e) }, 1);
         assert_eq!(
             (e.op_context as usize, e.err, e.olen),
-            (2, ffi::FI_ETRUNC as i32, 9)
+            (2, Error::ETRUNC.code(), 9)
         );
         assert_eq!((e.prov_errno, e.src_addr), (ffi::FI_EIO, 2));
         // No buffer offered: provider-owned data.

@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use super::inner::{Ep, EpInner};
 use crate::av::Av;
-use crate::base::ffi::{self, ret};
+use crate::base::ffi::{self, Error};
 use crate::base::fid::{Bind, Control, ParentRef};
 use crate::cntr::Cntr;
 use crate::cq::Cq;
@@ -14,40 +14,40 @@ use crate::eq::Eq;
 use crate::state::progress::Progress;
 
 impl Bind for EpInner {
-    unsafe fn bind(ep: &Ep, bfid: *mut ffi::fid, flags: u64) -> c_int {
+    unsafe fn bind(ep: &Ep, bfid: *mut ffi::fid, flags: u64) -> Result<(), Error> {
         // SAFETY: bfid is NULL or a live fid (libfabric contract).
         let Some(class) = (unsafe { bfid.as_ref() }).map(|f| f.fclass as u32) else {
             tracing::warn!("fi_ep_bind: NULL object");
-            return ret::EINVAL;
+            return Err(Error::EINVAL);
         };
         let inner = &ep.inner;
         let mut b = inner.bindings.write();
         // Checked under the lock fi_enable takes to freeze the bindings.
         if inner.active.get().is_some() {
             tracing::warn!("fi_ep_bind: the endpoint is already enabled");
-            return ret::EOPBADSTATE;
+            return Err(Error::EOPBADSTATE);
         }
         match class {
             ffi::FI_CLASS_AV => {
                 // SAFETY: bfid is a live fid of class AV.
                 let Some(av) = (unsafe { Av::state_of(bfid) }) else {
-                    return ret::EINVAL;
+                    return Err(Error::EINVAL);
                 };
                 if b.av.is_some() {
                     tracing::warn!("fi_ep_bind: an AV is already bound");
-                    return ret::EINVAL;
+                    return Err(Error::EINVAL);
                 }
                 b.av = Some(ParentRef::new(&av));
             }
             ffi::FI_CLASS_CQ => {
                 // SAFETY: bfid is a live fid of class CQ.
                 let Some(cq) = (unsafe { Cq::state_of(bfid) }) else {
-                    return ret::EINVAL;
+                    return Err(Error::EINVAL);
                 };
                 let known = ffi::FI_TRANSMIT | ffi::FI_RECV | ffi::FI_SELECTIVE_COMPLETION;
                 if flags & !known != 0 || flags & (ffi::FI_TRANSMIT | ffi::FI_RECV) == 0 {
                     tracing::warn!("fi_ep_bind: CQ flags {flags:#x} are not FI_TRANSMIT/FI_RECV[/FI_SELECTIVE_COMPLETION]");
-                    return ret::EBADFLAGS;
+                    return Err(Error::EBADFLAGS);
                 }
                 let selective = flags & ffi::FI_SELECTIVE_COMPLETION != 0;
                 if flags & ffi::FI_TRANSMIT != 0 {
@@ -62,7 +62,7 @@ impl Bind for EpInner {
             ffi::FI_CLASS_CNTR => {
                 // SAFETY: bfid is a live fid of class CNTR.
                 let Some(cntr) = (unsafe { Cntr::state_of(bfid) }) else {
-                    return ret::EINVAL;
+                    return Err(Error::EINVAL);
                 };
                 if flags & ffi::FI_SEND != 0 {
                     b.send_cntr = Some(ParentRef::new(&cntr));
@@ -90,34 +90,34 @@ impl Bind for EpInner {
             ffi::FI_CLASS_EQ => {
                 // SAFETY: bfid is a live fid of class EQ.
                 let Some(eq) = (unsafe { Eq::state_of(bfid) }) else {
-                    return ret::EINVAL;
+                    return Err(Error::EINVAL);
                 };
                 b.eq = Some(ParentRef::new(&eq));
             }
             other => {
                 tracing::warn!("fi_ep_bind: cannot bind an object of class {other}");
-                return ret::EINVAL;
+                return Err(Error::EINVAL);
             }
         }
-        ret::SUCCESS
+        Ok(())
     }
 }
 
 impl Control for EpInner {
-    unsafe fn control(ep: &Ep, command: c_int, _arg: *mut c_void) -> c_int {
+    unsafe fn control(ep: &Ep, command: c_int, _arg: *mut c_void) -> Result<(), Error> {
         match command as u32 {
             ffi::FI_ENABLE => {
                 let mut b = ep.inner.bindings.write();
                 if ep.inner.active.get().is_some() {
-                    return ret::SUCCESS;
+                    return Ok(());
                 }
                 if b.av.is_none() {
                     tracing::warn!("fi_enable: no AV bound to the endpoint");
-                    return ret::ENOAV;
+                    return Err(Error::ENOAV);
                 }
                 if b.cqs().next().is_none() && b.cntrs().next().is_none() {
                     tracing::warn!("fi_enable: no CQ or counter bound to the endpoint");
-                    return ret::ENOCQ;
+                    return Err(Error::ENOCQ);
                 }
                 // A blocking read of its CQ, or a wait on its counter,
                 // sleeps on the mailbox's doorbell.
@@ -141,14 +141,14 @@ impl Control for EpInner {
                     if let Err(e) = crate::state::agent::join(&me) {
                         tracing::warn!("fi_enable: {e}");
                         ep.inner.domain.progress().remove(&me);
-                        return ret::ENOMEM;
+                        return Err(Error::ENOMEM);
                     }
                 }
-                ret::SUCCESS
+                Ok(())
             }
             other => {
                 tracing::info!("fi_control(ep): command {other} is not supported");
-                ret::ENOSYS
+                Err(Error::ENOSYS)
             }
         }
     }

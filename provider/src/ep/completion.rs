@@ -8,7 +8,7 @@ use std::sync::atomic::Ordering;
 use unimem_mailbox::MailboxAddr;
 
 use super::inner::{Bindings, EpInner, EpMessenger, SourceHit};
-use crate::base::ffi;
+use crate::base::ffi::{self, Error};
 use crate::base::fid::ParentRef;
 use crate::base::lock::DomainMutexGuard;
 use crate::cntr::CntrInner;
@@ -117,15 +117,16 @@ impl EpInner {
     }
 }
 
-fn error_code(kind: ErrorKind) -> i32 {
+/// The error an operation that failed with `kind` completes with.
+fn error_of(kind: ErrorKind) -> Error {
     match kind {
-        ErrorKind::Truncated => ffi::FI_ETRUNC as i32,
-        ErrorKind::Canceled => ffi::FI_ECANCELED,
-        ErrorKind::PeerUnreachable => ffi::FI_EHOSTUNREACH,
-        ErrorKind::NoMessage => ffi::FI_ENOMSG,
-        ErrorKind::BadKey => ffi::FI_EKEYREJECTED,
-        ErrorKind::AccessDenied => ffi::FI_EACCES,
-        ErrorKind::Invalid => ffi::FI_EINVAL,
+        ErrorKind::Truncated => Error::ETRUNC,
+        ErrorKind::Canceled => Error::ECANCELED,
+        ErrorKind::PeerUnreachable => Error::EHOSTUNREACH,
+        ErrorKind::NoMessage => Error::ENOMSG,
+        ErrorKind::BadKey => Error::EKEYREJECTED,
+        ErrorKind::AccessDenied => Error::EACCES,
+        ErrorKind::Invalid => Error::EINVAL,
     }
 }
 
@@ -234,7 +235,7 @@ impl EpInner {
                 } => {
                     let (flags, cntr) = rma_flags(kind, bindings);
                     if let Some(cq) = &bindings.tx_cq {
-                        let err = error_code(error);
+                        let err = error_of(error).code();
                         cq.write_error(CompletionError {
                             completion: Completion::new(context as *mut c_void, flags),
                             err,
@@ -290,7 +291,7 @@ impl EpInner {
                     if e.data.is_some() {
                         flags |= ffi::FI_REMOTE_CQ_DATA;
                     }
-                    let err = error_code(e.kind);
+                    let err = error_of(e.kind).code();
                     if let Some(cq) = cq {
                         cq.write_error(CompletionError {
                             completion: Completion {

@@ -4,7 +4,6 @@
 
 use std::collections::HashMap;
 use std::fmt;
-use std::os::raw::c_int;
 use std::sync::atomic::{AtomicBool, AtomicUsize};
 use std::sync::{Arc, OnceLock};
 
@@ -100,13 +99,13 @@ impl Bindings {
     /// The address of AV entry `fi_addr`, for call `op`; refused with a
     /// warning if the AV has none.
     #[inline(always)]
-    pub(super) fn peer(&self, op: &str, fi_addr: u64) -> Result<MailboxAddr, isize> {
+    pub(super) fn peer(&self, op: &str, fi_addr: u64) -> Result<MailboxAddr, Error> {
         self.av
             .as_ref()
             .and_then(|av| av.lookup(fi_addr))
             .ok_or_else(|| {
                 tracing::warn!("{op}: fi_addr {fi_addr:#x} is not in the endpoint's AV");
-                ffi::Error::EINVAL.ssize()
+                Error::EINVAL
             })
     }
 
@@ -166,10 +165,10 @@ impl EpInner {
     /// The bindings of an enabled endpoint, for call `op`; refused with a
     /// warning if it is not enabled.
     #[inline]
-    pub(super) fn enabled(&self, op: &str) -> Result<&Bindings, isize> {
+    pub(super) fn enabled(&self, op: &str) -> Result<&Bindings, Error> {
         self.active.get().ok_or_else(|| {
             tracing::warn!("{op}: the endpoint is not enabled");
-            Error::EOPBADSTATE.ssize()
+            Error::EOPBADSTATE
         })
     }
 
@@ -243,7 +242,7 @@ unsafe impl FiObject for EpInner {
 
     /// Leaves its domain's progress list (the domain holds the endpoint,
     /// which holds the domain: a cycle to break).
-    fn on_close(ep: &Ep) -> Result<(), c_int> {
+    fn on_close(ep: &Ep) -> Result<(), Error> {
         let me: Arc<dyn Progress> = ep.inner.clone();
         ep.inner.domain.progress().remove(&me);
         if ep.inner.agent {

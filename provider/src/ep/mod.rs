@@ -30,7 +30,7 @@ mod options;
 mod post;
 mod rma;
 
-use std::os::raw::{c_int, c_void};
+use std::os::raw::c_void;
 use std::sync::atomic::{AtomicBool, AtomicUsize};
 use std::sync::{Arc, OnceLock};
 
@@ -40,7 +40,7 @@ use unimem_mailbox::{JobId, MailboxAddr, ShmMailbox, ShmMailboxConfig};
 use unimem_net::NodeMailbox;
 
 use crate::base::config::Config;
-use crate::base::ffi::{self, ret};
+use crate::base::ffi::{self, Error};
 use crate::base::fid::{self, ParentRef};
 use crate::base::lock::DomainMutex;
 use crate::base::unsupported;
@@ -75,7 +75,7 @@ fn proto_config(cfg: &Config) -> ProtoConfig {
 /// default `src_addr` of `fi_getinfo` (a service named after this process)
 /// only says "here": such endpoints get an address of their own, so that a
 /// process may open many.
-fn open_mailbox(cfg: &Config, src: Option<MailboxAddr>) -> Result<ShmMailbox, c_int> {
+fn open_mailbox(cfg: &Config, src: Option<MailboxAddr>) -> Result<ShmMailbox, Error> {
     let job = JobId::from_name(&cfg.job);
     let config = ShmMailboxConfig {
         job,
@@ -92,11 +92,11 @@ fn open_mailbox(cfg: &Config, src: Option<MailboxAddr>) -> Result<ShmMailbox, c_
     opened.map_err(|e| match e {
         unimem_mailbox::Error::Io(io) if io.kind() == std::io::ErrorKind::AlreadyExists => {
             tracing::warn!("fi_endpoint: address {src:?} is already in use by a live process");
-            ret::EADDRINUSE
+            Error::EADDRINUSE
         }
         e => {
             tracing::warn!("fi_endpoint: cannot open a mailbox: {e}");
-            ret::ENOMEM
+            Error::ENOMEM
         }
     })
 }
@@ -110,10 +110,10 @@ pub unsafe fn open(
     info: *mut ffi::fi_info,
     ep: *mut *mut ffi::fid_ep,
     context: *mut c_void,
-) -> c_int {
+) -> Result<(), Error> {
     if info.is_null() || ep.is_null() {
         tracing::warn!("fi_endpoint: NULL info or endpoint pointer");
-        return ret::EINVAL;
+        return Err(Error::EINVAL);
     }
     // SAFETY: non-NULL info is a valid fi_info from the application.
     let info = unsafe { &*info };
@@ -127,7 +127,7 @@ pub unsafe fn open(
     };
     if ep_attr.is_some_and(|a| a.type_ != ffi::FI_EP_RDM && a.type_ != ffi::FI_EP_UNSPEC) {
         tracing::warn!("fi_endpoint: only FI_EP_RDM endpoints are supported");
-        return ret::EINVAL;
+        return Err(Error::EINVAL);
     }
     let src = if info.src_addr.is_null() || info.src_addrlen == 0 {
         None
@@ -140,20 +140,17 @@ pub unsafe fn open(
             Some(addr) => Some(addr),
             None => {
                 tracing::warn!("fi_endpoint: src_addr is not a unimem address");
-                return ret::EINVAL;
+                return Err(Error::EINVAL);
             }
         }
     };
     let cfg = domain.config();
-    let mailbox = match open_mailbox(cfg, src) {
-        Ok(mailbox) => mailbox,
-        Err(code) => return code,
-    };
+    let mailbox = open_mailbox(cfg, src)?;
     let dma = match domain.dma() {
         Ok(dma) => dma,
         Err(e) => {
             tracing::warn!("fi_endpoint: no dmable memory: {e}");
-            return ret::ENOMEM;
+            return Err(Error::ENOMEM);
         }
     };
     // In an agent domain the agent sleeps on the mailbox's doorbell.
@@ -168,7 +165,7 @@ pub unsafe fn open(
         Ok(messenger) => messenger,
         Err(e) => {
             tracing::warn!("fi_endpoint: cannot set up the endpoint's buffers: {e}");
-            return ret::ENOMEM;
+            return Err(Error::ENOMEM);
         }
     };
     let resolved = &domain.info;
@@ -212,5 +209,5 @@ pub unsafe fn open(
     );
     // SAFETY: ep is non-NULL (checked).
     unsafe { obj.install(ep) };
-    ret::SUCCESS
+    Ok(())
 }

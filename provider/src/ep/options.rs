@@ -5,8 +5,8 @@ use std::mem::size_of;
 use std::os::raw::{c_int, c_void};
 
 use super::inner::Ep;
-use crate::base::ffi::{self, ret};
-use crate::base::guard::ffi_guard;
+use crate::base::ffi::{self, ret, Error};
+use crate::base::guard::{ffi_guard, ffi_guard_or};
 use crate::base::unsupported;
 
 pub(super) static EP_OPS: ffi::fi_ops_ep = ffi::fi_ops_ep {
@@ -36,20 +36,20 @@ pub(super) static EP_CM_OPS: ffi::fi_ops_cm = ffi::fi_ops_cm {
 // --- fi_ops_ep --------------------------------------------------------------------
 
 unsafe extern "C" fn ep_cancel(fid: *mut ffi::fid, context: *mut c_void) -> isize {
-    ffi_guard("fi_cancel", || {
+    ffi_guard_or("fi_cancel", Error::EOTHER.ssize(), || {
         // SAFETY: libfabric hands us a fid the application got from us.
         let Some(ep) = (unsafe { Ep::from_fid(fid, "fi_cancel") }) else {
-            return ret::EINVAL;
+            return Error::EINVAL.ssize();
         };
         let mut messenger = ep.inner.messenger.lock();
         let found = messenger.cancel(context as usize);
         ep.inner.drain(&mut messenger);
         if found {
-            ret::SUCCESS
+            0
         } else {
-            ret::ENOENT
+            Error::ENOENT.ssize()
         }
-    }) as isize
+    })
 }
 
 unsafe extern "C" fn ep_getopt(

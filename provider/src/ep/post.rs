@@ -20,26 +20,23 @@ pub(super) const SEND_ONLY_FLAGS: u64 =
 
 impl EpInner {
     /// Runs `post` (one operation of call `op`) on the messenger, then
-    /// reports what it finished at once; its refusal as libfabric's code.
+    /// reports what it finished at once; its refusal as libfabric's error.
     #[inline(always)]
     pub(super) fn post(
         &self,
         op: &str,
         post: impl FnOnce(&mut EpMessenger) -> Result<(), PostError>,
-    ) -> isize {
+    ) -> Result<(), Error> {
         let mut messenger = self.enter();
         let result = post(&mut messenger);
         self.drain(&mut messenger);
-        match result {
-            Ok(()) => 0,
-            Err(e) => map_post_error(self, e, op),
-        }
+        result.map_err(|e| map_post_error(self, e, op))
     }
 }
 
-pub(super) fn map_post_error(ep: &EpInner, e: PostError, op: &str) -> isize {
+pub(super) fn map_post_error(ep: &EpInner, e: PostError, op: &str) -> Error {
     let code = match e {
-        PostError::Again => return Error::EAGAIN.ssize(),
+        PostError::Again => return Error::EAGAIN,
         PostError::TooLong => Error::EMSGSIZE,
         PostError::BadAddress => Error::EINVAL,
         PostError::Unreachable => Error::EHOSTUNREACH,
@@ -54,9 +51,9 @@ impl EpInner {
     /// Refuses a post of call `op` with libfabric's error `code`, warning
     /// `why` (rate-limited).
     #[cold]
-    pub(super) fn refuse(&self, op: &str, code: Error, why: fmt::Arguments<'_>) -> isize {
+    pub(super) fn refuse(&self, op: &str, code: Error, why: fmt::Arguments<'_>) -> Error {
         self.post_warnings.warn(op, why);
-        code.ssize()
+        code
     }
 }
 
@@ -70,12 +67,12 @@ pub(super) enum Bufs {
 }
 
 impl Bufs {
-    /// The buffers as (address, length) pairs, or the code to return.
+    /// The buffers as (address, length) pairs, or the error to return.
     ///
     /// # Safety
     /// An iov array must hold its count of iovecs (libfabric's contract).
     #[inline(always)]
-    pub(super) unsafe fn read(self, ep: &EpInner, op: &str) -> Result<IovList, isize> {
+    pub(super) unsafe fn read(self, ep: &EpInner, op: &str) -> Result<IovList, Error> {
         match self {
             Bufs::One(buf, len) => {
                 if buf.is_null() && len > 0 {
@@ -99,7 +96,7 @@ unsafe fn iovs(
     op: &str,
     iov: *const ffi::iovec,
     count: usize,
-) -> Result<IovList, isize> {
+) -> Result<IovList, Error> {
     if count > ep.iov_limit {
         let why = format_args!("{op}: {count} iovs exceed the limit of {}", ep.iov_limit);
         return Err(ep.refuse(op, Error::EINVAL, why));

@@ -122,18 +122,15 @@ impl RmaCall {
 }
 
 /// Posts `call` on `ep` with local buffers `iov`.
-fn post_rma(ep: &EpInner, op: &str, iov: IovList, call: &RmaCall) -> isize {
-    let b = match ep.enabled(op) {
-        Ok(b) => b,
-        Err(code) => return code,
-    };
+fn post_rma(ep: &EpInner, op: &str, iov: IovList, call: &RmaCall) -> Result<(), Error> {
+    let b = ep.enabled(op)?;
     let flags = call.flags.unwrap_or(ep.tx_op_flags & !SEND_ONLY_FLAGS);
     if flags & !RMA_FLAGS != 0 {
         tracing::warn!("{op}: unsupported flags {:#x}", flags & !RMA_FLAGS);
-        return Error::EBADFLAGS.ssize();
+        return Err(Error::EBADFLAGS);
     }
     if ep.caps & ffi::FI_RMA == 0 {
-        return no_rma(ep, op);
+        return Err(no_rma(ep, op));
     }
     let len = total_len(&iov);
     if call.remote_len.is_some_and(|remote| remote != len) {
@@ -141,11 +138,11 @@ fn post_rma(ep: &EpInner, op: &str, iov: IovList, call: &RmaCall) -> isize {
             "{op}: {len} local bytes for a target range of {:?}",
             call.remote_len
         );
-        return Error::EINVAL.ssize();
+        return Err(Error::EINVAL);
     }
     if iov.iter().any(|&(addr, len)| addr == 0 && len > 0) {
         tracing::warn!("{op}: NULL buffer");
-        return Error::EINVAL.ssize();
+        return Err(Error::EINVAL);
     }
     let inject = call.inject;
     if inject && (call.kind == RmaKind::Read || len > ep.inject_size) {
@@ -153,12 +150,9 @@ fn post_rma(ep: &EpInner, op: &str, iov: IovList, call: &RmaCall) -> isize {
             "{op}: inject of {len} bytes (a write of at most {} bytes)",
             ep.inject_size
         );
-        return Error::EINVAL.ssize();
+        return Err(Error::EINVAL);
     }
-    let dest = match b.peer(op, call.peer) {
-        Ok(dest) => dest,
-        Err(code) => return code,
-    };
+    let dest = b.peer(op, call.peer)?;
     let completion = !b.tx_selective || flags & ffi::FI_COMPLETION != 0;
     let req = RmaReq {
         dest,
@@ -178,7 +172,7 @@ fn post_rma(ep: &EpInner, op: &str, iov: IovList, call: &RmaCall) -> isize {
 
 /// The refusal of an RMA call on an endpoint opened without `FI_RMA`.
 #[cold]
-fn no_rma(ep: &EpInner, op: &str) -> isize {
+fn no_rma(ep: &EpInner, op: &str) -> Error {
     // Once per endpoint: an application that ignores the error must not
     // flood the log.
     if !ep.warned_no_rma.swap(true, Ordering::Relaxed) {
@@ -186,7 +180,7 @@ fn no_rma(ep: &EpInner, op: &str) -> isize {
             "{op}: the endpoint was opened without FI_RMA (refused from now on without a word)"
         );
     }
-    Error::EOPNOTSUPP.ssize()
+    Error::EOPNOTSUPP
 }
 
 /// `fi_inject_write` and `fi_inject_writedata`: a write of at most the
@@ -213,29 +207,30 @@ unsafe fn inject(
         let ep = &*ep.inner;
         let b = match ep.enabled(op) {
             Ok(b) => b,
-            Err(code) => return code,
+            Err(e) => return e.ssize(),
         };
         if ep.caps & ffi::FI_RMA == 0 {
-            return no_rma(ep, op);
+            return no_rma(ep, op).ssize();
         }
         if len > ep.inject_size {
             let most = ep.inject_size;
             let why = format_args!("{op}: inject of {len} bytes (a write of at most {most})");
-            return ep.refuse(op, Error::EINVAL, why);
+            return ep.refuse(op, Error::EINVAL, why).ssize();
         }
         if buf.is_null() && len > 0 {
             let why = format_args!("{op}: NULL buffer of {len} bytes");
-            return ep.refuse(op, Error::EINVAL, why);
+            return ep.refuse(op, Error::EINVAL, why).ssize();
         }
         let dest = match b.peer(op, dest) {
             Ok(dest) => dest,
-            Err(code) => return code,
+            Err(e) => return e.ssize(),
         };
         // SAFETY: buf holds len readable bytes during the call (caller),
         // which the protocol writes or copies before it returns.
-        ep.post(op, |messenger| unsafe {
+        let posted = ep.post(op, |messenger| unsafe {
             messenger.inject_write(dest, (buf.cast(), len), target, data)
-        })
+        });
+        ffi::error::ssize_of(posted)
     })
 }
 
@@ -264,10 +259,8 @@ unsafe fn rma(
             }
         };
         // SAFETY: an iov array holds its count (caller).
-        match unsafe { call.bufs.read(ep, op) } {
-            Ok(iov) => post_rma(ep, op, iov, &call),
-            Err(code) => code,
-        }
+        let posted = unsafe { call.bufs.read(ep, op) }.and_then(|iov| post_rma(ep, op, iov, &call));
+        ffi::error::ssize_of(posted)
     })
 }
 

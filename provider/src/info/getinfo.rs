@@ -32,7 +32,7 @@ use std::os::raw::{c_char, c_int};
 use std::ptr;
 
 use crate::base::config::{self, Config};
-use crate::base::ffi::{self, ret, FI_NUMERICHOST, FI_SOURCE};
+use crate::base::ffi::{self, Error, FI_NUMERICHOST, FI_SOURCE};
 use crate::base::provider;
 use crate::info::addr;
 use crate::info::attr::{self, Hints, Info};
@@ -45,15 +45,15 @@ const LAYERING_PROBE: u64 = (1 << 58) | (1 << 59);
 /// versions (2.x adds at most 48 bytes so far).
 const STRUCT_PAD: usize = 256;
 
-/// Answer one `fi_getinfo` call: a one-entry list, or an error code
-/// (-FI_ENODATA when the hints or node cannot be met, with a log line).
+/// Answer one `fi_getinfo` call: a one-entry list, or an error
+/// (FI_ENODATA when the hints or node cannot be met, with a log line).
 pub fn getinfo(
     version: u32,
     node: Option<&str>,
     service: Option<&str>,
     flags: u64,
     hints: Option<&ffi::fi_info>,
-) -> Result<*mut ffi::fi_info, c_int> {
+) -> Result<*mut ffi::fi_info, Error> {
     let cfg = config::get();
     // SAFETY: the core passes hints that are NULL or a valid fi_info.
     let hints = hints.map(|h| unsafe { Hints::from_c(h) });
@@ -66,12 +66,12 @@ pub fn getinfo(
         } else {
             tracing::info!("fi_getinfo: no match: {why}");
         }
-        ret::ENODATA
+        Error::ENODATA
     };
 
     if flags & FI_SOURCE != 0 && node.is_none() && service.is_none() {
         tracing::info!("fi_getinfo: FI_SOURCE without node or service");
-        return Err(ret::EINVAL);
+        return Err(Error::EINVAL);
     }
     if let Some(node) = node {
         if !node_is_local(node, flags & FI_NUMERICHOST != 0) {
@@ -96,7 +96,7 @@ pub fn getinfo(
     );
     CInfo::build(&info, &src, dest.as_deref())
         .map(CInfo::into_raw)
-        .ok_or(ret::ENOMEM)
+        .ok_or(Error::ENOMEM)
 }
 
 /// (src_addr, dest_addr) as NUL-terminated strings (see the module doc).

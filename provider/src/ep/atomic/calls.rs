@@ -7,7 +7,7 @@ use std::os::raw::{c_int, c_void};
 use std::ptr;
 
 use super::{atomic, Call, Elems};
-use crate::base::ffi::{self, ret};
+use crate::base::ffi::{self, Error};
 use unimem_proto::atomic::{max_count, AtomicCall};
 
 pub static ATOMIC_OPS: ffi::fi_ops_atomic = ffi::fi_ops_atomic {
@@ -36,17 +36,13 @@ unsafe fn valid(
     datatype: ffi::fi_datatype,
     op: ffi::fi_op,
     count: *mut usize,
-) -> c_int {
-    match max_count(call, datatype, op) {
-        Some((max, _)) => {
-            // SAFETY: count is NULL or writable (caller).
-            if let Some(out) = unsafe { count.as_mut() } {
-                *out = max;
-            }
-            ret::SUCCESS
-        }
-        None => ret::EOPNOTSUPP,
+) -> Result<(), Error> {
+    let (max, _) = max_count(call, datatype, op).ok_or(Error::EOPNOTSUPP)?;
+    // SAFETY: count is NULL or writable (caller).
+    if let Some(out) = unsafe { count.as_mut() } {
+        *out = max;
     }
+    Ok(())
 }
 
 // Each entry point below: its arguments into a Call.
@@ -340,7 +336,7 @@ unsafe extern "C" fn atomic_writevalid(
     count: *mut usize,
 ) -> c_int {
     // SAFETY: count as the application passed it (NULL or writable).
-    unsafe { valid(AtomicCall::Write, datatype, op, count) }
+    ffi::error::ret_of(unsafe { valid(AtomicCall::Write, datatype, op, count) })
 }
 
 unsafe extern "C" fn atomic_readwritevalid(
@@ -350,7 +346,7 @@ unsafe extern "C" fn atomic_readwritevalid(
     count: *mut usize,
 ) -> c_int {
     // SAFETY: as above.
-    unsafe { valid(AtomicCall::Fetch, datatype, op, count) }
+    ffi::error::ret_of(unsafe { valid(AtomicCall::Fetch, datatype, op, count) })
 }
 
 unsafe extern "C" fn atomic_compwritevalid(
@@ -360,5 +356,5 @@ unsafe extern "C" fn atomic_compwritevalid(
     count: *mut usize,
 ) -> c_int {
     // SAFETY: as above.
-    unsafe { valid(AtomicCall::Compare, datatype, op, count) }
+    ffi::error::ret_of(unsafe { valid(AtomicCall::Compare, datatype, op, count) })
 }

@@ -172,19 +172,16 @@ unsafe fn bytes_of(
 }
 
 /// Posts `call` on `ep`.
-fn post_atomic(ep: &EpInner, op_name: &str, call: &Call) -> isize {
-    let b = match ep.enabled(op_name) {
-        Ok(b) => b,
-        Err(code) => return code,
-    };
+fn post_atomic(ep: &EpInner, op_name: &str, call: &Call) -> Result<(), Error> {
+    let b = ep.enabled(op_name)?;
     let flags = call.flags.unwrap_or(ep.tx_op_flags & !SEND_ONLY_FLAGS);
     if flags & !ATOMIC_FLAGS != 0 {
         tracing::warn!("{op_name}: unsupported flags {:#x}", flags & !ATOMIC_FLAGS);
-        return Error::EBADFLAGS.ssize();
+        return Err(Error::EBADFLAGS);
     }
     if ep.caps & ffi::FI_ATOMIC == 0 {
         tracing::warn!("{op_name}: the endpoint was opened without FI_ATOMIC");
-        return Error::EOPNOTSUPP.ssize();
+        return Err(Error::EOPNOTSUPP);
     }
     let (Some(op), Some(datatype)) = (
         AtomicOp::from_u32(call.op),
@@ -195,7 +192,7 @@ fn post_atomic(ep: &EpInner, op_name: &str, call: &Call) -> isize {
             call.op,
             call.datatype
         );
-        return Error::EOPNOTSUPP.ssize();
+        return Err(Error::EOPNOTSUPP);
     };
     let size = datatype.size();
     // SAFETY: ioc arrays hold their counts (libfabric's contract).
@@ -210,7 +207,7 @@ fn post_atomic(ep: &EpInner, op_name: &str, call: &Call) -> isize {
         (Ok(a), Ok(b), Ok(c)) => (a, b, c),
         (Err(why), _, _) | (_, Err(why), _) | (_, _, Err(why)) => {
             tracing::warn!("{op_name}: {why}");
-            return Error::EINVAL.ssize();
+            return Err(Error::EINVAL);
         }
     };
     // fi_fetch_atomic with FI_ATOMIC_READ names its count in the (ignored)
@@ -221,12 +218,9 @@ fn post_atomic(ep: &EpInner, op_name: &str, call: &Call) -> isize {
         tracing::warn!(
             "{op_name}: {count} operands, {compares} compare and {results} result elements"
         );
-        return Error::EINVAL.ssize();
+        return Err(Error::EINVAL);
     }
-    let dest = match b.peer(op_name, call.peer) {
-        Ok(dest) => dest,
-        Err(code) => return code,
-    };
+    let dest = b.peer(op_name, call.peer)?;
     let completion = !call.inject && (!b.tx_selective || flags & ffi::FI_COMPLETION != 0);
     let req = AtomicReq {
         dest,
@@ -268,7 +262,7 @@ unsafe fn atomic(
             return Error::EINVAL.ssize();
         };
         match call {
-            Ok(call) => post_atomic(&ep.inner, op, &call),
+            Ok(call) => ffi::error::ssize_of(post_atomic(&ep.inner, op, &call)),
             Err(why) => {
                 tracing::warn!("{op}: {why}");
                 Error::EINVAL.ssize()

@@ -170,28 +170,28 @@ impl Request {
 /// entry path it pushed the AV lookup and the protocol's send out of line
 /// instead, and an inject with a receive took some 5 ns more.
 #[inline(never)]
-fn post_send(ep: &EpInner, op: &str, iov: IovList, req: &Request) -> isize {
+fn post_send(ep: &EpInner, op: &str, iov: IovList, req: &Request) -> Result<(), Error> {
     let flags = req.flags.unwrap_or(ep.tx_op_flags);
     let Some(b) = ep.active.get() else {
-        return ep.refuse(
+        return Err(ep.refuse(
             op,
             Error::EOPBADSTATE,
             format_args!("{op}: the endpoint is not enabled"),
-        );
+        ));
     };
     if flags & !SEND_FLAGS != 0 {
         let why = format_args!("{op}: unsupported flags {:#x}", flags & !SEND_FLAGS);
-        return ep.refuse(op, Error::EBADFLAGS, why);
+        return Err(ep.refuse(op, Error::EBADFLAGS, why));
     }
     let len = total_len(&iov);
     if (req.inject || flags & ffi::FI_INJECT != 0) && len > ep.inject_size {
         let most = ep.inject_size;
         let why = format_args!("{op}: {len} bytes exceed the inject size {most}");
-        return ep.refuse(op, Error::EINVAL, why);
+        return Err(ep.refuse(op, Error::EINVAL, why));
     }
     let Some(dest) = b.av.as_ref().and_then(|av| av.lookup(req.addr)) else {
         let why = format_args!("{op}: fi_addr {:#x} is not in the endpoint's AV", req.addr);
-        return ep.refuse(op, Error::EINVAL, why);
+        return Err(ep.refuse(op, Error::EINVAL, why));
     };
     let completion = !b.tx_selective || flags & ffi::FI_COMPLETION != 0;
     let req = SendReq {
@@ -215,24 +215,24 @@ fn post_send(ep: &EpInner, op: &str, iov: IovList, req: &Request) -> isize {
 
 /// A receive into `iov` as `req` asks.
 #[inline(never)]
-fn post_recv(ep: &EpInner, op: &str, iov: IovList, req: &Request) -> isize {
+fn post_recv(ep: &EpInner, op: &str, iov: IovList, req: &Request) -> Result<(), Error> {
     let flags = req.flags.unwrap_or(ep.rx_op_flags);
     let tagged = req.tag.is_some();
     let Some(b) = ep.active.get() else {
-        return ep.refuse(
+        return Err(ep.refuse(
             op,
             Error::EOPBADSTATE,
             format_args!("{op}: the endpoint is not enabled"),
-        );
+        ));
     };
     if flags & !RECV_FLAGS != 0 {
         let why = format_args!("{op}: unsupported flags {:#x}", flags & !RECV_FLAGS);
-        return ep.refuse(op, Error::EBADFLAGS, why);
+        return Err(ep.refuse(op, Error::EBADFLAGS, why));
     }
     let multi_recv = flags & ffi::FI_MULTI_RECV != 0;
     if multi_recv && (tagged || iov.len() != 1) {
         let why = format_args!("{op}: FI_MULTI_RECV takes one untagged buffer");
-        return ep.refuse(op, Error::EINVAL, why);
+        return Err(ep.refuse(op, Error::EINVAL, why));
     }
     let src = req.addr;
     let (src, completion) = {
@@ -242,7 +242,7 @@ fn post_recv(ep: &EpInner, op: &str, iov: IovList, req: &Request) -> isize {
                 Some(addr) => Some(addr),
                 None => {
                     let why = format_args!("{op}: fi_addr {src:#x} is not in the endpoint's AV");
-                    return ep.refuse(op, Error::EINVAL, why);
+                    return Err(ep.refuse(op, Error::EINVAL, why));
                 }
             }
         } else {
@@ -269,17 +269,17 @@ fn post_recv(ep: &EpInner, op: &str, iov: IovList, req: &Request) -> isize {
             flags & ffi::FI_CLAIM != 0,
             flags & ffi::FI_DISCARD != 0,
         );
-        0
+        Ok(())
     } else if flags & ffi::FI_CLAIM != 0 {
         // SAFETY: libfabric's contract: the buffer stays valid until the
         // receive completes.
         if unsafe { messenger.claim(tagged, recv, flags & ffi::FI_DISCARD != 0) } {
-            0
+            Ok(())
         } else {
             let why = format_args!(
                 "{op}: FI_CLAIM without a message claimed by FI_PEEK for this context"
             );
-            ep.refuse(op, Error::EINVAL, why)
+            Err(ep.refuse(op, Error::EINVAL, why))
         }
     } else {
         // No limit but memory: rx_size is what we advertise, not a cap. MPI
@@ -288,7 +288,7 @@ fn post_recv(ep: &EpInner, op: &str, iov: IovList, req: &Request) -> isize {
         // -FI_EAGAIN with nothing sent).
         // SAFETY: as above.
         unsafe { messenger.post_recv(tagged, recv) };
-        0
+        Ok(())
     };
     ep.drain(&mut messenger);
     result
@@ -326,7 +326,7 @@ unsafe fn post(
     op: &'static str,
     ep: *mut ffi::fid_ep,
     req: Option<Request>,
-    post: impl FnOnce(&EpInner, &str, IovList, &Request) -> isize,
+    post: impl FnOnce(&EpInner, &str, IovList, &Request) -> Result<(), Error>,
 ) -> isize {
     // The guard's closure takes the request by reference: moving it in
     // would copy it twice more on every call.
@@ -341,10 +341,8 @@ unsafe fn post(
             return Error::EINVAL.ssize();
         };
         // SAFETY: an iov array holds its count (caller).
-        match unsafe { req.bufs.read(ep, op) } {
-            Ok(iov) => post(ep, op, iov, req),
-            Err(code) => code,
-        }
+        let posted = unsafe { req.bufs.read(ep, op) }.and_then(|iov| post(ep, op, iov, req));
+        ffi::error::ssize_of(posted)
     })
 }
 
