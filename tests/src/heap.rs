@@ -1,7 +1,8 @@
 //! The dmable heap under test: the release build that `scripts/build`
 //! stages and `scripts/mpirun-unimem` preloads,
 //! `target/release/libfabric/libunimem-heap.so` (built if missing; a
-//! warning says when it is older than the sources it is built from).
+//! warning says when it is older than the sources it is built from),
+//! [pinned](crate::pinned) at first use.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -27,7 +28,7 @@ pub fn library() -> PathBuf {
             lib.display()
         );
         warn_if_stale(&lib);
-        lib
+        crate::pinned::pin(&lib)
     })
     .clone()
 }

@@ -26,6 +26,7 @@ pub mod hosts;
 pub mod layers;
 pub mod mpi;
 pub mod payload;
+pub mod pinned;
 pub mod solo;
 
 use std::io::{BufRead, BufReader, Write};

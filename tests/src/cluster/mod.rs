@@ -3,7 +3,7 @@
 //!
 //! # Which provider is tested
 //!
-//! [`provider_library`] picks, in order:
+//! [`built_library`] picks, in order:
 //! 1. `$UNIMEM_FI_LIB`, a path to a built `libunimem_fi.so` (to test a
 //!    release or installed build);
 //! 2. the cdylib cargo built together with this test: `unimem-provider` is
@@ -17,9 +17,13 @@
 //! 4. otherwise it runs `cargo build -p unimem-provider` (with `--release`
 //!    for a release test build) once, saying so on stderr.
 //!
-//! Each [`Cluster`] stages that library as `libunimem-fi.so` in a temporary
-//! directory of its own (`FI_PROVIDER_PATH`), so that libfabric's directory
-//! scan sees exactly one provider and no stray `fi_info.conf`.
+//! [`provider_library`], the one the children load, is that build
+//! [pinned](crate::pinned) at first use: cargo deletes a library it
+//! rebuilds for as long as the compile takes, and a child started then
+//! would find no provider (`fi_getinfo: -61`). Each [`Cluster`] stages
+//! the pinned library as `libunimem-fi.so` in a temporary directory of its
+//! own (`FI_PROVIDER_PATH`), so that libfabric's directory scan sees
+//! exactly one provider and no stray `fi_info.conf`.
 //!
 //! # Isolation and hangs
 //!
@@ -43,7 +47,7 @@ mod transfer;
 pub use completion::{parse_num, Completion, Kind};
 pub use logs::{carried, carried_direct, carried_notices, carried_pulls, is_provider_warning};
 pub use peer::{set_answer_timeout, FabricPeer, Reply};
-pub use provider::provider_library;
+pub use provider::{built_library, provider_library};
 pub use region::Region;
 pub use transfer::{Msg, Order, EAGER, SEGMENT};
 

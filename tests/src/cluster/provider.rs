@@ -12,8 +12,18 @@ fn target_profile_dir() -> Option<PathBuf> {
     Some(exe.parent()?.parent()?.to_path_buf())
 }
 
-/// The `libunimem_fi.so` the fabric tests load (see the module docs).
+/// The `libunimem_fi.so` the fabric tests load (see the module docs),
+/// [pinned](crate::pinned) at first use: a rebuild during the run does not
+/// reach the children.
 pub fn provider_library() -> PathBuf {
+    static LIB: OnceLock<PathBuf> = OnceLock::new();
+    LIB.get_or_init(|| crate::pinned::pin(&built_library()))
+        .clone()
+}
+
+/// The build [`provider_library`] pins: the path cargo (or
+/// `$UNIMEM_FI_LIB`) gives it.
+pub fn built_library() -> PathBuf {
     static LIB: OnceLock<PathBuf> = OnceLock::new();
     LIB.get_or_init(find_provider_library).clone()
 }

@@ -12,6 +12,7 @@ mod invalidation;
 mod matching;
 mod messages;
 mod posting;
+mod rebuild;
 mod rma;
 mod traffic;
 mod untrusted;
