@@ -11,14 +11,8 @@ fn atomics_on_dmable_and_ordinary_memory() {
         let mut a = messenger();
         let mut b = messenger();
         first_contact(&mut a, &mut b);
-        let target_dma = b.dma.alloc(64).unwrap();
-        target_dma.write(0, &[0; 64]);
-        let mut target_heap = vec![0u64; 8];
-        let target = if target_dmable {
-            target_dma.as_ptr() as usize
-        } else {
-            target_heap.as_mut_ptr() as usize
-        };
+        let target_memory = TargetMemory::new(&b, 64, target_dmable);
+        let target = target_memory.addr;
         let cell = |i: usize| target + 8 * i;
         // SAFETY: the target holds 8 u64s; nothing is in flight.
         let read = |i: usize| unsafe { *(cell(i) as *const u64) };
@@ -228,14 +222,8 @@ fn atomic_refusals() {
         let mut a = messenger();
         let mut b = messenger();
         first_contact(&mut a, &mut b);
-        let target_dma = b.dma.alloc(64).unwrap();
-        target_dma.write(0, &[0; 64]);
-        let mut target_heap = vec![0u64; 8];
-        let target = if target_dmable {
-            target_dma.as_ptr() as usize
-        } else {
-            target_heap.as_mut_ptr() as usize
-        };
+        let target_memory = TargetMemory::new(&b, 64, target_dmable);
+        let target = target_memory.addr;
         let read_only = fresh_key();
         let _r = expose(read_only, target, 32, Access::REMOTE_READ);
         let write_only = fresh_key();
@@ -485,13 +473,8 @@ fn concurrent_atomics_from_four_initiators_are_exact() {
     const EACH: u64 = 500;
     for target_dmable in [true, false] {
         let mut b = messenger();
-        let target_dma = b.dma.alloc(8).unwrap();
-        let mut target_heap = vec![0u64; 1];
-        let target = if target_dmable {
-            target_dma.as_ptr() as usize
-        } else {
-            target_heap.as_mut_ptr() as usize
-        };
+        let target_memory = TargetMemory::new(&b, 8, target_dmable);
+        let target = target_memory.addr;
         // SAFETY: the target holds one u64; nothing is in flight yet.
         unsafe { *(target as *mut u64) = 0 };
         let key = fresh_key();

@@ -110,6 +110,33 @@ fn recv_spec(
     }
 }
 
+/// `len` zeroed bytes of target memory at `b`: in its dmable region (so
+/// one-sided operations reach it) or in ordinary memory (served through
+/// the target), 8-byte aligned either way, for tests that run on both.
+struct TargetMemory {
+    _dmable: DmaBuf,
+    _ordinary: Vec<u64>,
+    addr: usize,
+}
+
+impl TargetMemory {
+    fn new(b: &Shm, len: usize, dmable: bool) -> TargetMemory {
+        let dma = b.dma.alloc(len).unwrap();
+        dma.write(0, &vec![0; len]);
+        let mut ordinary = vec![0u64; len.div_ceil(8)];
+        let addr = if dmable {
+            dma.as_ptr() as usize
+        } else {
+            ordinary.as_mut_ptr() as usize
+        };
+        TargetMemory {
+            _dmable: dma,
+            _ordinary: ordinary,
+            addr,
+        }
+    }
+}
+
 /// An untagged receive of `len` bytes into dmable `target`, from anyone.
 fn dmable_recv(target: &DmaBuf, len: usize, context: usize) -> PostedRecv<MailboxAddr> {
     PostedRecv {

@@ -36,13 +36,8 @@ fn write_read_round_trips(target_dmable: bool, local_dmable: bool) {
         max + 64,
         Access::REMOTE_READ.union(Access::REMOTE_WRITE),
     );
-    let local_dma = a.dma.alloc(max).unwrap();
-    let mut local_heap = vec![0u8; max];
-    let local = if local_dmable {
-        local_dma.as_ptr() as usize
-    } else {
-        local_heap.as_mut_ptr() as usize
-    };
+    let target_memory = TargetMemory::new(&a, max, local_dmable);
+    let local = target_memory.addr;
     for (i, &len) in RMA_SIZES.iter().enumerate() {
         let data = pattern(len, i as u8);
         // SAFETY: local holds max >= len bytes, ours alone.
@@ -209,13 +204,8 @@ fn rma_refusals_move_no_byte() {
         let mut a = messenger();
         let mut b = messenger();
         first_contact(&mut a, &mut b);
-        let target_dma = b.dma.alloc(4096).unwrap();
-        let mut target_heap = vec![0u8; 4096];
-        let target = if target_dmable {
-            target_dma.as_ptr() as usize
-        } else {
-            target_heap.as_mut_ptr() as usize
-        };
+        let target_memory = TargetMemory::new(&b, 4096, target_dmable);
+        let target = target_memory.addr;
         // SAFETY: target holds 4096 bytes.
         unsafe { std::ptr::write_bytes(target as *mut u8, 0xee, 4096) };
         let read_only = fresh_key();
@@ -304,13 +294,8 @@ fn writes_without_a_completion_are_only_counted() {
         let mut b = messenger();
         a.set_count_silent_rma(true);
         first_contact(&mut a, &mut b);
-        let target_dma = b.dma.alloc(4096).unwrap();
-        let mut target_heap = vec![0u8; 4096];
-        let target = if target_dmable {
-            target_dma.as_ptr() as usize
-        } else {
-            target_heap.as_mut_ptr() as usize
-        };
+        let target_memory = TargetMemory::new(&b, 4096, target_dmable);
+        let target = target_memory.addr;
         let key = fresh_key();
         let _h = expose(
             key,
@@ -369,13 +354,8 @@ fn rma_write_with_data_and_inject() {
         let mut a = messenger();
         let mut b = messenger();
         first_contact(&mut a, &mut b);
-        let target_dma = b.dma.alloc(3 * FRAGMENT).unwrap();
-        let mut target_heap = vec![0u8; 3 * FRAGMENT];
-        let target = if target_dmable {
-            target_dma.as_ptr() as usize
-        } else {
-            target_heap.as_mut_ptr() as usize
-        };
+        let target_memory = TargetMemory::new(&b, 3 * FRAGMENT, target_dmable);
+        let target = target_memory.addr;
         let key = fresh_key();
         let _h = expose(
             key,

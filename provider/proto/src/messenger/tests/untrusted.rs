@@ -162,13 +162,8 @@ fn accesses_to_a_counting_key_are_reported_to_the_target() {
         let mut a = messenger();
         let mut b = messenger();
         first_contact(&mut a, &mut b);
-        let target_dma = b.dma.alloc(4096).unwrap();
-        let mut target_heap = vec![0u8; 4096];
-        let target = if target_dmable {
-            target_dma.as_ptr() as usize
-        } else {
-            target_heap.as_mut_ptr() as usize
-        };
+        let target_memory = TargetMemory::new(&b, 4096, target_dmable);
+        let target = target_memory.addr;
         let rw = Access::REMOTE_READ.union(Access::REMOTE_WRITE);
         let counting = fresh_key();
         let both = Access::NOTIFY_READ.union(Access::NOTIFY_WRITE);
