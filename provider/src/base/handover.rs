@@ -54,18 +54,25 @@ thread_local! {
     static SLOT: Cell<Option<&'static Slot>> = const { Cell::new(None) };
 }
 
+/// The calling thread's slot: one thread-local load on every entry point
+/// (inlined into the guard), made on the thread's first call.
+#[inline]
 fn slot() -> &'static Slot {
-    SLOT.with(|cell| match cell.get() {
+    match SLOT.with(Cell::get) {
         Some(slot) => slot,
-        None => {
-            let slot: &'static Slot = Box::leak(Box::new(Slot {
-                inside: AtomicU32::new(0),
-            }));
-            SLOTS.lock().push(slot);
-            cell.set(Some(slot));
-            slot
-        }
-    })
+        None => new_slot(),
+    }
+}
+
+#[cold]
+#[inline(never)]
+fn new_slot() -> &'static Slot {
+    let slot: &'static Slot = Box::leak(Box::new(Slot {
+        inside: AtomicU32::new(0),
+    }));
+    SLOTS.lock().push(slot);
+    SLOT.with(|cell| cell.set(Some(slot)));
+    slot
 }
 
 /// Turns the hand-over on (the agent starts): registers the process for
