@@ -230,30 +230,28 @@ struct TomlEntry {
 /// (`[dependencies]`, not dev or build ones), from the manifests in `tree`
 /// (as [`load`] reads them).
 pub fn crate_dependencies(tree: &SourceTree) -> BTreeMap<String, Vec<String>> {
-    let members: BTreeSet<String> = tree
+    let manifests: Vec<(String, Manifest)> = tree
         .iter()
-        .filter(|(path, _)| path.ends_with("/Cargo.toml"))
-        .filter_map(|(_, toml)| Manifest::parse(toml).string("package", 0, "name"))
-        .collect();
-    tree.iter()
         .filter(|(path, _)| path.ends_with("/Cargo.toml"))
         .filter_map(|(_, toml)| {
             let manifest = Manifest::parse(toml);
-            let name = manifest.string("package", 0, "name")?;
+            Some((manifest.string("package", 0, "name")?, manifest))
+        })
+        .collect();
+    let members: BTreeSet<&str> = manifests.iter().map(|(name, _)| name.as_str()).collect();
+    manifests
+        .iter()
+        .map(|(name, manifest)| {
             let deps = manifest
                 .0
                 .iter()
+                .filter(|e| e.table == "dependencies")
                 // `name = ...` or a dotted key, `name.workspace = true`.
-                .filter_map(|e| {
-                    e.key
-                        .split('.')
-                        .next()
-                        .filter(|_| e.table == "dependencies")
-                })
-                .filter(|key| members.contains(*key))
+                .filter_map(|e| e.key.split('.').next())
+                .filter(|key| members.contains(key))
                 .map(str::to_owned)
                 .collect();
-            Some((name, deps))
+            (name.clone(), deps)
         })
         .collect()
 }
