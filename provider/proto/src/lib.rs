@@ -232,6 +232,15 @@ impl RmaKind {
     ];
 }
 
+/// Where a messenger reports receives as they finish
+/// ([`Messenger::set_recv_sink`]): the endpoint's receive CQ and counter,
+/// so that a completion is written once, straight into its entry, instead
+/// of queued as an [`Event::Recv`] and turned into one later. It is called
+/// only when no event waits before it, so reports stay in order.
+pub trait RecvSink<A>: Send {
+    fn received(&mut self, done: &RecvDone<A>);
+}
+
 /// A completed receive.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct RecvDone<A> {

@@ -262,6 +262,13 @@ impl<P: Parent + ?Sized> ParentRef<P> {
     }
 }
 
+/// Another hold on the same parent, counted like the first.
+impl<P: Parent + ?Sized> Clone for ParentRef<P> {
+    fn clone(&self) -> Self {
+        ParentRef::new(&self.0)
+    }
+}
+
 impl<P: Parent + ?Sized> std::ops::Deref for ParentRef<P> {
     type Target = P;
     fn deref(&self) -> &P {

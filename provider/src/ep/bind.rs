@@ -4,6 +4,7 @@
 use std::os::raw::{c_int, c_void};
 use std::sync::Arc;
 
+use super::completion::RecvReport;
 use super::inner::{Ep, EpInner};
 use crate::av::Av;
 use crate::base::ffi::{self, Error};
@@ -130,6 +131,10 @@ impl Control for EpInner {
                     messenger.set_report_silent_sends(b.send_cntr.is_some());
                     // RMA without a completion moves counters only: counted.
                     messenger.set_count_silent_rma(true);
+                    if b.rx_cq.is_some() || b.recv_cntr.is_some() {
+                        let report = RecvReport::new(ep.inner.caps, &b);
+                        messenger.set_recv_sink(Box::new(report));
+                    }
                 }
                 // Binding is refused from now on, so the bindings freeze.
                 let _ = ep.inner.active.set(std::mem::take(&mut *b));

@@ -8,14 +8,15 @@ use std::sync::atomic::Ordering;
 use unimem_mailbox::MailboxAddr;
 
 use super::inner::{Bindings, EpInner, EpMessenger, SourceHit};
+use crate::av::AvInner;
 use crate::base::ffi::{self, Error};
 use crate::base::fid::ParentRef;
 use crate::base::lock::DomainMutexGuard;
 use crate::cntr::CntrInner;
-use crate::cq::{Completion, CompletionError};
+use crate::cq::{Completion, CompletionError, CqInner};
 use crate::state::progress::{Pending, Progress};
 use unimem_mailbox::doorbell::Doorbell;
-use unimem_proto::{ErrorKind, Event, RmaKind};
+use unimem_proto::{ErrorKind, Event, RecvDone, RecvSink, RmaKind};
 
 impl Progress for EpInner {
     fn progress(&self) {
@@ -184,29 +185,14 @@ impl EpInner {
                     }
                 }
                 Event::Recv(done) => {
-                    let mut flags = ffi::FI_RECV | kind_flag(done.tagged);
-                    if done.data.is_some() {
-                        flags |= ffi::FI_REMOTE_CQ_DATA;
-                    }
-                    if done.multi_released {
-                        flags |= ffi::FI_MULTI_RECV;
-                    }
                     if done.completion || done.multi_released {
                         if let Some(cq) = &bindings.rx_cq {
-                            cq.write(Completion {
-                                op_context: done.context as *mut c_void,
-                                flags,
-                                len: done.len,
-                                buf: done.buf as *mut c_void,
-                                data: done.data.unwrap_or(0),
-                                tag: done.tag,
-                                src_addr: source_fi_addr(
-                                    self.caps,
-                                    bindings,
-                                    &mut messenger.last_source,
-                                    &done.src,
-                                ),
-                            });
+                            let av = bindings
+                                .av
+                                .as_deref()
+                                .filter(|_| self.caps & ffi::FI_SOURCE != 0);
+                            let src = source_fi_addr(av, &mut messenger.last_source, &done.src);
+                            cq.write(recv_entry(&done, src));
                         }
                     }
                     if let Some(cntr) = &bindings.recv_cntr {
@@ -302,12 +288,11 @@ impl EpInner {
                                 data: e.data.unwrap_or(0),
                                 tag: e.tag,
                                 src_addr: e.src.map_or(ffi::FI_ADDR_NOTAVAIL, |src| {
-                                    source_fi_addr(
-                                        self.caps,
-                                        bindings,
-                                        &mut messenger.last_source,
-                                        &src,
-                                    )
+                                    let av = bindings
+                                        .av
+                                        .as_deref()
+                                        .filter(|_| self.caps & ffi::FI_SOURCE != 0);
+                                    source_fi_addr(av, &mut messenger.last_source, &src)
                                 }),
                             },
                             err,
@@ -338,20 +323,75 @@ impl EpInner {
     }
 }
 
+/// The CQ entry of a finished receive whose source is `src_addr`.
+#[inline]
+fn recv_entry(done: &RecvDone<MailboxAddr>, src_addr: ffi::fi_addr_t) -> Completion {
+    let mut flags = ffi::FI_RECV | kind_flag(done.tagged);
+    if done.data.is_some() {
+        flags |= ffi::FI_REMOTE_CQ_DATA;
+    }
+    if done.multi_released {
+        flags |= ffi::FI_MULTI_RECV;
+    }
+    Completion {
+        op_context: done.context as *mut c_void,
+        flags,
+        len: done.len,
+        buf: done.buf as *mut c_void,
+        data: done.data.unwrap_or(0),
+        tag: done.tag,
+        src_addr,
+    }
+}
+
+/// The messenger's [`RecvSink`]: a receive's CQ entry and counter event,
+/// written as it finishes (no event queued and drained later). Holds
+/// what the endpoint's frozen bindings hold for it, for as long as the
+/// endpoint's messenger lives, which is the endpoint's life.
+pub(super) struct RecvReport {
+    cq: Option<ParentRef<CqInner>>,
+    cntr: Option<ParentRef<CntrInner>>,
+    /// The AV, with FI_SOURCE only.
+    av: Option<ParentRef<AvInner>>,
+    last_source: Option<SourceHit>,
+}
+
+impl RecvReport {
+    pub(super) fn new(caps: u64, bindings: &Bindings) -> Self {
+        RecvReport {
+            cq: bindings.rx_cq.clone(),
+            cntr: bindings.recv_cntr.clone(),
+            av: bindings.av.clone().filter(|_| caps & ffi::FI_SOURCE != 0),
+            last_source: None,
+        }
+    }
+}
+
+impl RecvSink<MailboxAddr> for RecvReport {
+    #[inline]
+    fn received(&mut self, done: &RecvDone<MailboxAddr>) {
+        if done.completion || done.multi_released {
+            if let Some(cq) = &self.cq {
+                let src = source_fi_addr(self.av.as_deref(), &mut self.last_source, &done.src);
+                cq.write(recv_entry(done, src));
+            }
+        }
+        if let Some(cntr) = &self.cntr {
+            cntr.inc();
+        }
+    }
+}
+
 /// A completion's source address: an AV lookup (hashing the address) that
-/// only endpoints with FI_SOURCE pay for; MPI does without (it sends its rank
-/// as CQ data), though MPICH asks for it. The last answer is kept, and
-/// reused while the AV has had no removal.
+/// only endpoints with FI_SOURCE pay for (`av` is given to them only); MPI
+/// does without (it sends its rank as CQ data), though MPICH asks for it.
+/// The last answer is kept, and reused while the AV has had no removal.
 fn source_fi_addr(
-    caps: u64,
-    bindings: &Bindings,
+    av: Option<&AvInner>,
     last: &mut Option<SourceHit>,
     src: &MailboxAddr,
 ) -> ffi::fi_addr_t {
-    if caps & ffi::FI_SOURCE == 0 {
-        return ffi::FI_ADDR_NOTAVAIL;
-    }
-    let Some(av) = bindings.av.as_ref() else {
+    let Some(av) = av else {
         return ffi::FI_ADDR_NOTAVAIL;
     };
     // Read before the lookup: a removal meanwhile makes the answer stale.

@@ -145,7 +145,7 @@ impl<B: Backend> Messenger<B> {
             .multi
             .is_some_and(|id| self.matcher.multi_piece_done(id) == MultiDone::Released);
         self.stats.receives += 1;
-        self.events.push_back(Event::Recv(RecvDone {
+        let done = RecvDone {
             context: placement.context,
             completion: placement.completion,
             tagged: info.tag.is_some(),
@@ -156,7 +156,11 @@ impl<B: Backend> Messenger<B> {
             src,
             multi_released,
             multi: placement.multi.is_some(),
-        }));
+        };
+        match &mut self.recv_sink {
+            Some(sink) if self.events.is_empty() => sink.received(&done),
+            _ => self.events.push_back(Event::Recv(done)),
+        }
     }
 
     pub(crate) fn complete_recv_error(

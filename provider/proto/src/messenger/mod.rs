@@ -67,7 +67,7 @@ use unimem_mailbox::{Error as MailboxError, IdMap, Mailbox};
 use crate::dma::{DmaView, DomainDma, Token};
 use crate::matching::Matcher;
 use crate::pool::BufferPool;
-use crate::{Event, PostError, ProtoConfig, RmaKind, WireNode};
+use crate::{Event, PostError, ProtoConfig, RecvSink, RmaKind, WireNode};
 use ids::Slab;
 use peers::Peer;
 use recv::rendezvous::RxXfer;
@@ -141,6 +141,9 @@ pub struct Messenger<B: Backend> {
     // completion
     outstanding_sends: usize,
     events: VecDeque<Event<Addr<B>>>,
+    /// Where finished receives go when no event waits before them
+    /// (none: they are events too).
+    recv_sink: Option<Box<dyn RecvSink<Addr<B>>>>,
     /// Whether a send that asks for no CQ entry (an inject, a selective
     /// send) is reported all the same: only a send counter needs it, and
     /// MPI's small sends are injects with none bound.
@@ -266,6 +269,7 @@ impl<B: Backend> Messenger<B> {
             deferred_grants: VecDeque::new(),
             deferred_fragments: VecDeque::new(),
             events: VecDeque::new(),
+            recv_sink: None,
             report_silent_sends: true,
             count_silent_rma: false,
             silent_rma: [0; RmaKind::ALL.len()],
@@ -311,6 +315,12 @@ impl<B: Backend> Messenger<B> {
     /// provider turns it off for endpoints with no send counter.
     pub fn set_report_silent_sends(&mut self, on: bool) {
         self.report_silent_sends = on;
+    }
+
+    /// Reports finished receives to `sink` as they finish, instead of as
+    /// [`Event::Recv`]s, whenever no event waits before them.
+    pub fn set_recv_sink(&mut self, sink: Box<dyn RecvSink<Addr<B>>>) {
+        self.recv_sink = Some(sink);
     }
 
     /// Whether RMA operations and atomics that ask for no completion (an

@@ -512,3 +512,52 @@ fn cancel_of_a_multi_recv_buffer_in_use_releases_it_after_the_piece() {
     }
     assert!(b.next_event().is_none());
 }
+
+/// What a test sink was given: the contexts of the receives, in order.
+struct Recorder(std::sync::Arc<std::sync::Mutex<Vec<usize>>>);
+
+impl crate::RecvSink<MailboxAddr> for Recorder {
+    fn received(&mut self, done: &RecvDone<MailboxAddr>) {
+        self.0.lock().unwrap().push(done.context);
+    }
+}
+
+#[test]
+fn receives_go_to_the_sink_unless_an_event_waits_before_them() {
+    let mut a = messenger();
+    let mut b = messenger();
+    let sunk = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    b.set_recv_sink(Box::new(Recorder(sunk.clone())));
+    let (mut x, mut y, mut z) = ([0u8; 8], [0u8; 8], [0u8; 8]);
+    post(&mut b, false, recv_spec(&mut x, 1, None, 0, 0));
+    post(&mut b, true, recv_spec(&mut y, 2, None, 9, 0));
+    // An event waits (the cancel's): the receive queues behind it.
+    assert!(b.cancel(2));
+    send(&mut a, b.addr(), b"first", None, 0).unwrap();
+    let deadline = Instant::now() + HANG_GUARD;
+    while b.stats().receives < 1 {
+        assert!(Instant::now() < deadline, "the first message never came");
+        a.progress();
+        b.progress();
+    }
+    assert!(sunk.lock().unwrap().is_empty());
+    let queued: Vec<_> = std::iter::from_fn(|| b.next_event()).collect();
+    assert!(
+        matches!(&queued[0], Event::Error(e) if e.context == 2),
+        "{queued:?}"
+    );
+    assert_eq!(recv_done(&queued[1]).context, 1);
+    assert_eq!(&x[..5], b"first");
+    // Nothing waits now: the next one goes straight to the sink.
+    post(&mut b, false, recv_spec(&mut z, 3, None, 0, 0));
+    send(&mut a, b.addr(), b"second", None, 1).unwrap();
+    while b.stats().receives < 2 {
+        assert!(Instant::now() < deadline, "the second message never came");
+        a.progress();
+        b.progress();
+    }
+    assert_eq!(*sunk.lock().unwrap(), vec![3]);
+    assert!(b.next_event().is_none());
+    assert_eq!(&z[..6], b"second");
+    collect(&mut [&mut a, &mut b], 0, 2);
+}
