@@ -7,6 +7,7 @@
 
 use super::matching::Iov;
 
+#[inline]
 pub fn total_len(iov: &[Iov]) -> usize {
     match *iov {
         [(_, len)] => len,

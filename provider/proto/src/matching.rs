@@ -88,13 +88,18 @@ pub struct Placement {
 }
 
 impl Placement {
+    #[inline]
     pub fn capacity(&self) -> usize {
-        self.iov.iter().map(|&(_, len)| len).sum()
+        crate::iov::total_len(&self.iov)
     }
 
     /// Start of the data, as reported in the completion's `buf`.
+    #[inline]
     pub fn buf(&self) -> usize {
-        self.iov.first().map_or(0, |&(addr, _)| addr)
+        match &self.iov {
+            IovList::One((addr, _)) => *addr,
+            IovList::Many(pieces) => pieces.first().map_or(0, |&(addr, _)| addr),
+        }
     }
 }
 

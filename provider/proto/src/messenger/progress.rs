@@ -225,6 +225,16 @@ impl<B: Backend> Messenger<B> {
             }
             return;
         }
+        // The next commonest, an eager announcement: read in place too.
+        if let Some(e) = Wire::eager_view(message) {
+            let peer = self.peer_for_source(&src);
+            if !self.peers[peer].refused {
+                self.add_credits(peer, e.credits);
+                self.on_eager(peer, src, e.info, e.len, e.seq, e.ack);
+                self.fence_if_over(peer);
+            }
+            return;
+        }
         let Some(wire) = Wire::decode(message) else {
             let peer = self.peer_for_source(&src);
             self.drop_invalid(peer, "malformed message");

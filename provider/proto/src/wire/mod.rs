@@ -127,7 +127,7 @@ mod rendezvous;
 mod rma;
 
 pub use atomics::{Chunk, CHUNK_LEN};
-pub use eager::{EAGER_SEQ_MOD, MAX_EAGER_LEN};
+pub use eager::{EagerView, EAGER_SEQ_MOD, MAX_EAGER_LEN};
 pub use first_contact::{ID_BITS, NODE_LEN, PROTOCOL_VERSION};
 pub use inline::{
     inline_capacity, InlineBytes, INLINE_MAX, MAX_INLINE_PARTS, MAX_PARTED_LEN, MORE_LEN,
