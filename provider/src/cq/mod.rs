@@ -151,6 +151,7 @@ impl CqInner {
     ///
     /// # Safety
     /// As [`Queue::read`] for `self.format`.
+    #[inline]
     unsafe fn read(&self, buf: *mut c_void, count: usize, src_addr: *mut ffi::fi_addr_t) -> isize {
         self.progress().run();
         let n = if self.queued.load(Ordering::Acquire) == 0 {
@@ -373,6 +374,7 @@ pub unsafe fn trywait(fid: *const ffi::fid) -> Option<c_int> {
 ///
 /// # Safety
 /// `cq` must be NULL or a live `struct fid_cq`.
+#[inline]
 unsafe fn readable<'a>(
     cq: *mut ffi::fid_cq,
     buf: *mut c_void,

@@ -98,12 +98,20 @@ impl EpInner {
     /// objects of peers found dead since the last look go, and after such
     /// a loss, or when the peer check asks, receives from any source fail
     /// if nobody is left.
+    #[inline]
     fn after_pass(&self, mut messenger: DomainMutexGuard<'_, EpMessenger>) {
         let lost = messenger.peers_lost();
         let look = messenger.audience_check_due();
         drop(messenger);
         // A load first: a swap on every progress call would be a locked
         // instruction on the polling path.
+        if look || self.peers_reclaimed.load(Ordering::Relaxed) != lost {
+            self.after_loss_or_look(lost, look);
+        }
+    }
+
+    #[cold]
+    fn after_loss_or_look(&self, lost: usize, look: bool) {
         let new_loss = self.peers_reclaimed.load(Ordering::Relaxed) != lost
             && self.peers_reclaimed.swap(lost, Ordering::Relaxed) != lost;
         if new_loss {
@@ -152,11 +160,15 @@ fn kind_flag(tagged: bool) -> u64 {
 impl EpInner {
     /// Turns the protocol's finished operations into CQ entries and counter
     /// events.
+    #[inline]
     pub(super) fn drain(&self, messenger: &mut EpMessenger) {
-        // Most posts finish nothing at once.
-        if !messenger.has_events() {
-            return;
+        // Most posts and polls leave nothing to drain: one look, inline.
+        if messenger.has_events() {
+            self.drain_events(messenger);
         }
+    }
+
+    fn drain_events(&self, messenger: &mut EpMessenger) {
         let setup;
         let bindings = match self.active.get() {
             Some(active) => active,
