@@ -21,6 +21,7 @@ impl Inbox {
         got
     }
 
+    #[inline]
     pub fn is_empty(&self) -> bool {
         self.len.load(Ordering::Acquire) == 0
     }

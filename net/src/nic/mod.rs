@@ -300,10 +300,15 @@ impl Nic {
     /// the network is quiet for us, not more often than `QUIET_POLL_NS`.
     /// While it is not, without reading the clock: the data path spins on
     /// this.
+    #[inline]
     pub fn poll_from_data_path(&self) {
-        if self.remote_processes.load(Ordering::Relaxed) == 0 {
-            return;
+        // A job of one host (most): one load.
+        if self.remote_processes.load(Ordering::Relaxed) != 0 {
+            self.poll_remote_from_data_path();
         }
+    }
+
+    fn poll_remote_from_data_path(&self) {
         if self.quiet.load(Ordering::Relaxed) {
             let now = self.now_ns();
             if now.saturating_sub(self.polled_at.load(Ordering::Relaxed)) < QUIET_POLL_NS {

@@ -19,9 +19,11 @@ use crate::wire::Wire;
 impl<B: Backend> Messenger<B> {
     /// Advances everything: DMA completions, arrived messages, deferred work,
     /// credits and queued sends.
+    #[inline]
     pub fn progress(&mut self) {
         // Waiting for a message with nothing in flight is the common case
-        // (MPI polls in a loop): a look at the mailbox is all it takes.
+        // (MPI polls in a loop): a look at the mailbox is all it takes,
+        // inline in the caller's poll.
         if self.dma_waiters.is_empty()
             && self.active.is_empty()
             && self.deferred_grants.is_empty()
@@ -33,6 +35,11 @@ impl<B: Backend> Messenger<B> {
             self.check_peers();
             return;
         }
+        self.progress_pass();
+    }
+
+    /// A whole pass: something arrived or waits.
+    fn progress_pass(&mut self) {
         self.reap_dma();
         for _ in 0..self.cfg.poll_budget {
             let Some((src, message)) = self.mbx.poll() else {

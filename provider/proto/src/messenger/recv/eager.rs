@@ -39,7 +39,12 @@ impl<B: Backend> Messenger<B> {
         rx.seq = (rx.seq + 1) % EAGER_SEQ_MOD;
         let slot = rx.memory.as_ptr().wrapping_add(rx.next * rx.slot_size);
         let len = len as usize;
-        rx.next = (rx.next + 1) % rx.slots;
+        // A compare, not a division: the ring's size is not a constant.
+        rx.next = if rx.next + 1 == rx.slots {
+            0
+        } else {
+            rx.next + 1
+        };
         rx.owed += 1;
         self.deliver(peer, src, info, len, slot);
         if let Some(send_id) = ack {
