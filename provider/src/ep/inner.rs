@@ -49,15 +49,20 @@ pub struct EpMessenger {
 /// right while the AV has had no removal since `removals`: an AV index is
 /// never reused nor its address rewritten, and the messenger never
 /// forgets a peer.
-#[derive(Default)]
 struct RecvSources {
     removals: u64,
-    /// Empty until the first directed receive, then `SLOTS` long.
-    slots: Vec<Option<(ffi::fi_addr_t, SourcePeer)>>,
+    slots: Box<[Option<(ffi::fi_addr_t, SourcePeer)>; RecvSources::SLOTS]>,
 }
 
 impl RecvSources {
     const SLOTS: usize = 64;
+
+    fn new() -> Self {
+        RecvSources {
+            removals: 0,
+            slots: Box::new([None; RecvSources::SLOTS]),
+        }
+    }
 }
 
 /// A reverse lookup's answer, right while the AV has had no removal since.
@@ -73,7 +78,7 @@ impl EpMessenger {
         EpMessenger {
             messenger,
             last_source: None,
-            sources: RecvSources::default(),
+            sources: RecvSources::new(),
         }
     }
 
@@ -89,7 +94,7 @@ impl EpMessenger {
         let av = av?;
         let removals = av.removals();
         let slot = fi_addr as usize % RecvSources::SLOTS;
-        if let Some(&Some((at, peer))) = self.sources.slots.get(slot) {
+        if let Some((at, peer)) = self.sources.slots[slot] {
             if at == fi_addr && removals == self.sources.removals {
                 return Some(Ok(peer));
             }
@@ -117,11 +122,7 @@ impl EpMessenger {
         let Some(peer) = self.messenger.recv_source(&addr) else {
             return Some(Err(addr));
         };
-        let sources = &mut self.sources;
-        if sources.slots.is_empty() {
-            sources.slots.resize(RecvSources::SLOTS, None);
-        }
-        sources.slots[fi_addr as usize % RecvSources::SLOTS] = Some((fi_addr, peer));
+        self.sources.slots[fi_addr as usize % RecvSources::SLOTS] = Some((fi_addr, peer));
         Some(Ok(peer))
     }
 }
