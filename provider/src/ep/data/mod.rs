@@ -395,10 +395,12 @@ unsafe fn post(
     req: Option<Request>,
     post: impl FnOnce(&EpInner, &str, IovList, &Request) -> Result<(), Error>,
 ) -> isize {
-    // The guard's closure takes the request by reference: moving it in
-    // would copy it twice more on every call.
+    // The guard's closure takes the request by reference (moving it in
+    // would copy it twice more on every call), and that reference, the
+    // endpoint and the name by value: stored once, not each behind a
+    // pointer of its own.
     let req = req.as_ref();
-    ffi_guard_or(op, Error::EOTHER.ssize(), || {
+    ffi_guard_or(op, Error::EOTHER.ssize(), move || {
         // SAFETY: libfabric hands us an endpoint the application got from us.
         let Some(ep) = (unsafe { Ep::from_ptr(ep, op) }) else {
             return Error::EINVAL.ssize();
