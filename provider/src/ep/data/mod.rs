@@ -166,9 +166,9 @@ impl Request {
 
 /// A send of `iov` as `req` asks.
 ///
-/// Out of line on purpose, like [`post_recv`]: inlined into the shared
-/// entry path it pushed the AV lookup and the protocol's send out of line
-/// instead, and an inject with a receive took some 5 ns more.
+/// Out of line on purpose: inlined into the shared entry path it pushed
+/// the AV lookup and the protocol's send out of line instead, and an
+/// inject with a receive took some 5 ns more.
 #[inline(never)]
 fn post_send(ep: &EpInner, op: &str, iov: IovList, req: &Request) -> Result<(), Error> {
     let flags = req.flags.unwrap_or(ep.tx_op_flags);
@@ -222,7 +222,8 @@ const SPECIAL_RECV_FLAGS: u64 = !RECV_FLAGS | ffi::FI_MULTI_RECV | ffi::FI_PEEK 
 /// The common case (a plain receive, from anyone or from one source) is
 /// here; a directed one finds its source through the endpoint's cache of
 /// sources (`EpMessenger::directed_source`) rather than the AV and the
-/// messenger's peer table.
+/// messenger's peer table. Inlined into the entry path, unlike
+/// [`post_send`]: a call cost a receive some 14 instructions more.
 #[inline(always)]
 fn post_recv(ep: &EpInner, op: &str, iov: IovList, req: &Request) -> Result<(), Error> {
     let flags = req.flags.unwrap_or(ep.rx_op_flags);
