@@ -322,7 +322,24 @@ impl<A: Copy + Eq, B> Matcher<A, B> {
     /// posted. A multi-receive buffer may take several at once: the caller
     /// calls again while it returns `Some` and the buffer stays posted
     /// ([`Self::repost_multi`]).
+    #[inline]
     pub fn post(
+        &mut self,
+        tagged: bool,
+        recv: PostedRecv<A>,
+    ) -> Option<(Placement, Unexpected<A, B>)> {
+        let lane = self.lane(tagged);
+        // Mostly nothing is waiting: no search.
+        if lane.unexpected.is_empty() {
+            lane.posted.push_back(recv);
+            return None;
+        }
+        self.post_searching(tagged, recv)
+    }
+
+    /// [`Self::post`] with unexpected messages waiting in the lane.
+    #[inline(never)]
+    fn post_searching(
         &mut self,
         tagged: bool,
         recv: PostedRecv<A>,

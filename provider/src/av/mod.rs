@@ -91,6 +91,7 @@ impl AvInner {
 
     /// Removals so far: a [`reverse_lookup`](Self::reverse_lookup) answer
     /// stays right while this does not change.
+    #[inline]
     pub fn removals(&self) -> u64 {
         self.table.removals()
     }

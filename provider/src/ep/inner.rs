@@ -23,6 +23,7 @@ use crate::state::progress::Progress;
 use crate::state::DomainState;
 use unimem_net::{NodeDma, NodeMailbox};
 use unimem_proto as proto;
+use unimem_proto::messenger::SourcePeer;
 
 /// The protocol over the node's hardware: the shared-memory emulation for
 /// peers of this host, the network backend for peers of others.
@@ -37,6 +38,31 @@ pub struct EpMessenger {
     /// receives from few peers, and a hit spares the reverse map's hash
     /// and lock on every completion.
     pub(super) last_source: Option<SourceHit>,
+    /// The peers of directed receives' sources, by fi_addr.
+    sources: RecvSources,
+}
+
+/// Directed receives' sources: fi_addr → the messenger's peer, so that a
+/// receive from a source seen before reads neither the AV nor the
+/// messenger's peer map. Direct-mapped (a source takes the slot of its
+/// fi_addr modulo [`RecvSources::SLOTS`]; two that share one take turns),
+/// right while the AV has had no removal since `removals`: an AV index is
+/// never reused nor its address rewritten, and the messenger never
+/// forgets a peer.
+struct RecvSources {
+    removals: u64,
+    slots: Box<[Option<(ffi::fi_addr_t, SourcePeer)>; RecvSources::SLOTS]>,
+}
+
+impl RecvSources {
+    const SLOTS: usize = 64;
+
+    fn new() -> Self {
+        RecvSources {
+            removals: 0,
+            slots: Box::new([None; RecvSources::SLOTS]),
+        }
+    }
 }
 
 /// A reverse lookup's answer, right while the AV has had no removal since.
@@ -52,7 +78,52 @@ impl EpMessenger {
         EpMessenger {
             messenger,
             last_source: None,
+            sources: RecvSources::new(),
         }
+    }
+
+    /// The source of a receive directed at `fi_addr` (not
+    /// `FI_ADDR_UNSPEC`) through `av`: its peer, or its address while the
+    /// messenger has never heard of it; None if the AV has no such entry.
+    #[inline(always)]
+    pub(super) fn directed_source(
+        &mut self,
+        av: Option<&AvInner>,
+        fi_addr: ffi::fi_addr_t,
+    ) -> Option<Result<SourcePeer, MailboxAddr>> {
+        let av = av?;
+        let removals = av.removals();
+        let slot = fi_addr as usize % RecvSources::SLOTS;
+        if let Some((at, peer)) = self.sources.slots[slot] {
+            if at == fi_addr && removals == self.sources.removals {
+                return Some(Ok(peer));
+            }
+        }
+        self.directed_source_miss(av, fi_addr, removals)
+    }
+
+    /// [`Self::directed_source`] not in the cache; `removals` is the AV's
+    /// count read before the lookup.
+    #[cold]
+    #[inline(never)]
+    fn directed_source_miss(
+        &mut self,
+        av: &AvInner,
+        fi_addr: ffi::fi_addr_t,
+        removals: u64,
+    ) -> Option<Result<SourcePeer, MailboxAddr>> {
+        let sources = &mut self.sources;
+        if removals != sources.removals {
+            // An entry may be gone: forget them all.
+            sources.slots.fill(None);
+            sources.removals = removals;
+        }
+        let addr = av.lookup(fi_addr)?;
+        let Some(peer) = self.messenger.recv_source(&addr) else {
+            return Some(Err(addr));
+        };
+        self.sources.slots[fi_addr as usize % RecvSources::SLOTS] = Some((fi_addr, peer));
+        Some(Ok(peer))
     }
 }
 

@@ -211,4 +211,13 @@ impl Av {
             n => Err(n),
         }
     }
+
+    /// `fi_av_remove` of one entry.
+    pub fn remove(&self, fi_addr: u64) -> Result<(), i32> {
+        let mut one = [fi_addr];
+        // SAFETY: self is live; `one` holds the one address passed.
+        check(unsafe {
+            ((*(*self.ptr).ops).remove.expect("fi_ops_av.remove"))(self.ptr, one.as_mut_ptr(), 1, 0)
+        })
+    }
 }

@@ -52,7 +52,7 @@ mod rma;
 mod send;
 mod untrusted;
 
-pub use recv::Held;
+pub use recv::{Held, SourcePeer};
 pub use report::Stats;
 pub use rma::atomic::AtomicReq;
 pub use rma::RmaReq;

@@ -14,7 +14,7 @@ mod calls;
 use std::os::raw::c_void;
 use std::ptr;
 
-use super::inner::{Ep, EpInner};
+use super::inner::{Bindings, Ep, EpInner};
 use super::post::Bufs;
 use crate::base::ffi::{self, Error};
 use crate::base::guard::ffi_guard_or;
@@ -166,9 +166,9 @@ impl Request {
 
 /// A send of `iov` as `req` asks.
 ///
-/// Out of line on purpose, like [`post_recv`]: inlined into the shared
-/// entry path it pushed the AV lookup and the protocol's send out of line
-/// instead, and an inject with a receive took some 5 ns more.
+/// Out of line on purpose: inlined into the shared entry path it pushed
+/// the AV lookup and the protocol's send out of line instead, and an
+/// inject with a receive took some 5 ns more.
 #[inline(never)]
 fn post_send(ep: &EpInner, op: &str, iov: IovList, req: &Request) -> Result<(), Error> {
     let flags = req.flags.unwrap_or(ep.tx_op_flags);
@@ -213,18 +213,95 @@ fn post_send(ep: &EpInner, op: &str, iov: IovList, req: &Request) -> Result<(), 
     ep.post(op, |messenger| unsafe { messenger.send(req) })
 }
 
+/// Receive flags that leave the common path for [`post_recv_special`]:
+/// the refused ones, peeks, claims and multi-receive buffers.
+const SPECIAL_RECV_FLAGS: u64 = !RECV_FLAGS | ffi::FI_MULTI_RECV | ffi::FI_PEEK | ffi::FI_CLAIM;
+
 /// A receive into `iov` as `req` asks.
-#[inline(never)]
+///
+/// The common case (a plain receive, from anyone or from one source) is
+/// here; a directed one finds its source through the endpoint's cache of
+/// sources (`EpMessenger::directed_source`) rather than the AV and the
+/// messenger's peer table. Inlined into the entry path, unlike
+/// [`post_send`]: a call cost a receive some 14 instructions more.
+#[inline(always)]
 fn post_recv(ep: &EpInner, op: &str, iov: IovList, req: &Request) -> Result<(), Error> {
     let flags = req.flags.unwrap_or(ep.rx_op_flags);
-    let tagged = req.tag.is_some();
     let Some(b) = ep.active.get() else {
-        return Err(ep.refuse(
-            op,
-            Error::EOPBADSTATE,
-            format_args!("{op}: the endpoint is not enabled"),
-        ));
+        return Err(not_enabled(ep, op));
     };
+    if flags & SPECIAL_RECV_FLAGS != 0 {
+        return post_recv_special(ep, b, op, iov, req, flags);
+    }
+    let tagged = req.tag.is_some();
+    let recv = PostedRecv {
+        context: req.context as usize,
+        iov,
+        src: None,
+        tag: req.tag.unwrap_or(0),
+        ignore: req.ignore,
+        completion: !b.rx_selective || flags & ffi::FI_COMPLETION != 0,
+        multi_recv: false,
+    };
+    let directed = ep.caps & ffi::FI_DIRECTED_RECV != 0 && req.addr != FI_ADDR_UNSPEC;
+    let mut messenger = ep.enter();
+    // No limit but memory: rx_size is what we advertise, not a cap. MPI
+    // posts thousands of receives, and a peer that floods us the same way
+    // could only wait for us if we refused (both sides spinning on
+    // -FI_EAGAIN with nothing sent).
+    if !directed {
+        // SAFETY: libfabric's contract: the buffer stays valid until the
+        // receive completes.
+        unsafe { messenger.post_recv(tagged, recv) };
+    } else {
+        match messenger.directed_source(b.av.as_deref(), req.addr) {
+            // SAFETY: as above.
+            Some(Ok(peer)) => unsafe { messenger.post_recv_from(tagged, recv, peer) },
+            Some(Err(src)) => {
+                let recv = PostedRecv {
+                    src: Some(src),
+                    ..recv
+                };
+                // SAFETY: as above.
+                unsafe { messenger.post_recv(tagged, recv) };
+            }
+            None => {
+                drop(messenger);
+                return Err(not_in_av(ep, op, req.addr));
+            }
+        }
+    }
+    // Most posts finish nothing at once.
+    if messenger.has_events() {
+        ep.drain(&mut messenger);
+    }
+    Ok(())
+}
+
+#[cold]
+fn not_enabled(ep: &EpInner, op: &str) -> Error {
+    let why = format_args!("{op}: the endpoint is not enabled");
+    ep.refuse(op, Error::EOPBADSTATE, why)
+}
+
+#[cold]
+fn not_in_av(ep: &EpInner, op: &str, addr: ffi::fi_addr_t) -> Error {
+    let why = format_args!("{op}: fi_addr {addr:#x} is not in the endpoint's AV");
+    ep.refuse(op, Error::EINVAL, why)
+}
+
+/// [`post_recv`] with one of [`SPECIAL_RECV_FLAGS`] (`flags`).
+#[cold]
+#[inline(never)]
+fn post_recv_special(
+    ep: &EpInner,
+    b: &Bindings,
+    op: &str,
+    iov: IovList,
+    req: &Request,
+    flags: u64,
+) -> Result<(), Error> {
+    let tagged = req.tag.is_some();
     if flags & !RECV_FLAGS != 0 {
         let why = format_args!("{op}: unsupported flags {:#x}", flags & !RECV_FLAGS);
         return Err(ep.refuse(op, Error::EBADFLAGS, why));
@@ -235,20 +312,14 @@ fn post_recv(ep: &EpInner, op: &str, iov: IovList, req: &Request) -> Result<(), 
         return Err(ep.refuse(op, Error::EINVAL, why));
     }
     let src = req.addr;
-    let (src, completion) = {
-        let directed = ep.caps & ffi::FI_DIRECTED_RECV != 0 && src != FI_ADDR_UNSPEC;
-        let src = if directed {
-            match b.av.as_ref().and_then(|av| av.lookup(src)) {
-                Some(addr) => Some(addr),
-                None => {
-                    let why = format_args!("{op}: fi_addr {src:#x} is not in the endpoint's AV");
-                    return Err(ep.refuse(op, Error::EINVAL, why));
-                }
-            }
-        } else {
-            None
-        };
-        (src, !b.rx_selective || flags & ffi::FI_COMPLETION != 0)
+    let directed = ep.caps & ffi::FI_DIRECTED_RECV != 0 && src != FI_ADDR_UNSPEC;
+    let src = if directed {
+        match b.av.as_ref().and_then(|av| av.lookup(src)) {
+            Some(addr) => Some(addr),
+            None => return Err(not_in_av(ep, op, src)),
+        }
+    } else {
+        None
     };
     let recv = PostedRecv {
         context: req.context as usize,
@@ -256,7 +327,7 @@ fn post_recv(ep: &EpInner, op: &str, iov: IovList, req: &Request) -> Result<(), 
         src,
         tag: req.tag.unwrap_or(0),
         ignore: req.ignore,
-        completion,
+        completion: !b.rx_selective || flags & ffi::FI_COMPLETION != 0,
         multi_recv,
     };
     let mut messenger = ep.enter();
@@ -282,10 +353,7 @@ fn post_recv(ep: &EpInner, op: &str, iov: IovList, req: &Request) -> Result<(), 
             Err(ep.refuse(op, Error::EINVAL, why))
         }
     } else {
-        // No limit but memory: rx_size is what we advertise, not a cap. MPI
-        // posts thousands of receives, and a peer that floods us the same
-        // way could only wait for us if we refused (both sides spinning on
-        // -FI_EAGAIN with nothing sent).
+        // A multi-receive buffer (see post_recv on limits).
         // SAFETY: as above.
         unsafe { messenger.post_recv(tagged, recv) };
         Ok(())
@@ -328,10 +396,12 @@ unsafe fn post(
     req: Option<Request>,
     post: impl FnOnce(&EpInner, &str, IovList, &Request) -> Result<(), Error>,
 ) -> isize {
-    // The guard's closure takes the request by reference: moving it in
-    // would copy it twice more on every call.
+    // The guard's closure takes the request by reference (moving it in
+    // would copy it twice more on every call), and that reference, the
+    // endpoint and the name by value: stored once, not each behind a
+    // pointer of its own.
     let req = req.as_ref();
-    ffi_guard_or(op, Error::EOTHER.ssize(), || {
+    ffi_guard_or(op, Error::EOTHER.ssize(), move || {
         // SAFETY: libfabric hands us an endpoint the application got from us.
         let Some(ep) = (unsafe { Ep::from_ptr(ep, op) }) else {
             return Error::EINVAL.ssize();

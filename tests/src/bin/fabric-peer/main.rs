@@ -30,6 +30,7 @@
 //! | command | does |
 //! |---|---|
 //! | `insert <addr>` | `fi_av_insert`; `ok <fi_addr>` |
+//! | `remove <fi_addr>` | `fi_av_remove` of that entry |
 //! | `send <dest> <len> <seed> <ctx> [tag=T] [data=D] [flags=a\|b]` | posts `len` bytes of pattern `seed` (`fi_send`/`fi_senddata`/`fi_tsend`/`fi_tsenddata`; with `flags`, `fi_sendmsg`/`fi_tsendmsg` with those: `completion`, `inject`, `inject-complete`, `transmit-complete`, `match-complete`, `delivery-complete`, `commit-complete`), retrying `-FI_EAGAIN` while progressing |
 //! | `recv <src\|any> <len> <ctx> [tag=T [ignore=I]]` | posts a receive (`fi_recv`/`fi_trecv`) into a fresh buffer followed by guard bytes |
 //! | `try-recv <src\|any> <len> <ctx> [tag=T [ignore=I]]` | one raw receive call; `ok <rc>` |
@@ -186,6 +187,12 @@ impl Peer {
                     .map(|f| f.to_string())
                     .map_err(|c| format!("fi_av_insert: {c}"))
             }
+            "remove" => self
+                .obj
+                .av
+                .remove(a.num(0)?)
+                .map(|()| String::new())
+                .map_err(|c| format!("fi_av_remove: {c}")),
             "send" => self.send(&a),
             "inject" => self.inject(&a),
             "recv" => self.post_recv(&a, false, false),

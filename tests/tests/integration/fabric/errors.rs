@@ -63,6 +63,35 @@ fn send_to_an_address_not_in_the_av() {
 }
 
 #[test]
+fn directed_receives_from_a_removed_address_are_refused() {
+    let mut c = cluster("removed-src");
+    c.spawn(2).connect_all();
+    let (rx, tx) = (0, 1);
+    // Twice from the same source: the second receive finds it again
+    // (the endpoint remembers a directed receive's source).
+    for ctx in [1, 2] {
+        let msg = Msg::new(10, ctx).tag(5);
+        c.cmd(rx, format!("recv 1 10 {ctx} tag=5"));
+        c.cmd(tx, msg.send_cmd(rx as u64, ctx));
+        let got = c.cmd(rx, "wait recvs=1").completions();
+        msg.check_recv(&got[0], tx as u64);
+        c.cmd(tx, "wait sends=1");
+    }
+    c.cmd(rx, "remove 1");
+    expect_rc(&mut c, rx, "try-recv 1 10 3 tag=5", rc::EINVAL);
+    expect_rc(&mut c, rx, "try-recv 1 10 4", rc::EINVAL);
+    let stderr = c.finish_with_warnings().swap_remove(rx);
+    assert_warned(
+        &stderr,
+        &["fi_trecv", "fi_addr 0x1", "not in the endpoint's AV"],
+    );
+    assert_warned(
+        &stderr,
+        &["fi_recv", "fi_addr 0x1", "not in the endpoint's AV"],
+    );
+}
+
+#[test]
 fn messages_over_the_limits_are_refused_before_reading() {
     let mut c = cluster("too-big");
     // By default every length goes (64-bit lengths on the wire); the

@@ -16,6 +16,12 @@ use crate::matching::{Cancelled, Placement, PostedRecv, Unexpected};
 use crate::wire::{MatchInfo, Wire};
 use crate::{ErrorKind, Event, OpError, RecvDone, UNEXPECTED_OVERHEAD};
 
+/// The peer a directed receive names, found once by
+/// [`Messenger::recv_source`]: its holder may keep it for later receives
+/// from the same source of the same messenger.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SourcePeer(PeerIdx);
+
 /// What an unexpected message keeps until a receive takes it.
 pub enum Held {
     /// Its data, counted against its sender's `unexpected_held`.
@@ -101,34 +107,107 @@ impl<B: Backend> Messenger<B> {
     /// # Safety
     /// `recv.iov` must stay valid until the receive completes.
     pub unsafe fn post_recv(&mut self, tagged: bool, recv: PostedRecv<Addr<B>>) {
-        let context = recv.context;
-        let multi = recv.multi_recv;
-        let src = recv.src.map(|src| (src, self.known_peer(&src)));
-        let mut next = self.matcher.post(tagged, recv);
-        if next.is_none() {
-            // Queued, directed at a peer: one we never heard of is looked
-            // up now, so that the peer check watches it (it may have died
-            // before sending anything).
-            let peer = match src {
-                Some((_, Some(peer))) => Some(peer),
-                Some((src, None)) => self.watch_peer(src),
-                None if self.alone => {
-                    // A newcomer's first messages may wait in the mailbox.
-                    self.take_in_mailbox();
-                    if self.alone {
-                        // Nobody is left who could send it anything.
-                        self.fail_receives_from_anyone();
-                    }
-                    return;
-                }
-                None => None,
-            };
-            if let Some(peer) = peer.filter(|&p| self.peers[p].dead) {
+        let peer = recv.src.and_then(|src| self.known_peer(&src));
+        // SAFETY: forwarded from the caller.
+        unsafe { self.post_recv_with(tagged, recv, peer) }
+    }
+
+    /// The peer behind `src`, for directed receives posted with
+    /// [`Self::post_recv_from`]; None while we have never heard of it
+    /// ([`Self::post_recv`] then looks it up when it must wait for it).
+    /// Peers are never removed: the answer holds for the messenger's life.
+    pub fn recv_source(&mut self, src: &Addr<B>) -> Option<SourcePeer> {
+        self.known_peer(src).map(SourcePeer)
+    }
+
+    /// [`Self::post_recv`] of a receive from `peer` only (its `src` is the
+    /// peer's address), with the lookup of the source done once before.
+    ///
+    /// # Safety
+    /// As for [`Self::post_recv`].
+    #[inline]
+    pub unsafe fn post_recv_from(
+        &mut self,
+        tagged: bool,
+        mut recv: PostedRecv<Addr<B>>,
+        peer: SourcePeer,
+    ) {
+        let known = &self.peers[peer.0];
+        recv.src = Some(known.addr);
+        // Read now: posting does not change it.
+        let dead = known.dead;
+        let (context, multi) = (recv.context, recv.multi_recv);
+        let Some(first) = self.matcher.post(tagged, recv) else {
+            if dead {
                 // Nothing it could match is left from that peer.
-                self.fail_receives_from(peer);
+                self.fail_receives_from(peer.0);
+            }
+            return;
+        };
+        self.take_unexpected_posted(context, multi, first);
+    }
+
+    /// Posts `recv`; `peer` is the known peer of its source, if any.
+    ///
+    /// # Safety
+    /// As for [`Self::post_recv`].
+    #[inline]
+    unsafe fn post_recv_with(
+        &mut self,
+        tagged: bool,
+        recv: PostedRecv<Addr<B>>,
+        peer: Option<PeerIdx>,
+    ) {
+        let (context, multi, src) = (recv.context, recv.multi_recv, recv.src);
+        let Some(first) = self.matcher.post(tagged, recv) else {
+            // Queued. Nothing to do unless a peer is gone, or was never
+            // heard of (looked at out of line).
+            match (src, peer) {
+                (Some(_), Some(peer)) if !self.peers[peer].dead => {}
+                (None, _) if !self.alone => {}
+                _ => self.queued_for_the_lost(src, peer),
+            }
+            return;
+        };
+        self.take_unexpected_posted(context, multi, first);
+    }
+
+    /// A receive just queued from `src` (`peer` its known peer, if any),
+    /// which may wait for a peer that is gone.
+    #[cold]
+    fn queued_for_the_lost(&mut self, src: Option<Addr<B>>, peer: Option<PeerIdx>) {
+        // A directed receive at a peer we never heard of looks it up now,
+        // so that the peer check watches it (it may have died before
+        // sending anything).
+        let peer = match (src, peer) {
+            (Some(_), Some(peer)) => Some(peer),
+            (Some(src), None) => self.watch_peer(src),
+            (None, _) => {
+                // Alone: a newcomer's first messages may wait in the mailbox.
+                self.take_in_mailbox();
+                if self.alone {
+                    // Nobody is left who could send it anything.
+                    self.fail_receives_from_anyone();
+                }
                 return;
             }
+        };
+        if let Some(peer) = peer.filter(|&p| self.peers[p].dead) {
+            // Nothing it could match is left from that peer.
+            self.fail_receives_from(peer);
         }
+    }
+
+    /// A receive just posted took `first` of the unexpected messages; a
+    /// multi-receive buffer takes more while it has room.
+    #[inline(never)]
+    fn take_unexpected_posted(
+        &mut self,
+        context: usize,
+        multi: bool,
+        first: (Placement, Unexpected<Addr<B>, Held>),
+    ) {
+        let mut next = Some(first);
         while let Some((placement, message)) = next {
             self.take_unexpected(placement, message);
             next = if multi {

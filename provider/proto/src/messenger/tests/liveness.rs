@@ -36,6 +36,50 @@ fn receives_directed_at_a_peer_that_dies_fail() {
     assert_eq!((error.context, error.kind), (4, ErrorKind::PeerUnreachable));
 }
 
+/// The same through a source found once (`recv_source`, then
+/// `post_recv_from`), as the provider posts directed receives: unknown
+/// until the peer is heard of, then good for every receive, the one that
+/// waits when its peer dies and the one posted after.
+#[test]
+fn receives_from_a_source_found_once_fail_when_it_dies() {
+    let mut a = messenger_with(64, quick_peer_check());
+    let mut b = messenger();
+    let b_addr = b.addr();
+    assert_eq!(a.recv_source(&b_addr), None, "never heard of");
+    let mut first = [0u8; 4];
+    post(&mut a, true, recv_spec(&mut first, 1, Some(b_addr), 7, 0));
+    let b_peer = a.recv_source(&b_addr).expect("looked up for the receive");
+    let post_from = |a: &mut Shm, tagged, recv| {
+        // SAFETY: the buffers outlive the receives (they complete or fail
+        // below).
+        unsafe { a.post_recv_from(tagged, recv, b_peer) }
+    };
+    let mut second = [0u8; 4];
+    post_from(&mut a, true, recv_spec(&mut second, 2, None, 7, 0));
+    for data in [b"one!", b"two!"] {
+        send(&mut b, a.addr(), data, Some(7), 0).unwrap();
+    }
+    let got = collect(&mut [&mut a, &mut b], 0, 2);
+    let done: Vec<_> = got
+        .iter()
+        .map(|e| (recv_done(e).context, recv_done(e).src))
+        .collect();
+    assert_eq!(done, [(1, b_addr), (2, b_addr)]);
+    assert_eq!((&first, &second), (b"one!", b"two!"));
+
+    let mut waiting = [0u8; 4];
+    post_from(&mut a, true, recv_spec(&mut waiting, 3, None, 8, 0));
+    drop(b);
+    let error = error_of(&collect(&mut [&mut a], 0, 1)[0]).clone();
+    assert_eq!((error.context, error.kind), (3, ErrorKind::PeerUnreachable));
+    assert_eq!(error.src, Some(b_addr));
+    let mut late = [0u8; 4];
+    post_from(&mut a, false, recv_spec(&mut late, 4, None, 0, 0));
+    let error = error_of(&a.next_event().expect("fails when posted")).clone();
+    assert_eq!((error.context, error.kind), (4, ErrorKind::PeerUnreachable));
+    assert_eq!(a.posted_receives(), 0);
+}
+
 #[test]
 fn a_rendezvous_from_a_peer_that_died_fails_when_matched() {
     let mut a = messenger();
