@@ -17,6 +17,7 @@ pub fn ffi_guard<F: FnOnce() -> c_int>(entry: &'static str, body: F) -> c_int {
 ///
 /// Every entry point also counts as an application call for the progress
 /// agent, which stays out of the provider meanwhile (`base/handover.rs`).
+#[inline(always)]
 pub fn ffi_guard_or<T, F: FnOnce() -> T>(entry: &'static str, on_panic: T, body: F) -> T {
     let _call = crate::base::handover::AppCall::enter();
     // AssertUnwindSafe: after a panic we only report an error; the objects the
