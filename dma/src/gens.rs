@@ -235,6 +235,26 @@ impl GenTable {
     }
 }
 
+impl GenTable {
+    /// [`Self::check`] without the token: whether pages `[first, first +
+    /// expected.len())` still have the generations in `expected` (false
+    /// for pages the table does not cover). The per-message check of a
+    /// leased registration (`engine/registration.rs`), kept to indexing.
+    #[inline]
+    pub(crate) fn holds(&self, first: usize, expected: &[u32]) -> bool {
+        if first.saturating_add(expected.len()) > self.pages {
+            return false;
+        }
+        let base = self.object.base();
+        expected.iter().enumerate().all(|(i, &was)| {
+            // SAFETY: first + i < pages, which fit in the object after
+            // GENS_AT (checked above); the word is an atomic.
+            let word = unsafe { &*(base.add(GENS_AT + (first + i) * 4) as *const AtomicU32) };
+            word.load(Ordering::SeqCst) == was
+        })
+    }
+}
+
 /// A pinned table: the owner's frees wait for it (see [`GenTable::pin`]).
 pub(crate) struct Pin<'a> {
     count: &'a AtomicU32,

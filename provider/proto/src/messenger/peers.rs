@@ -70,6 +70,10 @@ pub(crate) struct TxRing {
     /// Our loads and stores reach the ring (a node of this host): eager
     /// data is stored into its slots, not put by DMA (`send/eager.rs`).
     pub(crate) stores: bool,
+    /// The ring's registration as resolved, for those stores: checked at
+    /// each, without the DMA lock or a lookup; gone once it refuses one
+    /// (the engine's way then says why).
+    pub(crate) lease: Option<unimem_dma::RegLease>,
 }
 
 impl TxRing {
@@ -418,6 +422,7 @@ impl<B: Backend> Messenger<B> {
         if self.peers[peer].tx.is_none() && ring_len > 0 {
             match self.dma.register(node, ring, ring_len) {
                 Ok(reg) => {
+                    let lease = self.dma.lease_registration(reg);
                     self.peers[peer].tx = Some(TxRing {
                         reg,
                         base: ring,
@@ -427,6 +432,7 @@ impl<B: Backend> Messenger<B> {
                         credits: slots as usize,
                         seq: 0,
                         stores: true,
+                        lease,
                     })
                 }
                 Err(e) => {

@@ -4,8 +4,8 @@
 
 use unimem_mailbox::{Message, MESSAGE_LEN};
 
-use super::{info_flags, op, put_info, read_info, Layout, MatchInfo, Wire};
-use crate::codec::{ArrayWriter, Put, Reader};
+use super::{info_flags, op, read_info, Layout, MatchInfo, Wire};
+use crate::codec::Reader;
 
 /// Eager sequence numbers count modulo this.
 pub const EAGER_SEQ_MOD: u8 = 32;
@@ -42,12 +42,22 @@ pub(super) fn encode(
     debug_assert!(len as usize <= MAX_EAGER_LEN && seq < EAGER_SEQ_MOD);
     let field = len | u32::from(seq) << EAGER_LEN_BITS;
     let flags = info_flags(info) | if ack.is_some() { ACK } else { 0 };
-    let mut w = ArrayWriter::<MESSAGE_LEN>::new();
-    w.put_u8(op::EAGER | flags).put_u8(credits).put_u32(field);
-    put_info(&mut w, info);
+    // Every eager message is encoded here: moves of fixed size into a
+    // zeroed line, as the inline codec does, not a writer's checked puts.
+    let mut line = [0u8; 32];
+    line[0] = op::EAGER | flags;
+    line[1] = credits;
+    line[2..6].copy_from_slice(&field.to_le_bytes());
+    let mut at = 6;
+    if let Some(tag) = info.tag {
+        line[at..at + 8].copy_from_slice(&tag.to_le_bytes());
+        at += 8;
+    }
+    if let Some(data) = info.data {
+        line[at..at + 8].copy_from_slice(&data.to_le_bytes());
+    }
     // The longest layout ends at byte 22 (see the module doc).
-    debug_assert!(w.len() <= ACK_AT);
-    let mut buf = w.finish();
+    let mut buf: Message = line[..MESSAGE_LEN].try_into().expect("one message");
     if let Some(send_id) = ack {
         buf[ACK_AT..].copy_from_slice(&send_id.to_le_bytes());
     }

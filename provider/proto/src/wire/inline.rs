@@ -218,6 +218,14 @@ pub(super) fn encode_whole(info: &MatchInfo, payload: &InlineBytes) -> Message {
     encode_inline(0, payload.len, info, payload)
 }
 
+/// [`encode_whole`] for a sender that has just checked the capacity
+/// (`Messenger::send`): not twice on every inline send.
+#[inline]
+pub(super) fn encode_checked(info: &MatchInfo, payload: &InlineBytes) -> Message {
+    debug_assert!(payload.len as usize <= inline_capacity(info));
+    encode_inline(0, payload.len, info, payload)
+}
+
 /// An `InlineFirst` of a message of `len` bytes: `payload` fills its
 /// capacity, and is shorter than `len`.
 #[inline]

@@ -192,14 +192,7 @@ impl<B: Backend> Messenger<B> {
             .expect("the data went into its ring");
         let seq = ring.seq;
         ring.seq = (ring.seq + 1) % EAGER_SEQ_MOD;
-        Wire::Eager {
-            info: *info,
-            len: len as u32,
-            seq,
-            credits,
-            ack: None,
-        }
-        .encode()
+        Wire::encode_eager(info, len as u32, seq, credits, None)
     }
 
     /// Whether a message of `len` bytes to `peer` would be stored into its
@@ -236,6 +229,15 @@ impl<B: Backend> Messenger<B> {
         }
         let ring = self.peers[peer].tx.as_mut().expect("checked above");
         let remote = ring.next_slot();
+        if let Some(lease) = &ring.lease {
+            // SAFETY: as below.
+            if lease.access(remote, len, true, |at| unsafe { gather(iov, 0, at, len) }) {
+                ring.spend();
+                self.stats.stored += 1;
+                return true;
+            }
+            ring.lease = None;
+        }
         let mut dma = self.dma.lock();
         // SAFETY: `at` reaches the slot, slot_size >= len bytes (the engine
         // checked the range); the iov holds len bytes (caller).
@@ -286,7 +288,7 @@ impl<B: Backend> Messenger<B> {
             };
             let remote = ring.next_slot();
             let bounce_pool = &self.bounce_pool;
-            let stored = dma.load_store(ring.reg, remote, len, true, &mut |at| match payload {
+            let mut store = |at: *mut u8| match payload {
                 // SAFETY: `at` reaches the slot, slot_size >= len bytes
                 // (the engine checked the range); a non-inject send's
                 // buffers stay valid until it completes (caller of `send`).
@@ -299,7 +301,17 @@ impl<B: Backend> Messenger<B> {
                 Payload::Bounce(bounce) => unsafe {
                     std::ptr::copy_nonoverlapping(bounce_pool.addr(*bounce), at, len)
                 },
-            });
+            };
+            let leased = ring
+                .lease
+                .as_ref()
+                .is_some_and(|lease| lease.access(remote, len, true, &mut store));
+            let stored = if leased {
+                Ok(())
+            } else {
+                ring.lease = None;
+                dma.load_store(ring.reg, remote, len, true, &mut store)
+            };
             match stored {
                 Ok(()) => {
                     ring.spend();

@@ -26,11 +26,7 @@ impl<B: Backend> Messenger<B> {
         let mut payload = InlineBytes::zeroed(len);
         // SAFETY: the iov is valid (caller of send); len fits the payload.
         unsafe { gather(&req.iov, 0, payload.bytes_mut().as_mut_ptr(), len) };
-        let message = Wire::Inline {
-            info: req.info,
-            payload,
-        }
-        .encode();
+        let message = Wire::encode_inline(&req.info, &payload);
         self.send_messages(peer, req, len, &[message])
     }
 
@@ -108,9 +104,22 @@ impl<B: Backend> Messenger<B> {
                 return Ok(());
             }
         }
-        // Behind earlier data, or the peer's mailbox is full: queue the
-        // rest, in order (encoded: an inject's data is copied). Injects too
-        // get an op: they complete (and count) when they leave.
+        self.queue_messages(peer, req, len, &messages[sent..]);
+        Ok(())
+    }
+
+    /// Behind earlier data, or the peer's mailbox is full: queues the rest
+    /// of a send's `messages`, in order (encoded: an inject's data is
+    /// copied). Injects too get an op: they complete (and count) when they
+    /// leave. Out of line: the send that leaves at once does not carry it.
+    #[inline(never)]
+    fn queue_messages(
+        &mut self,
+        peer: PeerIdx,
+        req: &SendReq<Addr<B>>,
+        len: usize,
+        messages: &[Message],
+    ) {
         self.outstanding_sends += 1;
         let op = self.tx_ops.insert(TxOp {
             class: TxClass::Msg,
@@ -122,11 +131,10 @@ impl<B: Backend> Messenger<B> {
             ack: false,
             kind: TxKind::Inline,
         });
-        let (last, before) = messages[sent..].split_last().expect("a message is left");
+        let (last, before) = messages.split_last().expect("a message is left");
         let queue = &mut self.peers[peer].data;
         queue.extend(before.iter().map(|&message| DataItem::Part { message }));
         queue.push_back(DataItem::Inline { message: *last, op });
         self.mark_active(peer);
-        Ok(())
     }
 }

@@ -18,7 +18,7 @@ use crate::dma::Token;
 use crate::iov::{gather, total_len};
 use crate::matching::IovList;
 use crate::pool::Buffer;
-use crate::wire::{inline_capacity, MatchInfo, Wire, EAGER_SEQ_MOD};
+use crate::wire::{inline_capacity, MatchInfo, Wire, EAGER_SEQ_MOD, INLINE_MAX};
 use crate::PostError;
 
 /// A send request. The iov stays valid until the send's completion (or,
@@ -177,18 +177,29 @@ impl<B: Backend> Messenger<B> {
         // when it would fit inline: an inline message has no room for the
         // send id the target's `Fin` names.
         let ack = req.delivery_complete && !req.inject;
-        // An inline message goes as it is even to a receiver that throttles
-        // us: its data costs the receiver no more than the rendezvous
-        // announcement that would replace it, and it completes in send order.
-        let inline = inline_capacity(&req.info);
-        if len <= inline && !ack {
-            return self.send_inline(peer, &req, len);
-        }
-        // A little longer: in a few mailbox messages, rather than a DMA and
-        // its announcement; but a slot our stores reach now takes the data
-        // for less than the parts (one message, not up to four).
-        if len <= self.parted_after(inline) && !ack && !self.stores_first(peer, len) {
-            return self.send_parted(peer, &req, len, inline);
+        // Longer than any inline message, and a slot our stores reach now
+        // takes it (most small sends to a peer of this host): straight to
+        // the eager path below, where the ways that follow would send it.
+        let over_inline = len > INLINE_MAX;
+        if ack || !over_inline || !self.stores_first(peer, len) {
+            // An inline message goes as it is even to a receiver that
+            // throttles us: its data costs the receiver no more than the
+            // rendezvous announcement that would replace it, and it
+            // completes in send order.
+            let inline = inline_capacity(&req.info);
+            if len <= inline && !ack {
+                return self.send_inline(peer, &req, len);
+            }
+            // A little longer: in a few mailbox messages, rather than a DMA
+            // and its announcement; but a slot our stores reach now takes
+            // the data for less than the parts (one message, not up to
+            // four; known not to when longer than an inline message).
+            if len <= self.parted_after(inline)
+                && !ack
+                && (over_inline || !self.stores_first(peer, len))
+            {
+                return self.send_parted(peer, &req, len, inline);
+            }
         }
         // The receiver holds too much of our unexpected data: messages
         // with data wait here, announced by rendezvous, until it matches
@@ -365,17 +376,17 @@ impl<B: Backend> Messenger<B> {
                     }
                     let credits = self.take_owed(peer);
                     let seq = self.peers[peer].tx.as_ref().map_or(0, |ring| ring.seq);
-                    let message = Wire::Eager {
-                        info,
-                        len: len as u32,
+                    let message = Wire::encode_eager(
+                        &info,
+                        len as u32,
                         seq,
                         credits,
-                        ack: ack.then_some(op as u16),
-                    };
+                        ack.then_some(op as u16),
+                    );
                     // Acknowledged: it stays in `tx_ops` (holding nothing:
                     // its bounce buffer went back when its DMA completed)
                     // until the target's `Fin`, or fails with the peer.
-                    (message.encode(), (!ack).then_some(op), credits)
+                    (message, (!ack).then_some(op), credits)
                 }
                 DataItem::LenHigh { op } => {
                     let len = self.tx_ops.get(op).expect("queued op exists").len;
