@@ -206,6 +206,7 @@ impl GenTable {
 
     /// Peer: pins the table for one transfer; the pin is released when the
     /// returned guard goes.
+    #[inline]
     pub(crate) fn pin(&self) -> Pin<'_> {
         let control = self.control();
         loop {
@@ -245,13 +246,16 @@ impl GenTable {
         if first.saturating_add(expected.len()) > self.pages {
             return false;
         }
-        let base = self.object.base();
-        expected.iter().enumerate().all(|(i, &was)| {
-            // SAFETY: first + i < pages, which fit in the object after
-            // GENS_AT (checked above); the word is an atomic.
-            let word = unsafe { &*(base.add(GENS_AT + (first + i) * 4) as *const AtomicU32) };
-            word.load(Ordering::SeqCst) == was
-        })
+        // SAFETY: first + expected.len() <= pages, which fit in the object
+        // after GENS_AT (checked above).
+        let words = unsafe { self.object.base().add(GENS_AT + first * 4) } as *const AtomicU32;
+        for (i, &was) in expected.iter().enumerate() {
+            // SAFETY: as above; the word is an atomic.
+            if unsafe { &*words.add(i) }.load(Ordering::SeqCst) != was {
+                return false;
+            }
+        }
+        true
     }
 }
 
@@ -273,6 +277,7 @@ impl Pin<'_> {
 }
 
 impl Drop for Pin<'_> {
+    #[inline]
     fn drop(&mut self) {
         unpin(self.count);
     }
@@ -290,6 +295,7 @@ impl Drop for OwnedPin {
     }
 }
 
+#[inline]
 fn unpin(count: &AtomicU32) {
     // A count the owner reset (it took us for dead) stays at 0.
     let _ = count.fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1));

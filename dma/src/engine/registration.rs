@@ -11,7 +11,7 @@ use unimem_mailbox::{NodeId, TimingModel};
 
 use super::{ShmDmaEngine, PAGE_SIZE};
 use crate::error::DmaError;
-use crate::gens::{page_span, GenTable, Pin};
+use crate::gens::{page_span, GenTable, Pin, GEN_PAGE};
 use crate::region::segment_name;
 use crate::RegId;
 use unimem_mailbox::node::monotonic_ns;
@@ -196,9 +196,10 @@ pub struct RegLease {
     start: u64,
     end: u64,
     mapping_start: u64,
-    segment_base: u64,
-    /// The segment's page of `start`, and the snapshot from it on.
+    /// The segment's page of `start`, its address, and the snapshot from
+    /// it on.
     first_page: usize,
+    pages_at: u64,
     snapshot: Box<[u32]>,
     revoked: Arc<AtomicBool>,
     /// The engine's model, unless it models nothing (native).
@@ -220,7 +221,7 @@ impl RegLease {
     /// owner's frees held off until `access` returns, the same modeled
     /// cost); false, with nothing run, if any check fails or the lease no
     /// longer holds.
-    #[inline]
+    #[inline(always)]
     pub fn access(
         &self,
         remote_addr: u64,
@@ -235,19 +236,37 @@ impl RegLease {
         {
             return false;
         }
-        // Inside the registration: its pages are the snapshot's.
-        let (first, count) = page_span(
-            (remote_addr - self.segment_base) as usize,
-            (remote_end - self.segment_base) as usize,
-        );
-        let Some(expected) = self
-            .snapshot
-            .get(first - self.first_page..first - self.first_page + count)
-        else {
+        // Inside the registration: its pages are the snapshot's, from the
+        // page at `pages_at` on (shifts, not `page_span`'s general case).
+        let from = (remote_addr - self.pages_at) as usize;
+        let to = (remote_end - self.pages_at) as usize;
+        let rel = from / GEN_PAGE;
+        let Some(expected) = self.snapshot.get(rel..to.div_ceil(GEN_PAGE)) else {
             return false;
         };
+        let first = self.first_page + rel;
         // The native profile models nothing: no clock read.
-        let started = self.timed.map(|_| monotonic_ns());
+        if let Some(timing) = self.timed {
+            let started = monotonic_ns();
+            if !self.pinned_access(remote_addr, first, expected, access) {
+                return false;
+            }
+            spin_until(started + timing.load_store_ns(len, store));
+            return true;
+        }
+        self.pinned_access(remote_addr, first, expected, access)
+    }
+
+    /// The access under a pin, if pages `first..` still have the
+    /// generations `expected`.
+    #[inline(always)]
+    fn pinned_access(
+        &self,
+        remote_addr: u64,
+        first: usize,
+        expected: &[u32],
+        access: impl FnOnce(*mut u8),
+    ) -> bool {
         {
             let _pin = self.gens.pin();
             if !self.gens.holds(first, expected) {
@@ -257,9 +276,6 @@ impl RegLease {
             // SAFETY: the range lies inside the registration, hence inside
             // the mapping, which starts at mapping_start.
             access(unsafe { self.mapping.base().add(offset) });
-        }
-        if let (Some(timing), Some(started)) = (self.timed, started) {
-            spin_until(started + timing.load_store_ns(len, store));
         }
         true
     }
@@ -276,8 +292,8 @@ impl ShmDmaEngine {
             start: r.start,
             end: r.end,
             mapping_start: r.mapping_start,
-            segment_base: r.segment_base,
             first_page,
+            pages_at: r.segment_base + (first_page * GEN_PAGE) as u64,
             snapshot: r.snapshot.clone().into_boxed_slice(),
             revoked: Arc::clone(&r.revoked),
             // What `load_store_ns` reads: either makes accesses cost.

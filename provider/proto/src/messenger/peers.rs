@@ -85,7 +85,11 @@ impl TxRing {
     /// That slot is filled: its credit is spent.
     pub(crate) fn spend(&mut self) {
         self.credits -= 1;
-        self.next = (self.next + 1) % self.slots;
+        // Not a modulo: a division on every eager message.
+        self.next += 1;
+        if self.next == self.slots {
+            self.next = 0;
+        }
     }
 }
 
@@ -175,19 +179,38 @@ pub(crate) struct Peer<A, R, N> {
 impl<B: Backend> Messenger<B> {
     /// A known peer's index. Peers are never removed, so the cached last
     /// lookup stays right.
+    #[inline]
     pub(crate) fn known_peer(&mut self, addr: &Addr<B>) -> Option<PeerIdx> {
         if let Some((last, index)) = self.last_peer {
             if last == *addr {
                 return Some(index);
             }
         }
+        self.look_up_peer(addr)
+    }
+
+    /// [`Self::known_peer`] past the last peer: the map, out of line.
+    #[inline(never)]
+    fn look_up_peer(&mut self, addr: &Addr<B>) -> Option<PeerIdx> {
         let index = *self.by_addr.get(addr)?;
         self.last_peer = Some((*addr, index));
         Some(index)
     }
 
+    #[inline]
     pub(crate) fn peer_index(&mut self, addr: &Addr<B>) -> Result<PeerIdx, PostError> {
-        if let Some(index) = self.known_peer(addr) {
+        if let Some((last, index)) = self.last_peer {
+            if last == *addr {
+                return Ok(index);
+            }
+        }
+        self.new_peer_index(addr)
+    }
+
+    /// [`Self::peer_index`] past the last peer: out of line.
+    #[inline(never)]
+    fn new_peer_index(&mut self, addr: &Addr<B>) -> Result<PeerIdx, PostError> {
+        if let Some(index) = self.look_up_peer(addr) {
             return Ok(index);
         }
         // The address was well formed (the AV took it): no endpoint behind

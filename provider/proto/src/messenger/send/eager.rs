@@ -179,6 +179,7 @@ impl<B: Backend> Messenger<B> {
     /// The announcement of an eager message whose data was just stored
     /// into the next slot of `peer`'s ring (its sequence number taken, the
     /// credits we owe the peer carried back).
+    #[inline(always)]
     pub(crate) fn eager_announcement(
         &mut self,
         peer: PeerIdx,
@@ -223,21 +224,35 @@ impl<B: Backend> Messenger<B> {
     ///
     /// # Safety
     /// `iov` must hold `len` readable bytes, `len` <= the peer's slot size.
+    #[inline(always)]
     pub(crate) unsafe fn store_now(&mut self, peer: PeerIdx, iov: &IovList, len: usize) -> bool {
         if !self.leaves_stored(peer) {
             return false;
         }
         let ring = self.peers[peer].tx.as_mut().expect("checked above");
-        let remote = ring.next_slot();
         if let Some(lease) = &ring.lease {
-            // SAFETY: as below.
-            if lease.access(remote, len, true, |at| unsafe { gather(iov, 0, at, len) }) {
+            // SAFETY: as in `store_by_engine`.
+            let store = |at| unsafe { gather(iov, 0, at, len) };
+            if lease.access(ring.next_slot(), len, true, store) {
                 ring.spend();
                 self.stats.stored += 1;
                 return true;
             }
             ring.lease = None;
         }
+        // SAFETY: forwarded from the caller.
+        unsafe { self.store_by_engine(peer, iov, len) }
+    }
+
+    /// [`Self::store_now`] through the engine (no lease, or it refused):
+    /// out of line, off the path of every stored send.
+    ///
+    /// # Safety
+    /// As [`Self::store_now`].
+    #[inline(never)]
+    unsafe fn store_by_engine(&mut self, peer: PeerIdx, iov: &IovList, len: usize) -> bool {
+        let ring = self.peers[peer].tx.as_mut().expect("checked by the caller");
+        let remote = ring.next_slot();
         let mut dma = self.dma.lock();
         // SAFETY: `at` reaches the slot, slot_size >= len bytes (the engine
         // checked the range); the iov holds len bytes (caller).

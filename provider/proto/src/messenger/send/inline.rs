@@ -27,7 +27,7 @@ impl<B: Backend> Messenger<B> {
         // SAFETY: the iov is valid (caller of send); len fits the payload.
         unsafe { gather(&req.iov, 0, payload.bytes_mut().as_mut_ptr(), len) };
         let message = Wire::encode_inline(&req.info, &payload);
-        self.send_messages(peer, req, len, &[message])
+        self.send_message(peer, req, len, &message)
     }
 
     /// Longest message that goes in parts with match information `info`.
@@ -71,6 +71,38 @@ impl<B: Backend> Messenger<B> {
             count += 1;
         }
         self.send_messages(peer, req, len, &parts[..count])
+    }
+
+    /// [`Self::send_messages`] of one message (every inline send, and every
+    /// eager one stored at once): inlined where it is sent, no loop.
+    #[inline(always)]
+    pub(super) fn send_message(
+        &mut self,
+        peer: PeerIdx,
+        req: &SendReq<Addr<B>>,
+        len: usize,
+        message: &Message,
+    ) -> Result<(), PostError> {
+        let state = &self.peers[peer];
+        if state.data.is_empty() {
+            let route = state.route.as_ref().expect("live peers have a route");
+            match self.mbx.send(route, message) {
+                Ok(()) => {
+                    // An inject still counts (send counters), without a CQ
+                    // entry.
+                    let completion = req.completion && !req.inject;
+                    self.report_send(req.context, req.info.tag.is_some(), completion);
+                    return Ok(());
+                }
+                Err(MailboxError::Busy) => {}
+                Err(e) => {
+                    self.fail_peer(peer);
+                    return Err(post_error(e));
+                }
+            }
+        }
+        self.queue_messages(peer, req, len, std::slice::from_ref(message));
+        Ok(())
     }
 
     /// Sends `messages` (one send's, in order) at once as far as the

@@ -226,7 +226,7 @@ impl<B: Backend> Messenger<B> {
                     // announcement goes at once, as an inline message does,
                     // with no operation to track.
                     let message = self.eager_announcement(peer, &req.info, len);
-                    return self.send_messages(peer, &req, len, &[message]);
+                    return self.send_message(peer, &req, len, &message);
                 }
                 TxKind::Eager(EagerState::Done)
             } else {
