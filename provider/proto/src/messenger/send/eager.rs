@@ -22,7 +22,7 @@ use unimem_mailbox::Message;
 use super::super::peers::DataItem;
 
 use super::super::{Backend, Messenger, PeerIdx};
-use super::{EagerState, Payload, TxKind, TxOp, Waiter};
+use super::{recycle_copy, EagerState, Payload, TxKind, TxOp, Waiter};
 use crate::iov::gather;
 use crate::matching::IovList;
 use crate::wire::{MatchInfo, Wire, EAGER_SEQ_MOD};
@@ -122,7 +122,9 @@ impl<B: Backend> Messenger<B> {
                     },
                     Payload::Bounce(_) => unreachable!("checked above"),
                 }
-                *payload = Payload::Bounce(bounce);
+                if let Payload::Copy(bytes) = std::mem::replace(payload, Payload::Bounce(bounce)) {
+                    recycle_copy(&mut self.spare_copies, bytes);
+                }
             }
             ready += 1;
         }
@@ -331,10 +333,14 @@ impl<B: Backend> Messenger<B> {
                 Ok(()) => {
                     ring.spend();
                     self.stats.stored += 1;
-                    if let EagerState::Waiting(Payload::Bounce(bounce)) =
-                        std::mem::replace(eager, EagerState::Done)
-                    {
-                        self.bounce_pool.put(bounce);
+                    match std::mem::replace(eager, EagerState::Done) {
+                        EagerState::Waiting(Payload::Bounce(bounce)) => {
+                            self.bounce_pool.put(bounce)
+                        }
+                        EagerState::Waiting(Payload::Copy(bytes)) => {
+                            recycle_copy(&mut self.spare_copies, bytes)
+                        }
+                        _ => {}
                     }
                 }
                 Err(unimem_dma::DmaError::NoLoadStore) => return None,

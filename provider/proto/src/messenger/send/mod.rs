@@ -21,6 +21,22 @@ use crate::pool::Buffer;
 use crate::wire::{inline_capacity, MatchInfo, Wire, EAGER_SEQ_MOD, INLINE_MAX};
 use crate::PostError;
 
+/// Copies of sends up to this long come from spares of this size
+/// ([`Messenger::take_copy`]): the small injects that wait for a credit.
+const SPARE_COPY_LEN: usize = 256;
+/// Most spare copies an endpoint keeps (16 KiB).
+const SPARE_COPIES: usize = 64;
+
+/// A copy whose data has left: kept in `spares` for
+/// [`Messenger::take_copy`] if it is one of the small ones and fewer than
+/// [`SPARE_COPIES`] wait. (A function of the spares alone: its callers
+/// hold a peer.)
+pub(crate) fn recycle_copy(spares: &mut Vec<Box<[u8]>>, bytes: Box<[u8]>) {
+    if bytes.len() == SPARE_COPY_LEN && spares.len() < SPARE_COPIES {
+        spares.push(bytes);
+    }
+}
+
 /// A send request. The iov stays valid until the send's completion (or,
 /// for an inject or a `copy` send, until the call returns).
 #[derive(Clone, Debug)]
@@ -211,8 +227,9 @@ impl<B: Backend> Messenger<B> {
             TxKind::Rendezvous(if copy {
                 // Memory of its own: a rendezvous may wait long for the
                 // receiver, too long to hold a bounce buffer.
-                let mut bytes = vec![0u8; len].into_boxed_slice();
-                // SAFETY: the iov is valid during this call (caller).
+                let mut bytes = self.take_copy(len);
+                // SAFETY: the iov is valid during this call (caller); the
+                // copy holds at least len bytes.
                 unsafe { gather(&req.iov, 0, bytes.as_mut_ptr(), len) };
                 Payload::Copy(bytes)
             } else {
@@ -304,10 +321,22 @@ impl<B: Backend> Messenger<B> {
                 return Payload::Bounce(bounce);
             }
         }
-        let mut bytes = vec![0u8; len].into_boxed_slice();
-        // SAFETY: as above; `bytes` holds len bytes.
+        let mut bytes = self.take_copy(len);
+        // SAFETY: as above; `bytes` holds at least len bytes.
         unsafe { gather(iov, 0, bytes.as_mut_ptr(), len) };
         Payload::Copy(bytes)
+    }
+
+    /// Memory for the copy of a send of `len` bytes: a spare one for a
+    /// small send (its first `len` bytes are the message: every reader
+    /// takes the send's length, not the copy's), else its own.
+    fn take_copy(&mut self, len: usize) -> Box<[u8]> {
+        if len > SPARE_COPY_LEN {
+            return vec![0u8; len].into_boxed_slice();
+        }
+        self.spare_copies
+            .pop()
+            .unwrap_or_else(|| vec![0u8; SPARE_COPY_LEN].into_boxed_slice())
     }
 
     /// `peer` says our send `op` is delivered: a rendezvous send (or the
