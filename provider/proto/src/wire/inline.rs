@@ -234,6 +234,16 @@ pub(super) fn encode_first(info: &MatchInfo, len: u8, payload: &InlineBytes) -> 
     encode_inline(PARTS, len, info, payload)
 }
 
+/// An `InlineMore` of `payload`, as [`put_more`] writes it: by two moves,
+/// for the sender's parts.
+#[inline]
+pub(super) fn encode_more(payload: &[u8; MORE_LEN]) -> Message {
+    let mut message = [0u8; MESSAGE_LEN];
+    message[0] = op::INLINE | PARTS | MORE;
+    message[1..].copy_from_slice(payload);
+    message
+}
+
 /// An `InlineMore`: its payload fills the message.
 #[inline]
 pub(super) fn put_more<W: Put>(payload: &[u8; MORE_LEN], w: &mut W) {

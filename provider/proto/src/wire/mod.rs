@@ -404,6 +404,19 @@ impl Wire {
         inline::encode_checked(info, payload)
     }
 
+    /// `Wire::InlineFirst { .. }.encode()` and `Wire::InlineMore { .. }
+    /// .encode()`, for the send path (as [`Self::encode_eager`]).
+    #[inline]
+    pub fn encode_inline_first(info: &MatchInfo, len: u8, payload: &InlineBytes) -> Message {
+        inline::encode_first(info, len, payload)
+    }
+
+    /// See [`Self::encode_inline_first`].
+    #[inline]
+    pub fn encode_inline_more(payload: &[u8; MORE_LEN]) -> Message {
+        inline::encode_more(payload)
+    }
+
     /// Encodes into one mailbox message. An inline payload must fit
     /// [`inline_capacity`].
     pub fn encode(&self) -> Message {

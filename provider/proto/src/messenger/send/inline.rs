@@ -57,17 +57,13 @@ impl<B: Backend> Messenger<B> {
         // (parted_capacity).
         unsafe { gather(&req.iov, 0, bytes.as_mut_ptr(), len) };
         let mut parts: [Message; MAX_INLINE_PARTS] = Default::default();
-        parts[0] = Wire::InlineFirst {
-            info: req.info,
-            len: len as u8,
-            payload: InlineBytes::new(&bytes[..first]),
-        }
-        .encode();
+        parts[0] =
+            Wire::encode_inline_first(&req.info, len as u8, &InlineBytes::new(&bytes[..first]));
         let mut count = 1;
         for chunk in bytes[first..len].chunks(MORE_LEN) {
             let mut payload = [0u8; MORE_LEN];
             payload[..chunk.len()].copy_from_slice(chunk);
-            parts[count] = Wire::InlineMore { payload }.encode();
+            parts[count] = Wire::encode_inline_more(&payload);
             count += 1;
         }
         self.send_messages(peer, req, len, &parts[..count])
