@@ -206,6 +206,7 @@ impl GenTable {
 
     /// Peer: pins the table for one transfer; the pin is released when the
     /// returned guard goes.
+    #[inline]
     pub(crate) fn pin(&self) -> Pin<'_> {
         let control = self.control();
         loop {
@@ -235,6 +236,29 @@ impl GenTable {
     }
 }
 
+impl GenTable {
+    /// [`Self::check`] without the token: whether pages `[first, first +
+    /// expected.len())` still have the generations in `expected` (false
+    /// for pages the table does not cover). The per-message check of a
+    /// leased registration (`engine/registration.rs`), kept to indexing.
+    #[inline]
+    pub(crate) fn holds(&self, first: usize, expected: &[u32]) -> bool {
+        if first.saturating_add(expected.len()) > self.pages {
+            return false;
+        }
+        // SAFETY: first + expected.len() <= pages, which fit in the object
+        // after GENS_AT (checked above).
+        let words = unsafe { self.object.base().add(GENS_AT + first * 4) } as *const AtomicU32;
+        for (i, &was) in expected.iter().enumerate() {
+            // SAFETY: as above; the word is an atomic.
+            if unsafe { &*words.add(i) }.load(Ordering::SeqCst) != was {
+                return false;
+            }
+        }
+        true
+    }
+}
+
 /// A pinned table: the owner's frees wait for it (see [`GenTable::pin`]).
 pub(crate) struct Pin<'a> {
     count: &'a AtomicU32,
@@ -253,6 +277,7 @@ impl Pin<'_> {
 }
 
 impl Drop for Pin<'_> {
+    #[inline]
     fn drop(&mut self) {
         unpin(self.count);
     }
@@ -270,6 +295,7 @@ impl Drop for OwnedPin {
     }
 }
 
+#[inline]
 fn unpin(count: &AtomicU32) {
     // A count the owner reset (it took us for dead) stays at 0.
     let _ = count.fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1));

@@ -21,7 +21,7 @@ use std::hash::Hash;
 
 pub use atomic::{update_elements, ATOMIC_WIDTHS};
 pub use copier::on_copy_done;
-pub use engine::ShmDmaEngine;
+pub use engine::{RegLease, ShmDmaEngine};
 pub use error::DmaError;
 pub use keys::{Access, Exposure, KeyHandle, KeyLease, KeyTable, KEY_SLOTS};
 pub use region::{
@@ -197,6 +197,15 @@ pub trait DmaEngine: Send {
     ) -> Result<(), DmaError> {
         let _ = (reg, remote_addr, len, store, access);
         Err(DmaError::NoLoadStore)
+    }
+
+    /// Registration `reg` resolved for a run of [`Self::load_store`]s by its
+    /// holder alone, without the engine ([`RegLease::access`]: the same
+    /// checks, each time); `None` where loads and stores do not reach it or
+    /// the engine has no leases (the caller goes through `load_store`).
+    fn lease_registration(&mut self, reg: RegId) -> Option<RegLease> {
+        let _ = reg;
+        None
     }
 
     /// Whether the engine's atomic unit reaches `node`'s memory; where it

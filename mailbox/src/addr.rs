@@ -78,6 +78,7 @@ impl MailboxAddr {
 
     /// The address as this host names it (without the node's network
     /// address).
+    #[inline]
     pub fn to_bytes(&self) -> [u8; ADDR_LEN] {
         let mut out = [0u8; ADDR_LEN];
         out[0..4].copy_from_slice(&self.node.job.0.to_le_bytes());

@@ -51,6 +51,7 @@ const SLEEPER: u32 = 2;
 /// Where the line sits in the mailbox's header page.
 pub(crate) const BELL_OFFSET: usize = 192;
 
+#[inline]
 pub(crate) fn line(object: &SharedObject) -> &BellLine {
     // SAFETY: BELL_OFFSET lies in the header page (4 KiB) and is 64-byte
     // aligned; the line holds atomics only.

@@ -437,6 +437,14 @@ impl DmaEngine for NodeDma {
     }
 
     #[inline]
+    fn lease_registration(&mut self, reg: RegId) -> Option<unimem_dma::RegLease> {
+        if reg.0 & NET_REG == 0 {
+            return self.shm.lease_registration(reg);
+        }
+        None
+    }
+
+    #[inline]
     fn atomics_reach(&self, node: NodeId) -> bool {
         !node.is_remote()
     }

@@ -31,6 +31,7 @@ use crate::error::DmaError;
 use crate::keys::{Exposure, KeyLease};
 use crate::region::{DmaBuf, DmaRegion};
 use crate::{DmaEngine, DmaId, ElementRange, RegId};
+pub use registration::RegLease;
 use registration::Registration;
 use remote::RemoteNode;
 use transfer::Direction;
@@ -305,6 +306,10 @@ impl DmaEngine for ShmDmaEngine {
             spin_until(started + cost);
         }
         Ok(())
+    }
+
+    fn lease_registration(&mut self, reg: RegId) -> Option<RegLease> {
+        self.lease(reg)
     }
 
     fn moved_async(&self) -> u64 {

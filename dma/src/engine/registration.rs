@@ -2,16 +2,19 @@
 //! segment, with the generations of its pages then, and checked against
 //! them (and a grant's token) at every access.
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
+use unimem_mailbox::profile::spin_until;
 use unimem_mailbox::shm::{SharedRange, HEADER_SIZE};
-use unimem_mailbox::NodeId;
+use unimem_mailbox::{NodeId, TimingModel};
 
 use super::{ShmDmaEngine, PAGE_SIZE};
 use crate::error::DmaError;
-use crate::gens::{page_span, GenTable, Pin};
+use crate::gens::{page_span, GenTable, Pin, GEN_PAGE};
 use crate::region::segment_name;
 use crate::RegId;
+use unimem_mailbox::node::monotonic_ns;
 
 /// A registered remote range and the local mapping that reaches it.
 pub(super) struct Registration {
@@ -29,6 +32,15 @@ pub(super) struct Registration {
     pub(super) gens: Arc<GenTable>,
     segment_base: u64,
     snapshot: Vec<u32>,
+    /// Set when the registration goes (deregistered, its node forgotten)
+    /// or is taken again (revalidated): its leases no longer hold.
+    revoked: Arc<AtomicBool>,
+}
+
+impl Drop for Registration {
+    fn drop(&mut self) {
+        self.revoked.store(true, Ordering::Release);
+    }
 }
 
 impl Registration {
@@ -43,6 +55,9 @@ impl Registration {
 
     /// Takes the generations of the registration's pages now.
     pub(super) fn take_snapshot(&mut self) -> Result<(), DmaError> {
+        // Leases carry the snapshot they were given: a new one ends them.
+        self.revoked.store(true, Ordering::Release);
+        self.revoked = Arc::new(AtomicBool::new(false));
         let (first, count) = self.pages(self.start, self.end);
         self.snapshot = self
             .gens
@@ -102,6 +117,7 @@ impl ShmDmaEngine {
             gens,
             segment_base: base,
             snapshot: Vec::new(),
+            revoked: Arc::new(AtomicBool::new(false)),
         };
         registration.take_snapshot()?;
         Ok(registration)
@@ -161,5 +177,128 @@ impl ShmDmaEngine {
         // at mapping_start: `offset` is inside it.
         let at = unsafe { registration.mapping.base().add(offset) };
         Ok((pin, at, registration))
+    }
+}
+
+/// A registration resolved once for a run of loads and stores by the CPU
+/// (a peer's eager ring, stored into for every small message): what
+/// [`ShmDmaEngine::load_store`](crate::DmaEngine::load_store) finds by
+/// looking the registration up, kept, so that each access is the checks
+/// alone, without the engine or its lock. Each access checks what the
+/// engine's checks: the range inside the registration, and, under a pin of
+/// the generation table, the pages' generations against the registration's
+/// snapshot (a ring its owner freed is not written). A lease whose
+/// registration went (deregistered, its node forgotten) or was taken again
+/// refuses every access: the caller goes the engine's way, which says why.
+pub struct RegLease {
+    mapping: Arc<SharedRange>,
+    gens: Arc<GenTable>,
+    start: u64,
+    end: u64,
+    mapping_start: u64,
+    /// The segment's page of `start`, its address, and the snapshot from
+    /// it on.
+    first_page: usize,
+    pages_at: u64,
+    snapshot: Box<[u32]>,
+    revoked: Arc<AtomicBool>,
+    /// The engine's model, unless it models nothing (native).
+    timed: Option<TimingModel>,
+}
+
+impl std::fmt::Debug for RegLease {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RegLease")
+            .field("start", &self.start)
+            .field("end", &self.end)
+            .finish_non_exhaustive()
+    }
+}
+
+impl RegLease {
+    /// Runs `access` on where `[remote_addr, remote_addr + len)` is mapped
+    /// here, as [`crate::DmaEngine::load_store`] does (the same checks, the
+    /// owner's frees held off until `access` returns, the same modeled
+    /// cost); false, with nothing run, if any check fails or the lease no
+    /// longer holds.
+    #[inline(always)]
+    pub fn access(
+        &self,
+        remote_addr: u64,
+        len: usize,
+        store: bool,
+        access: impl FnOnce(*mut u8),
+    ) -> bool {
+        let Some(remote_end) = remote_addr.checked_add(len as u64) else {
+            return false;
+        };
+        if remote_addr < self.start || remote_end > self.end || self.revoked.load(Ordering::Acquire)
+        {
+            return false;
+        }
+        // Inside the registration: its pages are the snapshot's, from the
+        // page at `pages_at` on (shifts, not `page_span`'s general case).
+        let from = (remote_addr - self.pages_at) as usize;
+        let to = (remote_end - self.pages_at) as usize;
+        let rel = from / GEN_PAGE;
+        let Some(expected) = self.snapshot.get(rel..to.div_ceil(GEN_PAGE)) else {
+            return false;
+        };
+        let first = self.first_page + rel;
+        // The native profile models nothing: no clock read.
+        if let Some(timing) = self.timed {
+            let started = monotonic_ns();
+            if !self.pinned_access(remote_addr, first, expected, access) {
+                return false;
+            }
+            spin_until(started + timing.load_store_ns(len, store));
+            return true;
+        }
+        self.pinned_access(remote_addr, first, expected, access)
+    }
+
+    /// The access under a pin, if pages `first..` still have the
+    /// generations `expected`.
+    #[inline(always)]
+    fn pinned_access(
+        &self,
+        remote_addr: u64,
+        first: usize,
+        expected: &[u32],
+        access: impl FnOnce(*mut u8),
+    ) -> bool {
+        {
+            let _pin = self.gens.pin();
+            if !self.gens.holds(first, expected) {
+                return false;
+            }
+            let offset = (remote_addr - self.mapping_start) as usize;
+            // SAFETY: the range lies inside the registration, hence inside
+            // the mapping, which starts at mapping_start.
+            access(unsafe { self.mapping.base().add(offset) });
+        }
+        true
+    }
+}
+
+impl ShmDmaEngine {
+    /// See [`crate::DmaEngine::lease_registration`].
+    pub(super) fn lease(&self, reg: RegId) -> Option<RegLease> {
+        let r = self.registrations.get(&reg.0)?;
+        let (first_page, _) = r.pages(r.start, r.end);
+        Some(RegLease {
+            mapping: Arc::clone(&r.mapping),
+            gens: Arc::clone(&r.gens),
+            start: r.start,
+            end: r.end,
+            mapping_start: r.mapping_start,
+            first_page,
+            pages_at: r.segment_base + (first_page * GEN_PAGE) as u64,
+            snapshot: r.snapshot.clone().into_boxed_slice(),
+            revoked: Arc::clone(&r.revoked),
+            // What `load_store_ns` reads: either makes accesses cost.
+            timed: (self.timing.mailbox_latency_ns > 0 || self.timing.dma_bytes_per_sec > 0)
+                .then_some(self.timing),
+        })
     }
 }

@@ -85,6 +85,7 @@ impl ObjectHeader {
     }
 
     /// The cheap half of [`Self::owner_gone`]: no system call.
+    #[inline]
     pub fn is_closed(&self) -> bool {
         self.closed.load(Ordering::Acquire) != 0
     }
@@ -343,6 +344,7 @@ impl SharedObject {
         Ok(object)
     }
 
+    #[inline]
     pub fn header(&self) -> &ObjectHeader {
         // SAFETY: every object starts with a header page, and ObjectHeader
         // is atomics only, valid for any bit pattern.
@@ -350,6 +352,7 @@ impl SharedObject {
     }
 
     /// Start of the object (its header).
+    #[inline]
     pub fn base(&self) -> *mut u8 {
         self.base.as_ptr()
     }

@@ -68,6 +68,7 @@ impl SharedRange {
         })
     }
 
+    #[inline]
     pub fn base(&self) -> *mut u8 {
         self.base.as_ptr()
     }

@@ -174,6 +174,95 @@ impl ShmMailbox {
         Doorbell::new(Arc::clone(&self.ring.object))
     }
 
+    /// Claims slot `pos` of `ring` and puts `message` in it; else the
+    /// ticket the slot holds.
+    #[inline]
+    fn claim(&self, ring: &Ring, pos: u32, message: &Message) -> Result<(), u32> {
+        let slot = ring.slot(pos);
+        // Claim at once rather than load first: a load would fetch the
+        // line from the receiver's cache shared, the CAS then again to own.
+        if let Err(seen) = slot.state.compare_exchange(
+            state(pos, FREE, 0),
+            self.claim_word(pos),
+            Ordering::Acquire,
+            Ordering::Relaxed,
+        ) {
+            return Err(state_pos(seen));
+        }
+        let visible_at = match ring.header().latency_ns.load(Ordering::Relaxed) {
+            0 => 0,
+            latency => monotonic_ns().saturating_add(latency),
+        };
+        // SAFETY: we hold the claim on this slot: no other sender
+        // writes it and the receiver reads it only once FULL.
+        unsafe {
+            *slot.visible_at.get() = visible_at;
+            *slot.source.get() = self.addr.to_bytes();
+            *slot.message.get() = *message;
+        }
+        slot.state.store(state(pos, FULL, 0), Ordering::Release);
+        // The tail only guides other senders (one finding this slot taken
+        // moves it on): publishing first takes a locked instruction off
+        // the receiver's critical path.
+        advance_tail(ring.tail(), pos);
+        let bell = doorbell::line(&ring.object);
+        if bell.wakeable.load(Ordering::Relaxed) != 0 {
+            doorbell::ring_if_armed(bell);
+        }
+        Ok(())
+    }
+
+    /// A send whose claim of ticket `pos` found the slot holding ticket
+    /// `seen`: moves on as far as the ring allows (see `send`).
+    #[inline(never)]
+    fn send_contended(
+        &self,
+        peer: &ShmPeer,
+        message: &Message,
+        mut pos: u32,
+        mut seen: u32,
+    ) -> Result<(), Error> {
+        let ring = &peer.ring;
+        let tail = ring.tail();
+        let mut resyncs = 0;
+        loop {
+            let behind = pos.wrapping_sub(seen) as i32;
+            if behind > 0 {
+                if behind as u32 != ring.depth() && resyncs < MAX_RESYNCS {
+                    // Not the previous lap: the tail is corrupt.
+                    resyncs += 1;
+                    resync_tail(ring, pos);
+                } else {
+                    // The slot still holds the previous lap: the ring is
+                    // full.
+                    if peer.owner_gone() {
+                        return Err(Error::Dead);
+                    }
+                    return Err(Error::Busy);
+                }
+            } else if seen.wrapping_sub(pos) > ring.depth() {
+                // More than a lap ahead of the tail: the tail is corrupt
+                // (stepping it on one ticket at a time could take 2^31
+                // turns).
+                if resyncs == MAX_RESYNCS {
+                    return Err(Error::Busy);
+                }
+                resyncs += 1;
+                resync_tail(ring, pos);
+            } else {
+                // Ticket `pos` is taken (or, if the slot is already in a
+                // later lap, long done): make sure the tail has moved past
+                // it, and retry with the tail as it is now.
+                advance_tail(tail, pos);
+            }
+            pos = tail.load(Ordering::Relaxed);
+            match self.claim(ring, pos, message) {
+                Ok(()) => return Ok(()),
+                Err(now) => seen = now,
+            }
+        }
+    }
+
     /// What our claim on a peer's slot `pos` holds while we write it.
     #[inline]
     fn claim_word(&self, pos: u32) -> u64 {
@@ -277,82 +366,20 @@ impl Mailbox for ShmMailbox {
         })
     }
 
+    /// The first claim, inline where the protocol sends: the tail's slot
+    /// is nearly always free. Anything else (taken, a full ring, a corrupt
+    /// tail) goes on in [`ShmMailbox::send_contended`].
+    #[inline]
     fn send(&self, peer: &ShmPeer, message: &Message) -> Result<(), Error> {
         let ring = &peer.ring;
         // One load of a read-mostly line: a closed mailbox takes no message.
         if ring.object.header().is_closed() {
             return Err(Error::Dead);
         }
-        let tail = ring.tail();
-        let claim_as = |pos| self.claim_word(pos);
-        let mut pos = tail.load(Ordering::Relaxed);
-        let mut resyncs = 0;
-        loop {
-            let slot = ring.slot(pos);
-            // Claim at once rather than load first: a load would fetch the
-            // line from the receiver's cache shared, the CAS then again to own.
-            let seen = match slot.state.compare_exchange(
-                state(pos, FREE, 0),
-                claim_as(pos),
-                Ordering::Acquire,
-                Ordering::Relaxed,
-            ) {
-                Ok(_) => {
-                    let visible_at = match ring.header().latency_ns.load(Ordering::Relaxed) {
-                        0 => 0,
-                        latency => monotonic_ns().saturating_add(latency),
-                    };
-                    // SAFETY: we hold the claim on this slot: no other sender
-                    // writes it and the receiver reads it only once FULL.
-                    unsafe {
-                        *slot.visible_at.get() = visible_at;
-                        *slot.source.get() = self.addr.to_bytes();
-                        *slot.message.get() = *message;
-                    }
-                    slot.state.store(state(pos, FULL, 0), Ordering::Release);
-                    // The tail only guides other senders (one finding this
-                    // slot taken moves it on): publishing first takes a
-                    // locked instruction off the receiver's critical path.
-                    advance_tail(tail, pos);
-                    let bell = doorbell::line(&ring.object);
-                    if bell.wakeable.load(Ordering::Relaxed) != 0 {
-                        doorbell::ring_if_armed(bell);
-                    }
-                    return Ok(());
-                }
-                Err(seen) => state_pos(seen),
-            };
-            let behind = pos.wrapping_sub(seen) as i32;
-            if behind > 0 {
-                if behind as u32 != ring.depth() && resyncs < MAX_RESYNCS {
-                    // Not the previous lap: the tail is corrupt.
-                    resyncs += 1;
-                    resync_tail(ring, pos);
-                    pos = tail.load(Ordering::Relaxed);
-                    continue;
-                }
-                // The slot still holds the previous lap: the ring is full.
-                if peer.owner_gone() {
-                    return Err(Error::Dead);
-                }
-                return Err(Error::Busy);
-            }
-            if seen.wrapping_sub(pos) > ring.depth() {
-                // More than a lap ahead of the tail: the tail is corrupt
-                // (stepping it on one ticket at a time could take 2^31 turns).
-                if resyncs == MAX_RESYNCS {
-                    return Err(Error::Busy);
-                }
-                resyncs += 1;
-                resync_tail(ring, pos);
-                pos = tail.load(Ordering::Relaxed);
-                continue;
-            }
-            // Ticket `pos` is taken (or, if the slot is already in a later
-            // lap, long done): make sure the tail has moved past it, and
-            // retry with the tail as it is now.
-            advance_tail(tail, pos);
-            pos = tail.load(Ordering::Relaxed);
+        let pos = ring.tail().load(Ordering::Relaxed);
+        match self.claim(ring, pos, message) {
+            Ok(()) => Ok(()),
+            Err(seen) => self.send_contended(peer, message, pos, seen),
         }
     }
 

@@ -31,7 +31,7 @@ use std::hash::BuildHasherDefault;
 use std::sync::Arc;
 
 use parking_lot::{Mutex, MutexGuard};
-use unimem_dma::{DmaBuf, DmaEngine, DmaError, DmaId, Exposure, KeyLease, RegId};
+use unimem_dma::{DmaBuf, DmaEngine, DmaError, DmaId, Exposure, KeyLease, RegId, RegLease};
 use unimem_mailbox::IdHasher;
 use unimem_regcache::{Config as RegCacheConfig, RegCache, Stats};
 
@@ -248,6 +248,11 @@ impl<D: DmaEngine> DmaView<D> {
         let reg = self.domain.shared.lock().engine.register(node, addr, len)?;
         self.owned.push(reg);
         Ok(reg)
+    }
+
+    /// See [`DmaEngine::lease_registration`].
+    pub fn lease_registration(&mut self, reg: RegId) -> Option<RegLease> {
+        self.domain.shared.lock().engine.lease_registration(reg)
     }
 
     /// See [`DomainDma::invalidate_node`].

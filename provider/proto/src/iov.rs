@@ -53,12 +53,24 @@ fn one_piece(iov: &[Iov], offset: usize, len: usize) -> Option<usize> {
 /// # Safety
 /// The iov must describe readable memory (the libfabric contract above) and
 /// `dst` must be writable for `len` bytes, not overlapping the iov.
+#[inline]
 pub unsafe fn gather(iov: &[Iov], offset: usize, dst: *mut u8, len: usize) {
     if let Some(at) = one_piece(iov, offset, len) {
         // SAFETY: in bounds of both sides by the caller's contract.
         unsafe { std::ptr::copy_nonoverlapping(at as *const u8, dst, len) };
         return;
     }
+    // SAFETY: as above.
+    unsafe { gather_pieces(iov, offset, dst, len) }
+}
+
+/// [`gather`] from several pieces: out of line, so that the one-piece copy
+/// of every small send inlines where it is made.
+///
+/// # Safety
+/// As [`gather`].
+#[inline(never)]
+unsafe fn gather_pieces(iov: &[Iov], offset: usize, dst: *mut u8, len: usize) {
     for (addr, take, at) in pieces(iov, offset, len) {
         // SAFETY: in bounds of both sides by the caller's contract.
         unsafe { std::ptr::copy_nonoverlapping(addr as *const u8, dst.add(at), take) };

@@ -29,7 +29,10 @@ impl EpInner {
     ) -> Result<(), Error> {
         let mut messenger = self.enter();
         let result = post(&mut messenger);
-        self.drain(&mut messenger);
+        // Most posts finish nothing at once: no call for that.
+        if messenger.has_events() {
+            self.drain(&mut messenger);
+        }
         result.map_err(|e| map_post_error(self, e, op))
     }
 }

@@ -13,6 +13,7 @@ impl<B: Backend> Messenger<B> {
     /// Credits owed to `peer`, taken for piggybacking (at most 255). None
     /// while we throttle it: its eager messages wait, and what it has in
     /// flight stays within its ring.
+    #[inline(always)]
     pub(crate) fn take_owed(&mut self, peer: PeerIdx) -> u8 {
         if self.peers[peer].throttling {
             return 0;

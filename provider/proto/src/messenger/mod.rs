@@ -138,6 +138,10 @@ pub struct Messenger<B: Backend> {
     // send
     tx_ops: Slab<TxOp>,
     bounce_pool: BufferPool,
+    /// Copies of small injects that waited for a credit, kept for the next
+    /// ones (`send/mod.rs`, `take_copy`): not an allocation and a free per
+    /// queued message.
+    spare_copies: Vec<Box<[u8]>>,
     // completion
     outstanding_sends: usize,
     events: VecDeque<Event<Addr<B>>>,
@@ -262,6 +266,7 @@ impl<B: Backend> Messenger<B> {
             helping: false,
             outstanding_sends: 0,
             bounce_pool,
+            spare_copies: Vec::new(),
             tx_staging,
             rx_staging,
             dma_waiters: Slab::new(),

@@ -70,6 +70,10 @@ pub(crate) struct TxRing {
     /// Our loads and stores reach the ring (a node of this host): eager
     /// data is stored into its slots, not put by DMA (`send/eager.rs`).
     pub(crate) stores: bool,
+    /// The ring's registration as resolved, for those stores: checked at
+    /// each, without the DMA lock or a lookup; gone once it refuses one
+    /// (the engine's way then says why).
+    pub(crate) lease: Option<unimem_dma::RegLease>,
 }
 
 impl TxRing {
@@ -81,7 +85,11 @@ impl TxRing {
     /// That slot is filled: its credit is spent.
     pub(crate) fn spend(&mut self) {
         self.credits -= 1;
-        self.next = (self.next + 1) % self.slots;
+        // Not a modulo: a division on every eager message.
+        self.next += 1;
+        if self.next == self.slots {
+            self.next = 0;
+        }
     }
 }
 
@@ -171,19 +179,38 @@ pub(crate) struct Peer<A, R, N> {
 impl<B: Backend> Messenger<B> {
     /// A known peer's index. Peers are never removed, so the cached last
     /// lookup stays right.
+    #[inline]
     pub(crate) fn known_peer(&mut self, addr: &Addr<B>) -> Option<PeerIdx> {
         if let Some((last, index)) = self.last_peer {
             if last == *addr {
                 return Some(index);
             }
         }
+        self.look_up_peer(addr)
+    }
+
+    /// [`Self::known_peer`] past the last peer: the map, out of line.
+    #[inline(never)]
+    fn look_up_peer(&mut self, addr: &Addr<B>) -> Option<PeerIdx> {
         let index = *self.by_addr.get(addr)?;
         self.last_peer = Some((*addr, index));
         Some(index)
     }
 
+    #[inline]
     pub(crate) fn peer_index(&mut self, addr: &Addr<B>) -> Result<PeerIdx, PostError> {
-        if let Some(index) = self.known_peer(addr) {
+        if let Some((last, index)) = self.last_peer {
+            if last == *addr {
+                return Ok(index);
+            }
+        }
+        self.new_peer_index(addr)
+    }
+
+    /// [`Self::peer_index`] past the last peer: out of line.
+    #[inline(never)]
+    fn new_peer_index(&mut self, addr: &Addr<B>) -> Result<PeerIdx, PostError> {
+        if let Some(index) = self.look_up_peer(addr) {
             return Ok(index);
         }
         // The address was well formed (the AV took it): no endpoint behind
@@ -418,6 +445,7 @@ impl<B: Backend> Messenger<B> {
         if self.peers[peer].tx.is_none() && ring_len > 0 {
             match self.dma.register(node, ring, ring_len) {
                 Ok(reg) => {
+                    let lease = self.dma.lease_registration(reg);
                     self.peers[peer].tx = Some(TxRing {
                         reg,
                         base: ring,
@@ -427,6 +455,7 @@ impl<B: Backend> Messenger<B> {
                         credits: slots as usize,
                         seq: 0,
                         stores: true,
+                        lease,
                     })
                 }
                 Err(e) => {

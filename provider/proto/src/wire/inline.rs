@@ -218,12 +218,30 @@ pub(super) fn encode_whole(info: &MatchInfo, payload: &InlineBytes) -> Message {
     encode_inline(0, payload.len, info, payload)
 }
 
+/// [`encode_whole`] for a sender that has just checked the capacity
+/// (`Messenger::send`): not twice on every inline send.
+#[inline]
+pub(super) fn encode_checked(info: &MatchInfo, payload: &InlineBytes) -> Message {
+    debug_assert!(payload.len as usize <= inline_capacity(info));
+    encode_inline(0, payload.len, info, payload)
+}
+
 /// An `InlineFirst` of a message of `len` bytes: `payload` fills its
 /// capacity, and is shorter than `len`.
 #[inline]
 pub(super) fn encode_first(info: &MatchInfo, len: u8, payload: &InlineBytes) -> Message {
     assert!(payload.len as usize == inline_capacity(info) && payload.len < len);
     encode_inline(PARTS, len, info, payload)
+}
+
+/// An `InlineMore` of `payload`, as [`put_more`] writes it: by two moves,
+/// for the sender's parts.
+#[inline]
+pub(super) fn encode_more(payload: &[u8; MORE_LEN]) -> Message {
+    let mut message = [0u8; MESSAGE_LEN];
+    message[0] = op::INLINE | PARTS | MORE;
+    message[1..].copy_from_slice(payload);
+    message
 }
 
 /// An `InlineMore`: its payload fills the message.

@@ -383,6 +383,40 @@ pub enum Wire {
 }
 
 impl Wire {
+    /// `Wire::Eager { .. }.encode()`, for the send path: without building
+    /// the enum and going through the match of every kind of message.
+    #[inline]
+    pub fn encode_eager(
+        info: &MatchInfo,
+        len: u32,
+        seq: u8,
+        credits: u8,
+        ack: Option<u16>,
+    ) -> Message {
+        eager::encode(info, len, seq, credits, ack)
+    }
+
+    /// `Wire::Inline { .. }.encode()`, for the send path (as
+    /// [`Self::encode_eager`]), whose caller has checked that `payload`
+    /// fits [`inline_capacity`] (else the message cuts it short).
+    #[inline]
+    pub fn encode_inline(info: &MatchInfo, payload: &InlineBytes) -> Message {
+        inline::encode_checked(info, payload)
+    }
+
+    /// `Wire::InlineFirst { .. }.encode()` and `Wire::InlineMore { .. }
+    /// .encode()`, for the send path (as [`Self::encode_eager`]).
+    #[inline]
+    pub fn encode_inline_first(info: &MatchInfo, len: u8, payload: &InlineBytes) -> Message {
+        inline::encode_first(info, len, payload)
+    }
+
+    /// See [`Self::encode_inline_first`].
+    #[inline]
+    pub fn encode_inline_more(payload: &[u8; MORE_LEN]) -> Message {
+        inline::encode_more(payload)
+    }
+
     /// Encodes into one mailbox message. An inline payload must fit
     /// [`inline_capacity`].
     pub fn encode(&self) -> Message {

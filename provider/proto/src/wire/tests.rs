@@ -395,3 +395,48 @@ fn every_encoder_follows_its_layout() {
     }
     assert_eq!(seen.len(), layouts.len(), "a sample of every message");
 }
+
+/// The send path's encoders write what `Wire::encode` writes.
+#[test]
+fn send_path_encoders_match_encode() {
+    let mut more = [0u8; MORE_LEN];
+    for (i, b) in more.iter_mut().enumerate() {
+        *b = i as u8 ^ 0x5a;
+    }
+    assert_eq!(
+        Wire::encode_inline_more(&more),
+        Wire::InlineMore { payload: more }.encode()
+    );
+    for info in infos() {
+        let first = inline_capacity(&info);
+        let bytes: Vec<u8> = (0..first as u8).collect();
+        let payload = InlineBytes::new(&bytes);
+        let len = (first + 10) as u8;
+        assert_eq!(
+            Wire::encode_inline_first(&info, len, &payload),
+            Wire::InlineFirst { info, len, payload }.encode()
+        );
+        let whole = InlineBytes::new(&bytes[..first.min(3)]);
+        assert_eq!(
+            Wire::encode_inline(&info, &whole),
+            Wire::Inline {
+                info,
+                payload: whole
+            }
+            .encode()
+        );
+        for ack in [None, Some(0x0102)] {
+            assert_eq!(
+                Wire::encode_eager(&info, 77, 5, 3, ack),
+                Wire::Eager {
+                    info,
+                    len: 77,
+                    seq: 5,
+                    credits: 3,
+                    ack
+                }
+                .encode()
+            );
+        }
+    }
+}

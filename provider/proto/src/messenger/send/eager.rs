@@ -22,7 +22,7 @@ use unimem_mailbox::Message;
 use super::super::peers::DataItem;
 
 use super::super::{Backend, Messenger, PeerIdx};
-use super::{EagerState, Payload, TxKind, TxOp, Waiter};
+use super::{recycle_copy, EagerState, Payload, TxKind, TxOp, Waiter};
 use crate::iov::gather;
 use crate::matching::IovList;
 use crate::wire::{MatchInfo, Wire, EAGER_SEQ_MOD};
@@ -122,7 +122,9 @@ impl<B: Backend> Messenger<B> {
                     },
                     Payload::Bounce(_) => unreachable!("checked above"),
                 }
-                *payload = Payload::Bounce(bounce);
+                if let Payload::Copy(bytes) = std::mem::replace(payload, Payload::Bounce(bounce)) {
+                    recycle_copy(&mut self.spare_copies, bytes);
+                }
             }
             ready += 1;
         }
@@ -179,6 +181,7 @@ impl<B: Backend> Messenger<B> {
     /// The announcement of an eager message whose data was just stored
     /// into the next slot of `peer`'s ring (its sequence number taken, the
     /// credits we owe the peer carried back).
+    #[inline(always)]
     pub(crate) fn eager_announcement(
         &mut self,
         peer: PeerIdx,
@@ -192,14 +195,7 @@ impl<B: Backend> Messenger<B> {
             .expect("the data went into its ring");
         let seq = ring.seq;
         ring.seq = (ring.seq + 1) % EAGER_SEQ_MOD;
-        Wire::Eager {
-            info: *info,
-            len: len as u32,
-            seq,
-            credits,
-            ack: None,
-        }
-        .encode()
+        Wire::encode_eager(info, len as u32, seq, credits, None)
     }
 
     /// Whether a message of `len` bytes to `peer` would be stored into its
@@ -230,11 +226,34 @@ impl<B: Backend> Messenger<B> {
     ///
     /// # Safety
     /// `iov` must hold `len` readable bytes, `len` <= the peer's slot size.
+    #[inline(always)]
     pub(crate) unsafe fn store_now(&mut self, peer: PeerIdx, iov: &IovList, len: usize) -> bool {
         if !self.leaves_stored(peer) {
             return false;
         }
         let ring = self.peers[peer].tx.as_mut().expect("checked above");
+        if let Some(lease) = &ring.lease {
+            // SAFETY: as in `store_by_engine`.
+            let store = |at| unsafe { gather(iov, 0, at, len) };
+            if lease.access(ring.next_slot(), len, true, store) {
+                ring.spend();
+                self.stats.stored += 1;
+                return true;
+            }
+            ring.lease = None;
+        }
+        // SAFETY: forwarded from the caller.
+        unsafe { self.store_by_engine(peer, iov, len) }
+    }
+
+    /// [`Self::store_now`] through the engine (no lease, or it refused):
+    /// out of line, off the path of every stored send.
+    ///
+    /// # Safety
+    /// As [`Self::store_now`].
+    #[inline(never)]
+    unsafe fn store_by_engine(&mut self, peer: PeerIdx, iov: &IovList, len: usize) -> bool {
+        let ring = self.peers[peer].tx.as_mut().expect("checked by the caller");
         let remote = ring.next_slot();
         let mut dma = self.dma.lock();
         // SAFETY: `at` reaches the slot, slot_size >= len bytes (the engine
@@ -286,7 +305,7 @@ impl<B: Backend> Messenger<B> {
             };
             let remote = ring.next_slot();
             let bounce_pool = &self.bounce_pool;
-            let stored = dma.load_store(ring.reg, remote, len, true, &mut |at| match payload {
+            let mut store = |at: *mut u8| match payload {
                 // SAFETY: `at` reaches the slot, slot_size >= len bytes
                 // (the engine checked the range); a non-inject send's
                 // buffers stay valid until it completes (caller of `send`).
@@ -299,15 +318,29 @@ impl<B: Backend> Messenger<B> {
                 Payload::Bounce(bounce) => unsafe {
                     std::ptr::copy_nonoverlapping(bounce_pool.addr(*bounce), at, len)
                 },
-            });
+            };
+            let leased = ring
+                .lease
+                .as_ref()
+                .is_some_and(|lease| lease.access(remote, len, true, &mut store));
+            let stored = if leased {
+                Ok(())
+            } else {
+                ring.lease = None;
+                dma.load_store(ring.reg, remote, len, true, &mut store)
+            };
             match stored {
                 Ok(()) => {
                     ring.spend();
                     self.stats.stored += 1;
-                    if let EagerState::Waiting(Payload::Bounce(bounce)) =
-                        std::mem::replace(eager, EagerState::Done)
-                    {
-                        self.bounce_pool.put(bounce);
+                    match std::mem::replace(eager, EagerState::Done) {
+                        EagerState::Waiting(Payload::Bounce(bounce)) => {
+                            self.bounce_pool.put(bounce)
+                        }
+                        EagerState::Waiting(Payload::Copy(bytes)) => {
+                            recycle_copy(&mut self.spare_copies, bytes)
+                        }
+                        _ => {}
                     }
                 }
                 Err(unimem_dma::DmaError::NoLoadStore) => return None,

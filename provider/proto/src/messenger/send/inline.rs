@@ -26,12 +26,8 @@ impl<B: Backend> Messenger<B> {
         let mut payload = InlineBytes::zeroed(len);
         // SAFETY: the iov is valid (caller of send); len fits the payload.
         unsafe { gather(&req.iov, 0, payload.bytes_mut().as_mut_ptr(), len) };
-        let message = Wire::Inline {
-            info: req.info,
-            payload,
-        }
-        .encode();
-        self.send_messages(peer, req, len, &[message])
+        let message = Wire::encode_inline(&req.info, &payload);
+        self.send_message(peer, req, len, &message)
     }
 
     /// Longest message that goes in parts with match information `info`.
@@ -61,20 +57,48 @@ impl<B: Backend> Messenger<B> {
         // (parted_capacity).
         unsafe { gather(&req.iov, 0, bytes.as_mut_ptr(), len) };
         let mut parts: [Message; MAX_INLINE_PARTS] = Default::default();
-        parts[0] = Wire::InlineFirst {
-            info: req.info,
-            len: len as u8,
-            payload: InlineBytes::new(&bytes[..first]),
-        }
-        .encode();
+        parts[0] =
+            Wire::encode_inline_first(&req.info, len as u8, &InlineBytes::new(&bytes[..first]));
         let mut count = 1;
         for chunk in bytes[first..len].chunks(MORE_LEN) {
             let mut payload = [0u8; MORE_LEN];
             payload[..chunk.len()].copy_from_slice(chunk);
-            parts[count] = Wire::InlineMore { payload }.encode();
+            parts[count] = Wire::encode_inline_more(&payload);
             count += 1;
         }
         self.send_messages(peer, req, len, &parts[..count])
+    }
+
+    /// [`Self::send_messages`] of one message (every inline send, and every
+    /// eager one stored at once): inlined where it is sent, no loop.
+    #[inline(always)]
+    pub(super) fn send_message(
+        &mut self,
+        peer: PeerIdx,
+        req: &SendReq<Addr<B>>,
+        len: usize,
+        message: &Message,
+    ) -> Result<(), PostError> {
+        let state = &self.peers[peer];
+        if state.data.is_empty() {
+            let route = state.route.as_ref().expect("live peers have a route");
+            match self.mbx.send(route, message) {
+                Ok(()) => {
+                    // An inject still counts (send counters), without a CQ
+                    // entry.
+                    let completion = req.completion && !req.inject;
+                    self.report_send(req.context, req.info.tag.is_some(), completion);
+                    return Ok(());
+                }
+                Err(MailboxError::Busy) => {}
+                Err(e) => {
+                    self.fail_peer(peer);
+                    return Err(post_error(e));
+                }
+            }
+        }
+        self.queue_messages(peer, req, len, std::slice::from_ref(message));
+        Ok(())
     }
 
     /// Sends `messages` (one send's, in order) at once as far as the
@@ -108,9 +132,22 @@ impl<B: Backend> Messenger<B> {
                 return Ok(());
             }
         }
-        // Behind earlier data, or the peer's mailbox is full: queue the
-        // rest, in order (encoded: an inject's data is copied). Injects too
-        // get an op: they complete (and count) when they leave.
+        self.queue_messages(peer, req, len, &messages[sent..]);
+        Ok(())
+    }
+
+    /// Behind earlier data, or the peer's mailbox is full: queues the rest
+    /// of a send's `messages`, in order (encoded: an inject's data is
+    /// copied). Injects too get an op: they complete (and count) when they
+    /// leave. Out of line: the send that leaves at once does not carry it.
+    #[inline(never)]
+    fn queue_messages(
+        &mut self,
+        peer: PeerIdx,
+        req: &SendReq<Addr<B>>,
+        len: usize,
+        messages: &[Message],
+    ) {
         self.outstanding_sends += 1;
         let op = self.tx_ops.insert(TxOp {
             class: TxClass::Msg,
@@ -122,11 +159,10 @@ impl<B: Backend> Messenger<B> {
             ack: false,
             kind: TxKind::Inline,
         });
-        let (last, before) = messages[sent..].split_last().expect("a message is left");
+        let (last, before) = messages.split_last().expect("a message is left");
         let queue = &mut self.peers[peer].data;
         queue.extend(before.iter().map(|&message| DataItem::Part { message }));
         queue.push_back(DataItem::Inline { message: *last, op });
         self.mark_active(peer);
-        Ok(())
     }
 }

@@ -18,8 +18,24 @@ use crate::dma::Token;
 use crate::iov::{gather, total_len};
 use crate::matching::IovList;
 use crate::pool::Buffer;
-use crate::wire::{inline_capacity, MatchInfo, Wire, EAGER_SEQ_MOD};
+use crate::wire::{inline_capacity, MatchInfo, Wire, EAGER_SEQ_MOD, INLINE_MAX};
 use crate::PostError;
+
+/// Copies of sends up to this long come from spares of this size
+/// ([`Messenger::take_copy`]): the small injects that wait for a credit.
+const SPARE_COPY_LEN: usize = 256;
+/// Most spare copies an endpoint keeps (16 KiB).
+const SPARE_COPIES: usize = 64;
+
+/// A copy whose data has left: kept in `spares` for
+/// [`Messenger::take_copy`] if it is one of the small ones and fewer than
+/// [`SPARE_COPIES`] wait. (A function of the spares alone: its callers
+/// hold a peer.)
+pub(crate) fn recycle_copy(spares: &mut Vec<Box<[u8]>>, bytes: Box<[u8]>) {
+    if bytes.len() == SPARE_COPY_LEN && spares.len() < SPARE_COPIES {
+        spares.push(bytes);
+    }
+}
 
 /// A send request. The iov stays valid until the send's completion (or,
 /// for an inject or a `copy` send, until the call returns).
@@ -177,18 +193,29 @@ impl<B: Backend> Messenger<B> {
         // when it would fit inline: an inline message has no room for the
         // send id the target's `Fin` names.
         let ack = req.delivery_complete && !req.inject;
-        // An inline message goes as it is even to a receiver that throttles
-        // us: its data costs the receiver no more than the rendezvous
-        // announcement that would replace it, and it completes in send order.
-        let inline = inline_capacity(&req.info);
-        if len <= inline && !ack {
-            return self.send_inline(peer, &req, len);
-        }
-        // A little longer: in a few mailbox messages, rather than a DMA and
-        // its announcement; but a slot our stores reach now takes the data
-        // for less than the parts (one message, not up to four).
-        if len <= self.parted_after(inline) && !ack && !self.stores_first(peer, len) {
-            return self.send_parted(peer, &req, len, inline);
+        // Longer than any inline message, and a slot our stores reach now
+        // takes it (most small sends to a peer of this host): straight to
+        // the eager path below, where the ways that follow would send it.
+        let over_inline = len > INLINE_MAX;
+        if ack || !over_inline || !self.stores_first(peer, len) {
+            // An inline message goes as it is even to a receiver that
+            // throttles us: its data costs the receiver no more than the
+            // rendezvous announcement that would replace it, and it
+            // completes in send order.
+            let inline = inline_capacity(&req.info);
+            if len <= inline && !ack {
+                return self.send_inline(peer, &req, len);
+            }
+            // A little longer: in a few mailbox messages, rather than a DMA
+            // and its announcement; but a slot our stores reach now takes
+            // the data for less than the parts (one message, not up to
+            // four; known not to when longer than an inline message).
+            if len <= self.parted_after(inline)
+                && !ack
+                && (over_inline || !self.stores_first(peer, len))
+            {
+                return self.send_parted(peer, &req, len, inline);
+            }
         }
         // The receiver holds too much of our unexpected data: messages
         // with data wait here, announced by rendezvous, until it matches
@@ -200,8 +227,9 @@ impl<B: Backend> Messenger<B> {
             TxKind::Rendezvous(if copy {
                 // Memory of its own: a rendezvous may wait long for the
                 // receiver, too long to hold a bounce buffer.
-                let mut bytes = vec![0u8; len].into_boxed_slice();
-                // SAFETY: the iov is valid during this call (caller).
+                let mut bytes = self.take_copy(len);
+                // SAFETY: the iov is valid during this call (caller); the
+                // copy holds at least len bytes.
                 unsafe { gather(&req.iov, 0, bytes.as_mut_ptr(), len) };
                 Payload::Copy(bytes)
             } else {
@@ -215,7 +243,7 @@ impl<B: Backend> Messenger<B> {
                     // announcement goes at once, as an inline message does,
                     // with no operation to track.
                     let message = self.eager_announcement(peer, &req.info, len);
-                    return self.send_messages(peer, &req, len, &[message]);
+                    return self.send_message(peer, &req, len, &message);
                 }
                 TxKind::Eager(EagerState::Done)
             } else {
@@ -293,10 +321,22 @@ impl<B: Backend> Messenger<B> {
                 return Payload::Bounce(bounce);
             }
         }
-        let mut bytes = vec![0u8; len].into_boxed_slice();
-        // SAFETY: as above; `bytes` holds len bytes.
+        let mut bytes = self.take_copy(len);
+        // SAFETY: as above; `bytes` holds at least len bytes.
         unsafe { gather(iov, 0, bytes.as_mut_ptr(), len) };
         Payload::Copy(bytes)
+    }
+
+    /// Memory for the copy of a send of `len` bytes: a spare one for a
+    /// small send (its first `len` bytes are the message: every reader
+    /// takes the send's length, not the copy's), else its own.
+    fn take_copy(&mut self, len: usize) -> Box<[u8]> {
+        if len > SPARE_COPY_LEN {
+            return vec![0u8; len].into_boxed_slice();
+        }
+        self.spare_copies
+            .pop()
+            .unwrap_or_else(|| vec![0u8; SPARE_COPY_LEN].into_boxed_slice())
     }
 
     /// `peer` says our send `op` is delivered: a rendezvous send (or the
@@ -365,17 +405,17 @@ impl<B: Backend> Messenger<B> {
                     }
                     let credits = self.take_owed(peer);
                     let seq = self.peers[peer].tx.as_ref().map_or(0, |ring| ring.seq);
-                    let message = Wire::Eager {
-                        info,
-                        len: len as u32,
+                    let message = Wire::encode_eager(
+                        &info,
+                        len as u32,
                         seq,
                         credits,
-                        ack: ack.then_some(op as u16),
-                    };
+                        ack.then_some(op as u16),
+                    );
                     // Acknowledged: it stays in `tx_ops` (holding nothing:
                     // its bounce buffer went back when its DMA completed)
                     // until the target's `Fin`, or fails with the peer.
-                    (message.encode(), (!ack).then_some(op), credits)
+                    (message, (!ack).then_some(op), credits)
                 }
                 DataItem::LenHigh { op } => {
                     let len = self.tx_ops.get(op).expect("queued op exists").len;
