@@ -513,6 +513,11 @@ impl<D: DmaEngine> DmaSession<'_, D> {
         self.shared.engine.resolve_key(node, key)
     }
 
+    /// See [`DmaEngine::lease_registration`].
+    pub fn lease_registration(&mut self, reg: RegId) -> Option<RegLease> {
+        self.shared.engine.lease_registration(reg)
+    }
+
     /// See [`DmaEngine::lease_key`].
     pub fn lease_key(&mut self, node: D::Node, key: u64) -> Option<KeyLease> {
         self.shared.engine.lease_key(node, key)

@@ -107,10 +107,15 @@ pub(crate) struct RxRing {
 
 /// The key the direct path used last with a peer, as resolved (a lease
 /// whose slot is one load to check again), and the registration it used
-/// (`rma::direct`).
+/// (`rma::direct`), leased too where the engine leases registrations (an
+/// access then checks what the engine checks, without the engine or the
+/// domain's DMA lock).
 pub(crate) struct Lane {
     pub(crate) lease: unimem_dma::KeyLease,
     pub(crate) reg: unimem_dma::RegId,
+    pub(crate) mapped: Option<unimem_dma::RegLease>,
+    /// The engine's atomic unit reaches the peer's memory.
+    pub(crate) atomics: bool,
 }
 
 /// A peer: its address and route (mailbox), node (DMA), eager rings and

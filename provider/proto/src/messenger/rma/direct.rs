@@ -155,17 +155,23 @@ impl<B: Backend> Messenger<B> {
         } else {
             Access::REMOTE_READ
         };
-        let mut dma = self.dma.lock();
-        // Another host: its key is a question over the network, which the
-        // general path asks once.
-        if !dma.loads_reach(node) {
-            return false;
-        }
-        let lane = &mut self.peers[peer].lane;
-        let granted = lane_access(&mut dma, lane, node, (range, need, 1), store, access);
-        drop(dma);
-        let Some(granted) = granted else {
-            return false;
+        let granted = match lane_leased(&self.peers[peer].lane, (range, need, 1), store, access) {
+            Some(granted) => granted,
+            None => {
+                let mut dma = self.dma.lock();
+                // Another host: its key is a question over the network,
+                // which the general path asks once.
+                if !dma.loads_reach(node) {
+                    return false;
+                }
+                let lane = &mut self.peers[peer].lane;
+                let granted = lane_access(&mut dma, lane, node, (range, need, 1), store, access);
+                drop(dma);
+                let Some(granted) = granted else {
+                    return false;
+                };
+                granted
+            }
         };
         self.direct_done(peer, key, granted.notify, (!store, store));
         self.tell_target(peer, key, None, data, len);
@@ -204,11 +210,6 @@ impl<B: Backend> Messenger<B> {
         if fetch {
             need = need.union(Access::REMOTE_READ);
         }
-        let mut dma = self.dma.lock();
-        if !dma.loads_reach(node) || !dma.atomics_reach(node) {
-            return false;
-        }
-        let lane = &mut self.peers[peer].lane;
         // The operands, then the compare operands, as the general path
         // keeps them; on the stack (at most 64 bytes each).
         let mut operands = [0u8; 2 * ATOMIC_MAX_BYTES];
@@ -245,8 +246,23 @@ impl<B: Backend> Messenger<B> {
         };
         let range = (req.key, req.addr, len);
         let ask = (range, need, size);
-        let granted = lane_access(&mut dma, lane, node, ask, one_way, &mut access);
-        drop(dma);
+        let lane = &mut self.peers[peer].lane;
+        // Only a lane whose node the atomic unit reaches: nothing may run
+        // before that is known.
+        let leased = match lane {
+            Some(l) if l.atomics => lane_leased(lane, ask, one_way, &mut access),
+            _ => None,
+        };
+        let granted = match leased {
+            Some(granted) => Some(granted),
+            None => {
+                let mut dma = self.dma.lock();
+                if !dma.loads_reach(node) || !dma.atomics_reach(node) {
+                    return false;
+                }
+                lane_access(&mut dma, lane, node, ask, one_way, &mut access)
+            }
+        };
         let Some(granted) = granted.filter(|_| applied.is_ok()) else {
             return false;
         };
@@ -304,12 +320,33 @@ fn lane_access<D: DmaEngine>(
         dma.lease_key(node, range.0).map(|lease| Lane {
             lease,
             reg: granted.reg,
+            mapped: dma.lease_registration(granted.reg),
+            atomics: dma.atomics_reach(node),
         })
     });
     let granted = granted?;
     dma.load_store(granted.reg, granted.target, len, store, access)
         .ok()
         .map(|()| granted)
+}
+
+/// Runs `access` as [`lane_access`] does, through the lane's leased
+/// registration alone (no engine, no DMA lock), if the lane holds the key,
+/// grants the range and its registration is leased and still holds; `None`,
+/// with nothing run, otherwise (the caller goes [`lane_access`]'s way).
+#[inline]
+fn lane_leased(
+    lane: &Option<Lane>,
+    (range, need, align): ((u64, u64, usize), Access, usize),
+    store: bool,
+    access: &mut dyn FnMut(*mut u8),
+) -> Option<Granted> {
+    let lane = lane.as_ref()?;
+    let mapped = lane.mapped.as_ref()?;
+    let granted = lane.grant(range, need, align)?;
+    mapped
+        .access(granted.target, range.2, store, access)
+        .then_some(granted)
 }
 
 impl Lane {
