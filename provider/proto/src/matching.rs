@@ -90,7 +90,10 @@ pub struct Placement {
 impl Placement {
     #[inline]
     pub fn capacity(&self) -> usize {
-        crate::iov::total_len(&self.iov)
+        match &self.iov {
+            IovList::One((_, len)) => *len,
+            IovList::Many(pieces) => pieces.iter().map(|&(_, len)| len).sum(),
+        }
     }
 
     /// Start of the data, as reported in the completion's `buf`.
