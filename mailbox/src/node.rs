@@ -197,6 +197,22 @@ fn parse_start_time(stat: &str) -> Option<u64> {
 
 /// Whether some process with this pid and start time exists (or we could
 /// not look: see [`read_start_time`]).
+/// Whether a process `pid` exists (whichever it is: a pid can be reused;
+/// [`process_alive`] tells). One system call; a pid of 0 (unknown) or one
+/// we may not signal counts as existing.
+pub fn process_exists(pid: u32) -> bool {
+    let Ok(pid) = libc::pid_t::try_from(pid) else {
+        return true;
+    };
+    if pid == 0 {
+        return true;
+    }
+    // SAFETY: signal 0 sends nothing: kill only checks the pid.
+    let gone = unsafe { libc::kill(pid, 0) } != 0
+        && io::Error::last_os_error().raw_os_error() == Some(libc::ESRCH);
+    !gone
+}
+
 pub fn process_alive(pid: u32, start_time: u64) -> bool {
     match read_start_time(pid) {
         Ok(start) => start == Some(start_time),
@@ -257,6 +273,22 @@ impl std::error::Error for BadAddress {}
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The quick check sees this process and its parent, and not a child
+    /// that exited and was reaped (nor does the thorough one).
+    #[test]
+    fn a_reaped_child_does_not_exist() {
+        assert!(process_exists(std::process::id()));
+        let mut child = std::process::Command::new("true").spawn().unwrap();
+        let pid = child.id();
+        let start = read_start_time(pid).ok().flatten();
+        child.wait().unwrap();
+        assert!(!process_exists(pid));
+        if let Some(start) = start {
+            assert!(!process_alive(pid, start));
+        }
+        assert!(process_exists(0), "an unknown owner counts as there");
+    }
 
     #[test]
     fn job_hash_is_stable() {
