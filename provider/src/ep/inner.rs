@@ -23,7 +23,7 @@ use crate::state::progress::Progress;
 use crate::state::DomainState;
 use unimem_net::{NodeDma, NodeMailbox};
 use unimem_proto as proto;
-use unimem_proto::messenger::SourcePeer;
+use unimem_proto::messenger::KnownPeer;
 
 /// The protocol over the node's hardware: the shared-memory emulation for
 /// peers of this host, the network backend for peers of others.
@@ -38,29 +38,31 @@ pub struct EpMessenger {
     /// receives from few peers, and a hit spares the reverse map's hash
     /// and lock on every completion.
     pub(super) last_source: Option<SourceHit>,
-    /// The peers of directed receives' sources, by fi_addr.
-    sources: RecvSources,
+    /// The peers of sends' destinations and directed receives' sources,
+    /// by fi_addr.
+    peers: PeersByFiAddr,
 }
 
-/// Directed receives' sources: fi_addr → the messenger's peer, so that a
-/// receive from a source seen before reads neither the AV nor the
-/// messenger's peer map. Direct-mapped (a source takes the slot of its
-/// fi_addr modulo [`RecvSources::SLOTS`]; two that share one take turns),
+/// Sends' destinations and directed receives' sources: fi_addr → the
+/// messenger's peer, so that a send to or a receive from a peer seen before
+/// reads neither the AV nor the messenger's peer map. Direct-mapped (a
+/// peer takes the slot of its fi_addr modulo [`PeersByFiAddr::SLOTS`]; two
+/// that share one take turns),
 /// right while the AV has had no removal since `removals`: an AV index is
 /// never reused nor its address rewritten, and the messenger never
 /// forgets a peer.
-struct RecvSources {
+struct PeersByFiAddr {
     removals: u64,
-    slots: Box<[Option<(ffi::fi_addr_t, SourcePeer)>; RecvSources::SLOTS]>,
+    slots: Box<[Option<(ffi::fi_addr_t, KnownPeer)>; PeersByFiAddr::SLOTS]>,
 }
 
-impl RecvSources {
+impl PeersByFiAddr {
     const SLOTS: usize = 64;
 
     fn new() -> Self {
-        RecvSources {
+        PeersByFiAddr {
             removals: 0,
-            slots: Box::new([None; RecvSources::SLOTS]),
+            slots: Box::new([None; PeersByFiAddr::SLOTS]),
         }
     }
 }
@@ -78,51 +80,52 @@ impl EpMessenger {
         EpMessenger {
             messenger,
             last_source: None,
-            sources: RecvSources::new(),
+            peers: PeersByFiAddr::new(),
         }
     }
 
-    /// The source of a receive directed at `fi_addr` (not
-    /// `FI_ADDR_UNSPEC`) through `av`: its peer, or its address while the
-    /// messenger has never heard of it; None if the AV has no such entry.
+    /// The peer at `fi_addr` (not `FI_ADDR_UNSPEC`) of `av`, a send's
+    /// destination or a directed receive's source: the peer, or its address
+    /// while the messenger has never heard of it; None if the AV has no
+    /// such entry.
     #[inline(always)]
-    pub(super) fn directed_source(
+    pub(super) fn peer_of_fi_addr(
         &mut self,
         av: Option<&AvInner>,
         fi_addr: ffi::fi_addr_t,
-    ) -> Option<Result<SourcePeer, MailboxAddr>> {
+    ) -> Option<Result<KnownPeer, MailboxAddr>> {
         let av = av?;
         let removals = av.removals();
-        let slot = fi_addr as usize % RecvSources::SLOTS;
-        if let Some((at, peer)) = self.sources.slots[slot] {
-            if at == fi_addr && removals == self.sources.removals {
+        let slot = fi_addr as usize % PeersByFiAddr::SLOTS;
+        if let Some((at, peer)) = self.peers.slots[slot] {
+            if at == fi_addr && removals == self.peers.removals {
                 return Some(Ok(peer));
             }
         }
-        self.directed_source_miss(av, fi_addr, removals)
+        self.peer_of_fi_addr_miss(av, fi_addr, removals)
     }
 
-    /// [`Self::directed_source`] not in the cache; `removals` is the AV's
+    /// [`Self::peer_of_fi_addr`] not in the cache; `removals` is the AV's
     /// count read before the lookup.
     #[cold]
     #[inline(never)]
-    fn directed_source_miss(
+    fn peer_of_fi_addr_miss(
         &mut self,
         av: &AvInner,
         fi_addr: ffi::fi_addr_t,
         removals: u64,
-    ) -> Option<Result<SourcePeer, MailboxAddr>> {
-        let sources = &mut self.sources;
-        if removals != sources.removals {
+    ) -> Option<Result<KnownPeer, MailboxAddr>> {
+        let peers = &mut self.peers;
+        if removals != peers.removals {
             // An entry may be gone: forget them all.
-            sources.slots.fill(None);
-            sources.removals = removals;
+            peers.slots.fill(None);
+            peers.removals = removals;
         }
         let addr = av.lookup(fi_addr)?;
-        let Some(peer) = self.messenger.recv_source(&addr) else {
+        let Some(peer) = self.messenger.known_peer_of(&addr) else {
             return Some(Err(addr));
         };
-        self.sources.slots[fi_addr as usize % RecvSources::SLOTS] = Some((fi_addr, peer));
+        self.peers.slots[fi_addr as usize % PeersByFiAddr::SLOTS] = Some((fi_addr, peer));
         Some(Ok(peer))
     }
 }

@@ -52,7 +52,8 @@ mod rma;
 mod send;
 mod untrusted;
 
-pub use recv::{Held, SourcePeer};
+pub use peers::KnownPeer;
+pub use recv::Held;
 pub use report::Stats;
 pub use rma::atomic::AtomicReq;
 pub use rma::RmaReq;

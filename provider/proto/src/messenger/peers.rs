@@ -181,7 +181,21 @@ pub(crate) struct Peer<A, R, N> {
     pub(crate) lane: Option<Lane>,
 }
 
+/// A peer the messenger knows, found once by [`Messenger::known_peer_of`]:
+/// its holder may keep it for later sends to it and receives from it on
+/// the same messenger (peers are never removed).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct KnownPeer(pub(crate) PeerIdx);
+
 impl<B: Backend> Messenger<B> {
+    /// The peer behind `addr`, for sends ([`Self::send_to`]) and directed
+    /// receives ([`Self::post_recv_from`]); None while we have never heard
+    /// of it (the address's way then looks it up, or connects). Peers are
+    /// never removed: the answer holds for the messenger's life.
+    pub fn known_peer_of(&mut self, addr: &Addr<B>) -> Option<KnownPeer> {
+        self.known_peer(addr).map(KnownPeer)
+    }
+
     /// A known peer's index. Peers are never removed, so the cached last
     /// lookup stays right.
     #[inline]

@@ -15,7 +15,7 @@ use std::os::raw::c_void;
 use std::ptr;
 
 use super::inner::{Bindings, Ep, EpInner};
-use super::post::Bufs;
+use super::post::{map_post_error, Bufs};
 use crate::base::ffi::{self, Error};
 use crate::base::guard::ffi_guard_or;
 use unimem_proto::iov::total_len;
@@ -189,11 +189,19 @@ fn post_send(ep: &EpInner, op: &str, iov: IovList, req: &Request) -> Result<(), 
         let why = format_args!("{op}: {len} bytes exceed the inject size {most}");
         return Err(ep.refuse(op, Error::EINVAL, why));
     }
-    let Some(dest) = b.av.as_ref().and_then(|av| av.lookup(req.addr)) else {
-        let why = format_args!("{op}: fi_addr {:#x} is not in the endpoint's AV", req.addr);
-        return Err(ep.refuse(op, Error::EINVAL, why));
-    };
     let completion = !b.tx_selective || flags & ffi::FI_COMPLETION != 0;
+    let mut messenger = ep.enter();
+    // A destination sent to before is the endpoint's cache's (no AV
+    // lookup, no peer lookup); else its address, which the messenger
+    // looks up or connects to.
+    let (peer, dest) = match messenger.peer_of_fi_addr(b.av.as_deref(), req.addr) {
+        Some(Ok(peer)) => (Some(peer), messenger.addr_of(peer)),
+        Some(Err(dest)) => (None, dest),
+        None => {
+            drop(messenger);
+            return Err(not_in_av(ep, op, req.addr));
+        }
+    };
     let req = SendReq {
         dest,
         iov,
@@ -210,7 +218,15 @@ fn post_send(ep: &EpInner, op: &str, iov: IovList, req: &Request) -> Result<(), 
     // SAFETY: libfabric's contract: the buffers stay valid until the send
     // completes (until return for an inject or with FI_INJECT, which the
     // protocol copies).
-    ep.post(op, |messenger| unsafe { messenger.send(req) })
+    let posted = unsafe {
+        match peer {
+            Some(peer) => messenger.send_to(peer, req),
+            None => messenger.send(req),
+        }
+    };
+    ep.drain(&mut messenger);
+    drop(messenger);
+    posted.map_err(|e| map_post_error(ep, e, op))
 }
 
 /// Receive flags that leave the common path for [`post_recv_special`]:
@@ -221,7 +237,7 @@ const SPECIAL_RECV_FLAGS: u64 = !RECV_FLAGS | ffi::FI_MULTI_RECV | ffi::FI_PEEK 
 ///
 /// The common case (a plain receive, from anyone or from one source) is
 /// here; a directed one finds its source through the endpoint's cache of
-/// sources (`EpMessenger::directed_source`) rather than the AV and the
+/// sources (`EpMessenger::peer_of_fi_addr`) rather than the AV and the
 /// messenger's peer table. Inlined into the entry path, unlike
 /// [`post_send`]: a call cost a receive some 14 instructions more.
 #[inline(always)]
@@ -254,7 +270,7 @@ fn post_recv(ep: &EpInner, op: &str, iov: IovList, req: &Request) -> Result<(), 
         // receive completes.
         unsafe { messenger.post_recv(tagged, recv) };
     } else {
-        match messenger.directed_source(b.av.as_deref(), req.addr) {
+        match messenger.peer_of_fi_addr(b.av.as_deref(), req.addr) {
             // SAFETY: as above.
             Some(Ok(peer)) => unsafe { messenger.post_recv_from(tagged, recv, peer) },
             Some(Err(src)) => {

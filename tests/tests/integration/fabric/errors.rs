@@ -91,6 +91,43 @@ fn directed_receives_from_a_removed_address_are_refused() {
     );
 }
 
+/// A destination sent to before is found again without the AV (the
+/// endpoint remembers it); once removed from the AV, sends to it are
+/// refused as to any address it does not hold, and the rest still go.
+#[test]
+fn sends_to_a_removed_address_are_refused() {
+    let mut c = cluster("removed-dest");
+    c.spawn(3).connect_all();
+    let (tx, rx) = (0, 1);
+    for ctx in [1, 2] {
+        let msg = Msg::new(10, ctx).tag(5);
+        c.cmd(rx, format!("recv {tx} 10 {ctx} tag=5"));
+        c.cmd(tx, msg.send_cmd(rx as u64, ctx));
+        let got = c.cmd(rx, "wait recvs=1").completions();
+        msg.check_recv(&got[0], tx as u64);
+        c.cmd(tx, "wait sends=1");
+    }
+    c.cmd(tx, "remove 1");
+    expect_rc(&mut c, tx, "try-send 1 10 tag=5", rc::EINVAL);
+    expect_rc(&mut c, tx, "try-send 1 10 inject", rc::EINVAL);
+    expect_rc(&mut c, tx, "try-send 1 10", rc::EINVAL);
+    // Another peer is still reached.
+    let msg = Msg::new(10, 3);
+    c.cmd(2, "recv 0 10 3");
+    c.cmd(tx, msg.send_cmd(2, 3));
+    let got = c.cmd(2, "wait recvs=1").completions();
+    msg.check_recv(&got[0], tx as u64);
+    let stderr = c.finish_with_warnings().swap_remove(tx);
+    assert_warned(
+        &stderr,
+        &["fi_tsend", "fi_addr 0x1", "not in the endpoint's AV"],
+    );
+    assert_warned(
+        &stderr,
+        &["fi_send", "fi_addr 0x1", "not in the endpoint's AV"],
+    );
+}
+
 #[test]
 fn messages_over_the_limits_are_refused_before_reading() {
     let mut c = cluster("too-big");

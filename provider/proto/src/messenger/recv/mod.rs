@@ -10,17 +10,12 @@ pub(crate) mod eager;
 pub(crate) mod parted;
 pub(crate) mod rendezvous;
 
+use super::peers::KnownPeer;
 use super::{Addr, Backend, Messenger, PeerIdx};
 use crate::iov::scatter;
 use crate::matching::{Cancelled, Placement, PostedRecv, Unexpected};
 use crate::wire::{MatchInfo, Wire};
 use crate::{ErrorKind, Event, OpError, RecvDone, UNEXPECTED_OVERHEAD};
-
-/// The peer a directed receive names, found once by
-/// [`Messenger::recv_source`]: its holder may keep it for later receives
-/// from the same source of the same messenger.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct SourcePeer(PeerIdx);
 
 /// What an unexpected message keeps until a receive takes it.
 pub enum Held {
@@ -112,14 +107,6 @@ impl<B: Backend> Messenger<B> {
         unsafe { self.post_recv_with(tagged, recv, peer) }
     }
 
-    /// The peer behind `src`, for directed receives posted with
-    /// [`Self::post_recv_from`]; None while we have never heard of it
-    /// ([`Self::post_recv`] then looks it up when it must wait for it).
-    /// Peers are never removed: the answer holds for the messenger's life.
-    pub fn recv_source(&mut self, src: &Addr<B>) -> Option<SourcePeer> {
-        self.known_peer(src).map(SourcePeer)
-    }
-
     /// [`Self::post_recv`] of a receive from `peer` only (its `src` is the
     /// peer's address), with the lookup of the source done once before.
     ///
@@ -130,7 +117,7 @@ impl<B: Backend> Messenger<B> {
         &mut self,
         tagged: bool,
         mut recv: PostedRecv<Addr<B>>,
-        peer: SourcePeer,
+        peer: KnownPeer,
     ) {
         let known = &self.peers[peer.0];
         recv.src = Some(known.addr);

@@ -12,7 +12,7 @@ pub(crate) mod rendezvous;
 
 use unimem_mailbox::{Error as MailboxError, Mailbox};
 
-use super::peers::DataItem;
+use super::peers::{DataItem, KnownPeer};
 use super::{Addr, Backend, Messenger, PeerIdx};
 use crate::dma::Token;
 use crate::iov::{gather, total_len};
@@ -177,6 +177,33 @@ impl<B: Backend> Messenger<B> {
     /// `req.iov` must stay valid until the send completes (until this call
     /// returns for an inject or a `copy` send).
     pub unsafe fn send(&mut self, req: SendReq<Addr<B>>) -> Result<(), PostError> {
+        let peer = self.peer_index(&req.dest)?;
+        // SAFETY: forwarded (caller).
+        unsafe { self.send_with(peer, req) }
+    }
+
+    /// [`Self::send`] to a peer found once before (its `dest` is not looked
+    /// up again).
+    ///
+    /// # Safety
+    /// As for [`Self::send`].
+    #[inline]
+    pub unsafe fn send_to(
+        &mut self,
+        peer: KnownPeer,
+        req: SendReq<Addr<B>>,
+    ) -> Result<(), PostError> {
+        // SAFETY: forwarded (caller).
+        unsafe { self.send_with(peer.0, req) }
+    }
+
+    /// The address of a peer found once before.
+    pub fn addr_of(&self, peer: KnownPeer) -> Addr<B> {
+        self.peers[peer.0].addr
+    }
+
+    #[inline(always)]
+    unsafe fn send_with(&mut self, peer: PeerIdx, req: SendReq<Addr<B>>) -> Result<(), PostError> {
         let len = total_len(&req.iov);
         let copy = req.inject || req.copy;
         if len > self.cfg.max_msg_size || (copy && len > self.cfg.eager_size) {
@@ -185,7 +212,6 @@ impl<B: Backend> Messenger<B> {
         if self.outstanding_sends >= self.cfg.tx_size {
             return Err(PostError::Again);
         }
-        let peer = self.peer_index(&req.dest)?;
         if self.peers[peer].dead {
             return Err(PostError::Unreachable);
         }

@@ -36,7 +36,7 @@ fn receives_directed_at_a_peer_that_dies_fail() {
     assert_eq!((error.context, error.kind), (4, ErrorKind::PeerUnreachable));
 }
 
-/// The same through a source found once (`recv_source`, then
+/// The same through a source found once (`known_peer_of`, then
 /// `post_recv_from`), as the provider posts directed receives: unknown
 /// until the peer is heard of, then good for every receive, the one that
 /// waits when its peer dies and the one posted after.
@@ -45,10 +45,10 @@ fn receives_from_a_source_found_once_fail_when_it_dies() {
     let mut a = messenger_with(64, quick_peer_check());
     let mut b = messenger();
     let b_addr = b.addr();
-    assert_eq!(a.recv_source(&b_addr), None, "never heard of");
+    assert_eq!(a.known_peer_of(&b_addr), None, "never heard of");
     let mut first = [0u8; 4];
     post(&mut a, true, recv_spec(&mut first, 1, Some(b_addr), 7, 0));
-    let b_peer = a.recv_source(&b_addr).expect("looked up for the receive");
+    let b_peer = a.known_peer_of(&b_addr).expect("looked up for the receive");
     let post_from = |a: &mut Shm, tagged, recv| {
         // SAFETY: the buffers outlive the receives (they complete or fail
         // below).
