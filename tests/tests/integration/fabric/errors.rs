@@ -62,6 +62,19 @@ fn send_to_an_address_not_in_the_av() {
     );
 }
 
+/// Two tagged messages from `tx` to a receive of `rx` directed at it:
+/// each side finds the other through the endpoint's cache the second time.
+fn exchange_twice(c: &mut Cluster, tx: usize, rx: usize) {
+    for ctx in [1, 2] {
+        let msg = Msg::new(10, ctx).tag(5);
+        c.cmd(rx, format!("recv {tx} 10 {ctx} tag=5"));
+        c.cmd(tx, msg.send_cmd(rx as u64, ctx));
+        let got = c.cmd(rx, "wait recvs=1").completions();
+        msg.check_recv(&got[0], tx as u64);
+        c.cmd(tx, "wait sends=1");
+    }
+}
+
 #[test]
 fn directed_receives_from_a_removed_address_are_refused() {
     let mut c = cluster("removed-src");
@@ -69,14 +82,7 @@ fn directed_receives_from_a_removed_address_are_refused() {
     let (rx, tx) = (0, 1);
     // Twice from the same source: the second receive finds it again
     // (the endpoint remembers a directed receive's source).
-    for ctx in [1, 2] {
-        let msg = Msg::new(10, ctx).tag(5);
-        c.cmd(rx, format!("recv 1 10 {ctx} tag=5"));
-        c.cmd(tx, msg.send_cmd(rx as u64, ctx));
-        let got = c.cmd(rx, "wait recvs=1").completions();
-        msg.check_recv(&got[0], tx as u64);
-        c.cmd(tx, "wait sends=1");
-    }
+    exchange_twice(&mut c, tx, rx);
     c.cmd(rx, "remove 1");
     expect_rc(&mut c, rx, "try-recv 1 10 3 tag=5", rc::EINVAL);
     expect_rc(&mut c, rx, "try-recv 1 10 4", rc::EINVAL);
@@ -99,14 +105,7 @@ fn sends_to_a_removed_address_are_refused() {
     let mut c = cluster("removed-dest");
     c.spawn(3).connect_all();
     let (tx, rx) = (0, 1);
-    for ctx in [1, 2] {
-        let msg = Msg::new(10, ctx).tag(5);
-        c.cmd(rx, format!("recv {tx} 10 {ctx} tag=5"));
-        c.cmd(tx, msg.send_cmd(rx as u64, ctx));
-        let got = c.cmd(rx, "wait recvs=1").completions();
-        msg.check_recv(&got[0], tx as u64);
-        c.cmd(tx, "wait sends=1");
-    }
+    exchange_twice(&mut c, tx, rx);
     c.cmd(tx, "remove 1");
     expect_rc(&mut c, tx, "try-send 1 10 tag=5", rc::EINVAL);
     expect_rc(&mut c, tx, "try-send 1 10 inject", rc::EINVAL);
