@@ -195,11 +195,11 @@ fn parse_start_time(stat: &str) -> Option<u64> {
     start.parse().ok()
 }
 
-/// Whether some process with this pid and start time exists (or we could
-/// not look: see [`read_start_time`]).
 /// Whether a process `pid` exists (whichever it is: a pid can be reused;
 /// [`process_alive`] tells). One system call; a pid of 0 (unknown) or one
-/// we may not signal counts as existing.
+/// we may not signal counts as existing, and so does a process that died
+/// and waits for its parent to reap it (a zombie), which only
+/// [`process_alive`] sees as gone.
 pub fn process_exists(pid: u32) -> bool {
     let Ok(pid) = libc::pid_t::try_from(pid) else {
         return true;
@@ -213,6 +213,8 @@ pub fn process_exists(pid: u32) -> bool {
     !gone
 }
 
+/// Whether some process with this pid and start time exists and is not a
+/// zombie (or we could not look: see [`read_start_time`]).
 pub fn process_alive(pid: u32, start_time: u64) -> bool {
     match read_start_time(pid) {
         Ok(start) => start == Some(start_time),

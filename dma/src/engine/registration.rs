@@ -216,6 +216,13 @@ impl std::fmt::Debug for RegLease {
 }
 
 impl RegLease {
+    /// Its registration went or was taken again: every access refuses
+    /// (a holder leases the registration afresh).
+    #[inline]
+    pub fn revoked(&self) -> bool {
+        self.revoked.load(Ordering::Acquire)
+    }
+
     /// Runs `access` on where `[remote_addr, remote_addr + len)` is mapped
     /// here, as [`crate::DmaEngine::load_store`] does (the same checks, the
     /// owner's frees held off until `access` returns, the same modeled

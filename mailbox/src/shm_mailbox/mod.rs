@@ -314,10 +314,13 @@ pub struct ShmPeer {
 }
 
 /// How often a peer's periodic liveness check is the thorough one (the
-/// owner's start time from /proc, which tells a reused pid); the others
-/// are one `kill(pid, 0)`: checks run in the application's progress calls,
-/// every 100 ms by default, for every peer, and six microseconds of /proc
-/// per peer is jitter on its critical path.
+/// owner's start time and state from /proc, which tell a reused pid and a
+/// dead process its parent has not reaped yet); the others are one
+/// `kill(pid, 0)`: checks run in the application's progress calls, every
+/// 100 ms by default, for every peer, and six microseconds of /proc per
+/// peer is jitter on its critical path. A peer whose process is gone is
+/// seen at the next check; one that lingers as a zombie, at the next
+/// thorough one.
 const THOROUGH_CHECK_EVERY: u32 = 8;
 
 impl ShmPeer {

@@ -338,6 +338,10 @@ unsafe impl FiObject for EpInner {
             let mut messenger = ep.inner.messenger.lock();
             // What peers still wait for from us goes first (bounded: a
             // peer that is gone or never reads cannot hold the close).
+            // Closing: what finishes while it lingers is reported to
+            // nobody (the application is done with its contexts), receives
+            // included.
+            messenger.drop_recv_sink();
             messenger.linger(std::time::Duration::from_millis(500));
             messenger.stats()
         };

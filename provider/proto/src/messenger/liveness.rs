@@ -37,10 +37,12 @@ impl<B: Backend> Messenger<B> {
         let state = &mut self.peers[peer];
         state.dead = true;
         state.route = None;
-        // Its ring's mapping is not held past its death.
+        // Its ring's mapping, and its memory's through the direct path's
+        // lane, are not held past its death.
         if let Some(ring) = state.tx.as_mut() {
             ring.lease = None;
         }
+        state.lane = None;
         // Everything of it fails here: what it may still send (it can be
         // alive, when a transfer to it failed) must start nothing new,
         // which nothing would ever end (a transfer of a dead peer holds its

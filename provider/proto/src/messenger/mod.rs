@@ -329,6 +329,12 @@ impl<B: Backend> Messenger<B> {
         self.recv_sink = Some(sink);
     }
 
+    /// Stops reporting receives to the sink (they are events again): an
+    /// endpoint that closes reports nothing more.
+    pub fn drop_recv_sink(&mut self) {
+        self.recv_sink = None;
+    }
+
     /// Whether RMA operations and atomics that ask for no completion (an
     /// inject write, MPI's puts with counters) are only counted
     /// ([`Self::take_silent_rma`]) instead of reported as [`Event::Rma`]

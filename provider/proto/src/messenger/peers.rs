@@ -183,7 +183,8 @@ pub(crate) struct Peer<A, R, N> {
 
 /// A peer the messenger knows, found once by [`Messenger::known_peer_of`]:
 /// its holder may keep it for later sends to it and receives from it on
-/// the same messenger (peers are never removed).
+/// the same messenger (peers are never removed), and on no other (it is an
+/// index into that messenger's peers).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct KnownPeer(pub(crate) PeerIdx);
 

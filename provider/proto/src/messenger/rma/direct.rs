@@ -312,6 +312,15 @@ fn lane_access<D: DmaEngine>(
             .load_store(granted.reg, granted.target, len, store, access)
             .is_ok()
         {
+            // The engine still serves the registration its lease gave up
+            // on (taken again elsewhere): the next operations lease it
+            // afresh, for the lane's way.
+            if let Some(lane) = lane
+                .as_mut()
+                .filter(|l| l.mapped.as_ref().is_none_or(|m| m.revoked()))
+            {
+                lane.mapped = dma.lease_registration(granted.reg);
+            }
             return Some(granted);
         }
     }
