@@ -5,7 +5,8 @@
 //! receive stay valid, and are not otherwise accessed, until the operation
 //! completes. The protocol only keeps iovs of operations in flight.
 
-use super::matching::Iov;
+/// One piece of user memory: address and length.
+pub type Iov = (usize, usize);
 
 #[inline]
 pub fn total_len(iov: &[Iov]) -> usize {

@@ -12,8 +12,7 @@ use std::collections::VecDeque;
 
 use super::wire::MatchInfo;
 
-/// One piece of user memory: address and length.
-pub type Iov = (usize, usize);
+pub use crate::iov::Iov;
 
 /// The pieces of one buffer. Nearly every buffer is one piece, kept inline:
 /// a send or receive must not allocate for it.
@@ -90,10 +89,7 @@ pub struct Placement {
 impl Placement {
     #[inline]
     pub fn capacity(&self) -> usize {
-        match &self.iov {
-            IovList::One((_, len)) => *len,
-            IovList::Many(pieces) => pieces.iter().map(|&(_, len)| len).sum(),
-        }
+        crate::iov::total_len(&self.iov)
     }
 
     /// Start of the data, as reported in the completion's `buf`.

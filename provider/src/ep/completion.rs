@@ -157,6 +157,20 @@ fn kind_flag(tagged: bool) -> u64 {
     }
 }
 
+/// The CQ flags of a message operation (`direction`: FI_SEND or FI_RECV),
+/// finished or failed.
+#[inline]
+fn message_flags(direction: u64, tagged: bool, data: Option<u64>, multi_released: bool) -> u64 {
+    let mut flags = direction | kind_flag(tagged);
+    if data.is_some() {
+        flags |= ffi::FI_REMOTE_CQ_DATA;
+    }
+    if multi_released {
+        flags |= ffi::FI_MULTI_RECV;
+    }
+    flags
+}
+
 impl EpInner {
     /// Turns the protocol's finished operations into CQ entries and counter
     /// events.
@@ -282,13 +296,7 @@ impl EpInner {
                     } else {
                         (&bindings.rx_cq, &bindings.recv_cntr, ffi::FI_RECV)
                     };
-                    let mut flags = direction | kind_flag(e.tagged);
-                    if e.multi_released {
-                        flags |= ffi::FI_MULTI_RECV;
-                    }
-                    if e.data.is_some() {
-                        flags |= ffi::FI_REMOTE_CQ_DATA;
-                    }
+                    let flags = message_flags(direction, e.tagged, e.data, e.multi_released);
                     let err = error_of(e.kind).code();
                     if let Some(cq) = cq {
                         cq.write_error(CompletionError {
@@ -338,16 +346,9 @@ impl EpInner {
 /// The CQ entry of a finished receive whose source is `src_addr`.
 #[inline]
 fn recv_entry(done: &RecvDone<MailboxAddr>, src_addr: ffi::fi_addr_t) -> Completion {
-    let mut flags = ffi::FI_RECV | kind_flag(done.tagged);
-    if done.data.is_some() {
-        flags |= ffi::FI_REMOTE_CQ_DATA;
-    }
-    if done.multi_released {
-        flags |= ffi::FI_MULTI_RECV;
-    }
     Completion {
         op_context: done.context as *mut c_void,
-        flags,
+        flags: message_flags(ffi::FI_RECV, done.tagged, done.data, done.multi_released),
         len: done.len,
         buf: done.buf as *mut c_void,
         data: done.data.unwrap_or(0),

@@ -29,10 +29,8 @@ impl EpInner {
     ) -> Result<(), Error> {
         let mut messenger = self.enter();
         let result = post(&mut messenger);
-        // Most posts finish nothing at once: no call for that.
-        if messenger.has_events() {
-            self.drain(&mut messenger);
-        }
+        // Most posts finish nothing at once: drain's look is inline.
+        self.drain(&mut messenger);
         result.map_err(|e| map_post_error(self, e, op))
     }
 }

@@ -215,7 +215,7 @@ fn encode_inline(parts: u8, len: u8, info: &MatchInfo, payload: &InlineBytes) ->
 #[inline]
 pub(super) fn encode_whole(info: &MatchInfo, payload: &InlineBytes) -> Message {
     assert!(payload.len as usize <= inline_capacity(info));
-    encode_inline(0, payload.len, info, payload)
+    encode_checked(info, payload)
 }
 
 /// [`encode_whole`] for a sender that has just checked the capacity

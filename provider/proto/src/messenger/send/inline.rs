@@ -84,10 +84,7 @@ impl<B: Backend> Messenger<B> {
             let route = state.route.as_ref().expect("live peers have a route");
             match self.mbx.send(route, message) {
                 Ok(()) => {
-                    // An inject still counts (send counters), without a CQ
-                    // entry.
-                    let completion = req.completion && !req.inject;
-                    self.report_send(req.context, req.info.tag.is_some(), completion);
+                    self.report_sent_now(req);
                     return Ok(());
                 }
                 Err(MailboxError::Busy) => {}
@@ -126,14 +123,20 @@ impl<B: Backend> Messenger<B> {
                 }
             }
             if sent == messages.len() {
-                // An inject still counts (send counters), without a CQ entry.
-                let completion = req.completion && !req.inject;
-                self.report_send(req.context, req.info.tag.is_some(), completion);
+                self.report_sent_now(req);
                 return Ok(());
             }
         }
         self.queue_messages(peer, req, len, &messages[sent..]);
         Ok(())
+    }
+
+    /// Reports a send whose messages all left within its call. An inject
+    /// still counts (send counters), without a CQ entry.
+    #[inline(always)]
+    fn report_sent_now(&mut self, req: &SendReq<Addr<B>>) {
+        let completion = req.completion && !req.inject;
+        self.report_send(req.context, req.info.tag.is_some(), completion);
     }
 
     /// Behind earlier data, or the peer's mailbox is full: queues the rest
