@@ -249,7 +249,19 @@ impl<B: Backend> Messenger<B> {
         let throttled = self.peers[peer].throttled && len > 0;
         // The peer's eager slots may be smaller than ours (first contact);
         // a throttled message waits here for the receiver.
-        let kind = if len > self.peers[peer].eager_limit || throttled {
+        let by_rendezvous = len > self.peers[peer].eager_limit || throttled;
+        // Injected or not, a send whose data goes into its slot within the
+        // call has its buffer free and is as complete as a later flush
+        // would make it: no bounce buffer, no DMA.
+        // SAFETY: the iov is valid during this call (caller).
+        let stored = !by_rendezvous && unsafe { self.store_now(peer, &req.iov, len) };
+        if stored && !ack && self.peers[peer].control.is_empty() {
+            // Nothing ahead of it: the announcement goes at once, as an
+            // inline message does, with no operation to track.
+            let message = self.eager_announcement(peer, &req.info, len);
+            return self.send_message(peer, &req, len, &message);
+        }
+        let kind = if by_rendezvous {
             TxKind::Rendezvous(if copy {
                 // Memory of its own: a rendezvous may wait long for the
                 // receiver, too long to hold a bounce buffer.
@@ -261,22 +273,12 @@ impl<B: Backend> Messenger<B> {
             } else {
                 Payload::User(req.iov)
             })
+        } else if stored {
+            TxKind::Eager(EagerState::Done)
         } else if copy {
             // SAFETY: the iov is valid during this call (caller).
-            if unsafe { self.store_now(peer, &req.iov, len) } {
-                if !ack && self.peers[peer].control.is_empty() {
-                    // Its data in its slot and nothing ahead of it: the
-                    // announcement goes at once, as an inline message does,
-                    // with no operation to track.
-                    let message = self.eager_announcement(peer, &req.info, len);
-                    return self.send_message(peer, &req, len, &message);
-                }
-                TxKind::Eager(EagerState::Done)
-            } else {
-                // SAFETY: as above.
-                let payload = unsafe { self.copy_payload(peer, &req.iov, len) };
-                TxKind::Eager(EagerState::Waiting(payload))
-            }
+            let payload = unsafe { self.copy_payload(peer, &req.iov, len) };
+            TxKind::Eager(EagerState::Waiting(payload))
         } else {
             TxKind::Eager(EagerState::Waiting(Payload::User(req.iov)))
         };

@@ -505,3 +505,62 @@ fn queued_injects_reuse_their_copies_and_arrive_whole() {
         assert!(bufs[done.context][done.len..].iter().all(|&x| x == 0));
     }
 }
+
+/// A send that is not an inject, stored into the receiver's slot within its
+/// call, completes there: its event waits before any progress, its buffer
+/// may be overwritten at once, and the receiver gets the data as it was.
+/// One asking for delivery completion is stored too, but waits for the
+/// receiver's acknowledgement.
+#[test]
+fn sends_stored_within_their_call_complete_there() {
+    let mut a = messenger();
+    let mut b = messenger();
+    first_contact(&mut a, &mut b);
+    first_contact(&mut b, &mut a);
+    let len = 100;
+    let data = pattern(len, 9);
+    let mut user = data.clone();
+    let stored = a.stats.stored;
+    let req = SendReq {
+        context: 5,
+        ..send_req(b.addr(), user.as_ptr(), len)
+    };
+    // SAFETY: user is live during the call, and (the send being complete
+    // when it returns, as checked next) no longer read after it.
+    unsafe { a.send(req) }.unwrap();
+    assert_eq!(a.stats.stored - stored, 1, "stored within the call");
+    assert!(
+        matches!(
+            a.next_event(),
+            Some(Event::Send {
+                context: 5,
+                completion: true,
+                ..
+            })
+        ),
+        "complete before any progress"
+    );
+    user.fill(0xee);
+    let ack_data = pattern(len, 10);
+    let ack_req = SendReq {
+        context: 6,
+        delivery_complete: true,
+        ..send_req(b.addr(), ack_data.as_ptr(), len)
+    };
+    // SAFETY: ack_data outlives the send's completion, collected below.
+    unsafe { a.send(ack_req) }.unwrap();
+    assert_eq!(a.stats.stored - stored, 2, "stored within the call");
+    assert!(a.next_event().is_none(), "waits for the acknowledgement");
+    let mut bufs = [vec![0u8; len], vec![0u8; len]];
+    for (i, buf) in bufs.iter_mut().enumerate() {
+        post(&mut b, false, recv_spec(buf, i, None, 0, 0));
+    }
+    collect(&mut [&mut a, &mut b], 1, 2);
+    assert_eq!(bufs[0], data, "the data as it was at the call");
+    assert_eq!(bufs[1], ack_data);
+    let sent = collect(&mut [&mut a, &mut b], 0, 1);
+    assert!(
+        matches!(sent[0], Event::Send { context: 6, .. }),
+        "{sent:?}"
+    );
+}
