@@ -83,12 +83,24 @@ unsafe fn gather_pieces(iov: &[Iov], offset: usize, dst: *mut u8, len: usize) {
 /// # Safety
 /// The iov must describe writable memory (the libfabric contract above) and
 /// `src` must be readable for `len` bytes, not overlapping the iov.
+#[inline(always)]
 pub unsafe fn scatter(iov: &[Iov], offset: usize, src: *const u8, len: usize) {
     if let Some(at) = one_piece(iov, offset, len) {
         // SAFETY: in bounds of both sides by the caller's contract.
         unsafe { std::ptr::copy_nonoverlapping(src, at as *mut u8, len) };
         return;
     }
+    // SAFETY: as above.
+    unsafe { scatter_pieces(iov, offset, src, len) }
+}
+
+/// [`scatter`] into several pieces: out of line, so that the one-piece
+/// copy of every small receive inlines where it is made.
+///
+/// # Safety
+/// As [`scatter`].
+#[inline(never)]
+unsafe fn scatter_pieces(iov: &[Iov], offset: usize, src: *const u8, len: usize) {
     for (addr, take, at) in pieces(iov, offset, len) {
         // SAFETY: in bounds of both sides by the caller's contract.
         unsafe { std::ptr::copy_nonoverlapping(src.add(at), addr as *mut u8, take) };

@@ -200,24 +200,35 @@ impl<A: Copy + Eq, B> Matcher<A, B> {
     }
 
     /// Finds the receive for a message that just arrived, or `None` if the
-    /// caller must queue it as unexpected.
+    /// caller must queue it as unexpected. The oldest receive taking it
+    /// whole is inlined where messages arrive; a search or a piece of a
+    /// multi-receive buffer is not.
+    #[inline(always)]
     pub fn match_arrival(&mut self, src: &A, info: &MatchInfo, len: usize) -> Option<Placement> {
+        let lane = self.lane(info.tag.is_some());
+        // Mostly the oldest receive takes it, whole: looked at before a search.
+        let oldest = lane.posted.front()?;
+        if !oldest.multi_recv && oldest.accepts(src, info.tag) {
+            let recv = lane.posted.pop_front().expect("looked at above");
+            return Some(Placement {
+                context: recv.context,
+                iov: recv.iov,
+                completion: recv.completion,
+                multi: None,
+            });
+        }
+        self.match_search(src, info, len)
+    }
+
+    /// [`Self::match_arrival`] past the oldest receive, or into a piece of
+    /// a multi-receive buffer.
+    #[inline(never)]
+    fn match_search(&mut self, src: &A, info: &MatchInfo, len: usize) -> Option<Placement> {
         let min_multi = self.min_multi_recv;
         let lane = self.lane(info.tag.is_some());
-        // Mostly the oldest receive takes it: looked at before a search.
-        let index = if lane.posted.front()?.accepts(src, info.tag) {
-            0
-        } else {
-            lane.posted.iter().position(|r| r.accepts(src, info.tag))?
-        };
+        let index = lane.posted.iter().position(|r| r.accepts(src, info.tag))?;
         if !lane.posted[index].multi_recv {
-            // Mostly the oldest: pop it rather than shift the queue.
-            let recv = if index == 0 {
-                lane.posted.pop_front()
-            } else {
-                lane.posted.remove(index)
-            }
-            .expect("index is in range");
+            let recv = lane.posted.remove(index).expect("index is in range");
             return Some(Placement {
                 context: recv.context,
                 iov: recv.iov,

@@ -128,6 +128,7 @@ impl<B: Backend> Messenger<B> {
         }));
     }
 
+    #[inline(always)]
     pub(crate) fn complete_recv(
         &mut self,
         placement: Placement,
@@ -163,6 +164,7 @@ impl<B: Backend> Messenger<B> {
         }
     }
 
+    #[inline(never)]
     pub(crate) fn complete_recv_error(
         &mut self,
         placement: Placement,

@@ -260,10 +260,17 @@ impl<B: Backend> Messenger<B> {
 
     /// The peer a message came from, known or not. If it cannot be reached
     /// back, its messages are still delivered.
+    #[inline(always)]
     pub(crate) fn peer_for_source(&mut self, src: &Addr<B>) -> PeerIdx {
-        if let Some(index) = self.known_peer(src) {
-            return index;
+        match self.known_peer(src) {
+            Some(index) => index,
+            None => self.new_source(src),
         }
+    }
+
+    /// [`Self::peer_for_source`] for a sender never heard of: out of line.
+    #[inline(never)]
+    fn new_source(&mut self, src: &Addr<B>) -> PeerIdx {
         let route = match self.mbx.connect(src) {
             Ok(route) => Some(route),
             Err(e) => {

@@ -51,6 +51,7 @@ pub(super) const LAYOUTS: &[Layout] = &[
 
 /// Largest inline payload of a message with this tag and CQ data: 22 bytes
 /// without either, else 21 less the significant bytes of both (at least 5).
+#[inline]
 pub fn inline_capacity(info: &MatchInfo) -> usize {
     if info.tag.is_none() && info.data.is_none() {
         return MESSAGE_LEN - 2;
@@ -59,6 +60,7 @@ pub fn inline_capacity(info: &MatchInfo) -> usize {
 }
 
 /// Bytes needed for `value` without its leading zero bytes (0 for none or 0).
+#[inline]
 fn significant_bytes(value: Option<u64>) -> usize {
     value.map_or(0, |v| (64 - v.leading_zeros() as usize).div_ceil(8))
 }

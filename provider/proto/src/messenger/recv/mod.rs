@@ -36,7 +36,10 @@ impl std::fmt::Debug for Held {
 
 impl<B: Backend> Messenger<B> {
     /// A message of `peer` whose `len` bytes are at `data` (a mailbox
-    /// message or an eager slot, both ours until this returns).
+    /// message or an eager slot, both ours until this returns). Inlined
+    /// into each arrival's handler: a matched message's whole way to its
+    /// completion is one function, the unexpected one's out of line.
+    #[inline(always)]
     pub(crate) fn deliver(
         &mut self,
         peer: PeerIdx,
@@ -53,19 +56,35 @@ impl<B: Backend> Messenger<B> {
                 unsafe { scatter(&placement.iov, 0, data, copied) };
                 self.complete_recv(placement, src, info, len, copied);
             }
-            None => {
-                // SAFETY: `data` holds `len` bytes (see above).
-                let bytes = unsafe { std::slice::from_raw_parts(data, len) }.to_vec();
-                self.hold_unexpected(peer, len);
-                self.matcher.push_unexpected(Unexpected {
-                    src,
-                    info,
-                    len,
-                    body: Held::Data { bytes, peer },
-                    claimed_by: None,
-                });
-            }
+            // SAFETY: `data` holds `len` bytes (see above).
+            None => unsafe { self.hold_data(peer, src, info, len, data) },
         }
+    }
+
+    /// Queues a message no receive accepted, with a copy of its `len`
+    /// bytes at `data`.
+    ///
+    /// # Safety
+    /// `data` must hold `len` readable bytes.
+    #[inline(never)]
+    unsafe fn hold_data(
+        &mut self,
+        peer: PeerIdx,
+        src: Addr<B>,
+        info: MatchInfo,
+        len: usize,
+        data: *const u8,
+    ) {
+        // SAFETY: the caller's contract.
+        let bytes = unsafe { std::slice::from_raw_parts(data, len) }.to_vec();
+        self.hold_unexpected(peer, len);
+        self.matcher.push_unexpected(Unexpected {
+            src,
+            info,
+            len,
+            body: Held::Data { bytes, peer },
+            claimed_by: None,
+        });
     }
 
     /// Counts `len` bytes of `peer`'s held as unexpected; past the limit,
