@@ -155,6 +155,26 @@ impl CntrInner {
         self.checkpoint.lock().1 = self.errors();
     }
 
+    /// A wait that has lasted [`crate::wait::STALL_NS`]: what the domain's
+    /// endpoints wait for, at info level (as a CQ's stalled reads say it).
+    #[cold]
+    fn report_stall(&self, threshold: u64) {
+        let secs = crate::wait::STALL_NS / 1_000_000_000;
+        tracing::info!(
+            "counter {:p}: at {} of {threshold} for {secs} s in fi_cntr_wait",
+            self,
+            self.value()
+        );
+        for (i, member) in self.progress().members().iter().enumerate() {
+            if let Some(what) = member.in_flight() {
+                tracing::info!(
+                    "counter {:p}: endpoint {i} of its domain has in flight: {what}",
+                    self
+                );
+            }
+        }
+    }
+
     /// `fi_cntr_wait`.
     fn wait(&self, threshold: u64, timeout: c_int) -> Result<(), Error> {
         // Met before any progress: operations done inside their call (the
@@ -167,6 +187,8 @@ impl CntrInner {
         let errors = self.errors();
         let deadline = Deadline::after_ms(timeout);
         let mut backoff = Backoff::for_wait(self.spin_yield, self.wait_spin_us);
+        let stall = Deadline::after_ms((crate::wait::STALL_NS / 1_000_000) as c_int);
+        let mut reported = false;
         loop {
             self.progress().run();
             if self.value() >= threshold {
@@ -177,6 +199,10 @@ impl CntrInner {
             }
             if deadline.expired() {
                 return Err(Error::ETIMEDOUT);
+            }
+            if !reported && stall.expired() {
+                reported = true;
+                self.report_stall(threshold);
             }
             let ready = || self.value() >= threshold || self.errors() != errors;
             if backoff.spinning()

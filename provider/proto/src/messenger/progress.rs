@@ -376,11 +376,18 @@ impl<B: Backend> Messenger<B> {
 
     /// Fences `peer` once its invalid messages reach [`FENCE_AFTER`]: after
     /// a whole message is handled, never in the middle of one.
+    #[inline(always)]
     fn fence_if_over(&mut self, peer: PeerIdx) {
         if self.peers[peer].violations >= FENCE_AFTER && !self.peers[peer].refused {
-            let addr = self.peers[peer].addr;
-            tracing::warn!(%addr, violations = FENCE_AFTER, "peer fenced: too many invalid messages; its operations fail");
-            self.fence(peer);
+            self.fence_for_violations(peer);
         }
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn fence_for_violations(&mut self, peer: PeerIdx) {
+        let addr = self.peers[peer].addr;
+        tracing::warn!(%addr, violations = FENCE_AFTER, "peer fenced: too many invalid messages; its operations fail");
+        self.fence(peer);
     }
 }

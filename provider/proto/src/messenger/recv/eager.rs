@@ -17,7 +17,9 @@ impl<B: Backend> Messenger<B> {
     ///
     /// Only the announcement of the slot we expect next (its sequence
     /// number), of no more than our eager size, is taken: any other is
-    /// dropped, and the ring stays where it was.
+    /// dropped, and the ring stays where it was. Inlined into the arrival's
+    /// handler with the delivery (see `deliver`).
+    #[inline(always)]
     pub(crate) fn on_eager(
         &mut self,
         peer: PeerIdx,
