@@ -87,6 +87,18 @@ pub struct Placement {
 }
 
 impl Placement {
+    /// Where a whole posted receive (not a multi-receive piece) takes a
+    /// message.
+    #[inline(always)]
+    fn whole<A>(recv: PostedRecv<A>) -> Placement {
+        Placement {
+            context: recv.context,
+            iov: recv.iov,
+            completion: recv.completion,
+            multi: None,
+        }
+    }
+
     #[inline]
     pub fn capacity(&self) -> usize {
         crate::iov::total_len(&self.iov)
@@ -210,12 +222,7 @@ impl<A: Copy + Eq, B> Matcher<A, B> {
         let oldest = lane.posted.front()?;
         if !oldest.multi_recv && oldest.accepts(src, info.tag) {
             let recv = lane.posted.pop_front().expect("looked at above");
-            return Some(Placement {
-                context: recv.context,
-                iov: recv.iov,
-                completion: recv.completion,
-                multi: None,
-            });
+            return Some(Placement::whole(recv));
         }
         self.match_search(src, info, len)
     }
@@ -229,12 +236,7 @@ impl<A: Copy + Eq, B> Matcher<A, B> {
         let index = lane.posted.iter().position(|r| r.accepts(src, info.tag))?;
         if !lane.posted[index].multi_recv {
             let recv = lane.posted.remove(index).expect("index is in range");
-            return Some(Placement {
-                context: recv.context,
-                iov: recv.iov,
-                completion: recv.completion,
-                multi: None,
-            });
+            return Some(Placement::whole(recv));
         }
         // A piece of a multi-receive buffer: its single iov shrinks from the
         // front.
